@@ -1,0 +1,236 @@
+//! The recording: its data model, the streaming writer, and the reader.
+//!
+//! A recording is the magic bytes `TIDEMARK` followed by MessagePack records, each a two-element
+//! array `[kind, body]`: first the header, then samples, probe records and events as they happen,
+//! and last an end record with totals. `collector/FORMAT.md` describes it byte by byte.
+
+pub mod codec;
+mod model;
+mod read;
+mod wire;
+mod write;
+
+use std::collections::BTreeMap;
+
+pub use model::{
+    AllocatorSample, Chunk, Column, Device, Dropped, Edge, End, Exit, FORMAT_MAJOR, FORMAT_MINOR,
+    Header, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record, SeriesKey, SeriesKind,
+};
+pub use read::{ReadError, Reader};
+pub use write::Writer;
+
+/// One sampled series, all of it: the times at which it was measured and what it was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Series {
+    /// What the series measures.
+    pub key: SeriesKey,
+    /// Sample times, nanoseconds after the start.
+    pub times_ns: Vec<u64>,
+    /// The values, bytes. Unavailable samples are left out, never stored as zero.
+    pub values: Vec<u64>,
+}
+
+/// A whole recording in memory, assembled from its records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recording {
+    /// What the collector knew when it started.
+    pub header: Header,
+    /// Sampled series, in the order they first appear.
+    pub series: Vec<Series>,
+    /// The allocator's numbers, as the probe sent them.
+    pub allocator: Vec<AllocatorSample>,
+    /// Phase edges, as the probe sent them.
+    pub phases: Vec<PhaseEdge>,
+    /// Out-of-memory errors.
+    pub ooms: Vec<Oom>,
+    /// The job's end (one per wrapped job).
+    pub exits: Vec<Exit>,
+    /// Probe messages lost or refused.
+    pub drops: Vec<Dropped>,
+    /// Remarks from the collector.
+    pub notes: Vec<Note>,
+    /// The end record; `None` when the recording is incomplete.
+    pub end: Option<End>,
+    /// What the reader noticed: an incomplete file, skipped records.
+    pub warnings: Vec<String>,
+    series_index: BTreeMap<SeriesKey, usize>,
+}
+
+impl Recording {
+    /// An empty recording with this header.
+    pub fn new(header: Header) -> Self {
+        Self {
+            header,
+            series: Vec::new(),
+            allocator: Vec::new(),
+            phases: Vec::new(),
+            ooms: Vec::new(),
+            exits: Vec::new(),
+            drops: Vec::new(),
+            notes: Vec::new(),
+            end: None,
+            warnings: Vec::new(),
+            series_index: BTreeMap::new(),
+        }
+    }
+
+    /// Adds one record.
+    pub fn push(&mut self, record: Record) {
+        match record {
+            Record::Chunk(chunk) => self.push_chunk(chunk),
+            Record::Allocator(sample) => self.allocator.push(sample),
+            Record::Phase(edge) => self.phases.push(edge),
+            Record::Oom(oom) => self.ooms.push(oom),
+            Record::Exit(exit) => self.exits.push(exit),
+            Record::Dropped(dropped) => self.drops.push(dropped),
+            Record::Note(note) => self.notes.push(note),
+            Record::End(end) => self.end = Some(end),
+        }
+    }
+
+    fn push_chunk(&mut self, chunk: Chunk) {
+        let Chunk { times_ns, columns } = chunk;
+        for column in columns {
+            let Column {
+                series: key,
+                values,
+                valid,
+            } = column;
+            let index = *self.series_index.entry(key.clone()).or_insert_with(|| {
+                self.series.push(Series {
+                    key,
+                    times_ns: Vec::new(),
+                    values: Vec::new(),
+                });
+                self.series.len() - 1
+            });
+            let series = &mut self.series[index];
+            match valid {
+                None => {
+                    series.times_ns.extend_from_slice(&times_ns);
+                    series.values.extend_from_slice(&values);
+                }
+                Some(valid) => {
+                    for ((&t, &v), ok) in times_ns.iter().zip(&values).zip(valid) {
+                        if ok {
+                            series.times_ns.push(t);
+                            series.values.push(v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The series with this key, if it was recorded.
+    pub fn series(&self, key: &SeriesKey) -> Option<&Series> {
+        self.series_index.get(key).map(|&i| &self.series[i])
+    }
+
+    /// Samples held, summed over all series.
+    pub fn sample_count(&self) -> u64 {
+        self.series.iter().map(|s| s.values.len() as u64).sum()
+    }
+
+    /// Probe messages dropped, malformed or refused, in total.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops
+            .iter()
+            .map(|d| d.dropped + d.malformed + d.refused)
+            .sum()
+    }
+
+    /// The last time anything was recorded, nanoseconds after the start.
+    pub fn duration_ns(&self) -> u64 {
+        let last_sample = self
+            .series
+            .iter()
+            .filter_map(|s| s.times_ns.last().copied());
+        let last_event = self
+            .phases
+            .last()
+            .map(|p| p.t_ns)
+            .into_iter()
+            .chain(self.allocator.last().map(|a| a.t_ns))
+            .chain(self.exits.last().map(|e| e.t_ns))
+            .chain(self.end.as_ref().map(|e| e.t_ns));
+        last_sample.chain(last_event).max().unwrap_or(0)
+    }
+}
+
+/// Reads a whole recording from bytes.
+///
+/// An incomplete file (cut inside a record, or with no end record) is not an error: everything
+/// before the cut is returned and [`Recording::warnings`] says where the file ends.
+pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
+    let mut reader = Reader::new(bytes)?;
+    let mut recording = Recording::new(reader.header().clone());
+    loop {
+        match reader.read_next() {
+            Ok(Some(record)) => recording.push(record),
+            Ok(None) => break,
+            Err(err @ ReadError::Truncated { .. }) => {
+                recording.warnings.push(format!(
+                    "{err}; {} bytes after it were not read",
+                    bytes.len() - reader.offset()
+                ));
+                break;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    if !reader.ended() && recording.warnings.is_empty() {
+        recording.warnings.push(format!(
+            "the file ends at byte {} without an end record: it is incomplete (the collector was stopped, or is still writing)",
+            bytes.len()
+        ));
+    }
+    if reader.trailing_bytes() > 0 {
+        recording.warnings.push(format!(
+            "{} bytes after the end record at byte {} were ignored",
+            reader.trailing_bytes(),
+            reader.offset()
+        ));
+    }
+    if !reader.unknown_kinds().is_empty() {
+        recording.warnings.push(format!(
+            "skipped records of kinds this tidemark does not know ({}): made by a newer tidemark",
+            reader.unknown_kinds().join(", ")
+        ));
+    }
+    Ok(recording)
+}
+
+/// Reads a recording from a file; the error names the file.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_file(path: &std::path::Path) -> Result<Recording, FileError> {
+    let bytes = std::fs::read(path).map_err(|err| FileError::Io {
+        path: path.to_owned(),
+        reason: std::sync::Arc::new(err),
+    })?;
+    read_recording(&bytes).map_err(|reason| FileError::Format {
+        path: path.to_owned(),
+        reason,
+    })
+}
+
+/// A recording file that cannot be read, and which file it is.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file cannot be opened or read.
+    #[error("cannot read the file ({reason}): {}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: std::sync::Arc<std::io::Error>,
+    },
+    /// The file is not a readable recording.
+    #[error("{reason}: {}", path.display())]
+    Format {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: ReadError,
+    },
+}

@@ -1,0 +1,91 @@
+//! The streaming writer.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::model::{Chunk, End, Header, MAGIC, Record};
+use super::wire::{self, kind};
+
+/// Writes a recording as a stream: the magic and header at once, then one record per call.
+///
+/// Nothing is buffered here: wrap the output in a [`io::BufWriter`] and call [`Writer::flush`]
+/// at the interval that bounds what a crash may lose.
+pub struct Writer<W: Write> {
+    out: W,
+    records: u64,
+    samples: u64,
+    dropped: u64,
+}
+
+impl<W: Write> Writer<W> {
+    /// Writes the magic bytes and the header.
+    pub fn new(mut out: W, header: &Header) -> io::Result<Self> {
+        out.write_all(MAGIC)?;
+        let mut writer = Self {
+            out,
+            records: 0,
+            samples: 0,
+            dropped: 0,
+        };
+        writer.write_body(kind::HEADER, header)?;
+        Ok(writer)
+    }
+
+    /// Writes one record.
+    pub fn write(&mut self, record: &Record) -> io::Result<()> {
+        match record {
+            Record::Chunk(chunk) => self.write_chunk(chunk),
+            Record::Allocator(sample) => self.write_body(kind::ALLOCATOR, sample),
+            Record::Phase(edge) => self.write_body(kind::PHASE, edge),
+            Record::Oom(oom) => self.write_body(kind::OOM, oom),
+            Record::Exit(exit) => self.write_body(kind::EXIT, exit),
+            Record::Dropped(dropped) => {
+                self.dropped += dropped.dropped + dropped.malformed + dropped.refused;
+                self.write_body(kind::DROPPED, dropped)
+            }
+            Record::Note(note) => self.write_body(kind::NOTE, note),
+            Record::End(end) => self.write_body(kind::END, end),
+        }
+    }
+
+    /// Writes a chunk of samples.
+    pub fn write_chunk(&mut self, chunk: &Chunk) -> io::Result<()> {
+        self.samples += chunk.sample_count();
+        self.write_body(kind::CHUNK, &wire::encode_chunk(chunk))
+    }
+
+    /// Flushes the output.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Samples written so far, summed over all series.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Writes the end record with the totals, flushes, and hands back the output.
+    pub fn finish(mut self, t_ns: u64) -> io::Result<W> {
+        let end = End {
+            t_ns,
+            records: self.records,
+            samples: self.samples,
+            dropped: self.dropped,
+        };
+        self.write_body(kind::END, &end)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    fn write_body(&mut self, kind: &str, body: &impl Serialize) -> io::Result<()> {
+        // Encode into memory first: a record that fails to encode writes nothing.
+        let mut buf = Vec::with_capacity(64);
+        rmp::encode::write_array_len(&mut buf, 2).map_err(io::Error::other)?;
+        rmp::encode::write_str(&mut buf, kind).map_err(io::Error::other)?;
+        rmp_serde::encode::write_named(&mut buf, body).map_err(io::Error::other)?;
+        self.out.write_all(&buf)?;
+        self.records += 1;
+        Ok(())
+    }
+}

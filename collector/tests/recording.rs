@@ -1,0 +1,400 @@
+//! The recording format: the golden file, round trips, and every kind of bad input.
+
+use std::path::{Path, PathBuf};
+
+use collector::recording::{
+    AllocatorSample, Chunk, Column, Device, Dropped, Edge, Exit, Header, Note, Oom, Origin, Phase,
+    PhaseEdge, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file, read_recording,
+};
+use proptest::prelude::*;
+
+const MIB: u64 = 1 << 20;
+const GOLDEN_V1: &str = "tests/data/golden_v1.msgpack";
+
+fn data_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+/// The contents of the v1 golden file. Changing this function does not change the file: the
+/// file is written once (see `write_golden_v1`) and never again.
+fn golden_v1() -> (Header, Vec<Record>) {
+    let mut header = Header::new(
+        1_764_400_000_000_000_000,
+        "gpu-node-07".to_owned(),
+        vec![
+            "python".to_owned(),
+            "train.py".to_owned(),
+            "--epochs=1".to_owned(),
+        ],
+    );
+    header.tool_version = "0.1.0".to_owned();
+    header.pid = Some(4242);
+    header.devices = vec![Device {
+        index: 0,
+        name: "NVIDIA H100 80GB HBM3".to_owned(),
+        uuid: "GPU-5f3c2a9e-0b1d-4c7e-9a8f-1e2d3c4b5a69".to_owned(),
+        total_bytes: 85_520_809_984,
+    }];
+    header.device_interval_ns = Some(50_000_000);
+    header.host_interval_ns = Some(100_000_000);
+    let origin = Origin {
+        pid: 4242,
+        rank: Some(0),
+    };
+    let mut records = Vec::new();
+    let times: Vec<u64> = (0..12).map(|i| i * 50_000_000 + (i % 3) * 1000).collect();
+    let used: Vec<u64> = (0..12)
+        .map(|i| 600 * MIB + (i % 4) * 512 * MIB + i * 2 * MIB)
+        .collect();
+    records.push(Record::Chunk(Chunk {
+        times_ns: times.clone(),
+        columns: vec![
+            Column {
+                series: SeriesKey::device(SeriesKind::DeviceUsed, 0),
+                values: used,
+                valid: None,
+            },
+            Column {
+                series: SeriesKey::device(SeriesKind::DeviceReserved, 0),
+                values: vec![530 * MIB; 12],
+                valid: None,
+            },
+            Column {
+                series: SeriesKey {
+                    kind: SeriesKind::ProcessDevice,
+                    device: Some(0),
+                    pid: Some(4242),
+                },
+                values: (0..12)
+                    .map(|i| if i < 4 { 0 } else { 500 * MIB + i * MIB })
+                    .collect(),
+                valid: Some((0..12).map(|i| i >= 4).collect()),
+            },
+        ],
+    }));
+    records.push(Record::Chunk(Chunk {
+        times_ns: (0..6).map(|i| i * 100_000_000).collect(),
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values: (0..6).map(|i| 2_000 * MIB + i * 4096 * 3).collect(),
+            valid: None,
+        }],
+    }));
+    let phases = [Phase::Forward, Phase::Backward, Phase::Optimizer];
+    let mut t = 10_000_000;
+    for step in 0..2u64 {
+        for phase in &phases {
+            for edge in [Edge::Begin, Edge::End] {
+                records.push(Record::Phase(PhaseEdge {
+                    t_ns: t,
+                    edge,
+                    phase: phase.clone(),
+                    step: Some(step),
+                    origin,
+                }));
+                records.push(Record::Allocator(AllocatorSample {
+                    t_ns: t,
+                    origin,
+                    device: 0,
+                    allocated: 100 * MIB + step * MIB + t / 1000,
+                    reserved: 512 * MIB,
+                    peak: 200 * MIB,
+                    active: 100 * MIB,
+                    inactive_split: 3 * MIB,
+                    retries: step,
+                    ooms: 0,
+                }));
+                t += 20_000_000;
+            }
+        }
+    }
+    records.push(Record::Phase(PhaseEdge {
+        t_ns: t,
+        edge: Edge::Begin,
+        phase: Phase::Custom("checkpoint".to_owned()),
+        step: None,
+        origin,
+    }));
+    records.push(Record::Dropped(Dropped {
+        t_ns: t,
+        dropped: 2,
+        malformed: 1,
+        refused: 0,
+    }));
+    records.push(Record::Note(Note {
+        t_ns: 0,
+        text: "per-process device memory unavailable until the job created its CUDA context"
+            .to_owned(),
+    }));
+    records.push(Record::Oom(Oom {
+        t_ns: 580_000_000,
+        device: Some(0),
+        rank: Some(0),
+        tried_bytes: Some(2 * 1024 * MIB),
+        capacity_bytes: Some(85_520_809_984),
+        free_bytes: Some(1_300 * MIB),
+        allocated_bytes: Some(78 * 1024 * MIB),
+        reserved_unallocated_bytes: Some(120 * MIB),
+        message: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.65 GiB of which 1.27 GiB is free.".to_owned(),
+    }));
+    records.push(Record::Exit(Exit {
+        t_ns: 600_000_000,
+        code: Some(1),
+        signal: None,
+    }));
+    (header, records)
+}
+
+fn write(header: &Header, records: &[Record], end_ns: u64) -> Vec<u8> {
+    let mut writer = Writer::new(Vec::new(), header).unwrap();
+    for record in records {
+        writer.write(record).unwrap();
+    }
+    writer.finish(end_ns).unwrap()
+}
+
+/// Writes the golden file if it does not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
+/// An existing golden file is never overwritten.
+#[test]
+fn write_golden_v1() {
+    let path = data_path(GOLDEN_V1);
+    if std::env::var_os("TIDEMARK_WRITE_GOLDEN").is_some() && !path.exists() {
+        let (header, records) = golden_v1();
+        std::fs::write(&path, write(&header, &records, 600_500_000)).unwrap();
+    }
+    assert!(path.exists(), "{} is missing", path.display());
+}
+
+#[test]
+fn golden_v1_reads_back_exactly() {
+    let recording = read_file(&data_path(GOLDEN_V1)).unwrap();
+    let (header, records) = golden_v1();
+    assert_eq!(recording.header, header);
+    assert!(recording.warnings.is_empty(), "{:?}", recording.warnings);
+    let mut expected = collector::recording::Recording::new(header);
+    for record in records {
+        expected.push(record);
+    }
+    let end = recording.end.clone().unwrap();
+    assert_eq!(
+        end.records,
+        1 + 2 + 24 + 5,
+        "header, chunks, phases and allocator, the rest"
+    );
+    assert_eq!(end.samples, 12 + 12 + 8 + 6);
+    assert_eq!(end.dropped, 3);
+    assert_eq!(end.t_ns, 600_500_000);
+    expected.end = Some(end);
+    assert_eq!(recording, expected);
+
+    // Spot checks against numbers written by hand, not by the function above.
+    let used = recording
+        .series(&SeriesKey::device(SeriesKind::DeviceUsed, 0))
+        .unwrap();
+    assert_eq!(used.values[1], 600 * MIB + 512 * MIB + 2 * MIB);
+    assert_eq!(used.times_ns[2], 100_002_000);
+    let process = &recording.series[2];
+    assert_eq!(process.values.len(), 8, "unavailable samples are left out");
+    assert_eq!(process.times_ns[0], 200_001_000);
+    assert_eq!(recording.phases.len(), 13);
+    assert_eq!(recording.phases[12].phase.as_str(), "checkpoint");
+    assert_eq!(recording.ooms[0].tried_bytes, Some(2 << 30));
+    assert_eq!(recording.exits[0].code, Some(1));
+    assert_eq!(recording.dropped_total(), 3);
+}
+
+#[test]
+fn every_truncation_of_the_golden_file_is_a_warning_or_a_clear_error() {
+    let bytes = std::fs::read(data_path(GOLDEN_V1)).unwrap();
+    let full = read_recording(&bytes).unwrap();
+    let mut last_records = 0;
+    for cut in 0..bytes.len() {
+        let part = &bytes[..cut];
+        match read_recording(part) {
+            Ok(recording) => {
+                assert!(cut > 8, "cut {cut}");
+                assert_eq!(recording.warnings.len(), 1, "cut {cut}");
+                let warning = &recording.warnings[0];
+                assert!(warning.contains("incomplete"), "cut {cut}: {warning}");
+                assert!(warning.contains(&format!("{cut}")), "cut {cut}: {warning}");
+                assert!(recording.end.is_none());
+                // What was read is a prefix of the whole.
+                let records = recording.phases.len() + recording.allocator.len();
+                assert!(records >= last_records, "cut {cut}");
+                last_records = records;
+                assert_eq!(recording.header, full.header);
+                assert_eq!(recording.phases[..], full.phases[..recording.phases.len()]);
+            }
+            Err(ReadError::Empty) => assert_eq!(cut, 0),
+            Err(ReadError::Truncated { offset, len }) => {
+                assert!(offset <= 8, "only the header may be cut: {cut}");
+                assert_eq!(len, cut);
+            }
+            Err(other) => panic!("cut {cut}: {other}"),
+        }
+    }
+}
+
+#[test]
+fn a_record_cut_in_the_middle_loses_only_that_record() {
+    let (header, records) = golden_v1();
+    let bytes = write(&header, &records, 1);
+    let mut reader = Reader::new(&bytes).unwrap();
+    let mut offsets = vec![reader.offset()];
+    while reader.read_next().unwrap().is_some() {
+        offsets.push(reader.offset());
+    }
+    // Cut inside the OOM record (the fourth from the end).
+    let oom_start = offsets[offsets.len() - 4];
+    let cut = oom_start + 5;
+    let recording = read_recording(&bytes[..cut]).unwrap();
+    assert_eq!(recording.ooms.len(), 0);
+    assert_eq!(recording.notes.len(), 1);
+    assert!(
+        recording.warnings[0].contains(&format!("at byte {oom_start} of {cut}")),
+        "{}",
+        recording.warnings[0]
+    );
+}
+
+#[test]
+fn bad_files_get_distinct_errors_naming_the_offset() {
+    assert_eq!(read_recording(b""), Err(ReadError::Empty));
+
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+    let err = read_recording(png).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "not a tidemark recording: at byte 0 it holds a PNG image, not \"TIDEMARK\""
+    );
+
+    let (mut header, _) = golden_v1();
+    header.format_major = 99;
+    header.format_minor = 3;
+    let bytes = write(&header, &[], 0);
+    let err = read_recording(&bytes).unwrap_err();
+    assert_eq!(
+        err,
+        ReadError::NewerVersion {
+            major: 99,
+            minor: 3
+        }
+    );
+    assert!(err.to_string().contains("newer tidemark"));
+    assert!(err.to_string().contains("99.3"));
+
+    // A record whose kind is a number, after a good header.
+    let (header, _) = golden_v1();
+    let mut bytes = write(&header, &[], 0);
+    let header_end = Reader::new(&bytes).unwrap().offset();
+    bytes.truncate(header_end);
+    bytes.extend_from_slice(&[0x92, 0x07, 0x80]);
+    let err = read_recording(&bytes).unwrap_err();
+    assert!(
+        matches!(err, ReadError::Corrupt { offset, .. } if offset == header_end),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&format!("at byte {header_end}")));
+}
+
+/// A chunk that claims 2^40 samples is refused without allocating for them.
+#[test]
+fn a_chunk_claiming_2_pow_40_samples_is_corrupt() {
+    let (header, _) = golden_v1();
+    let chunk = Record::Chunk(Chunk {
+        times_ns: vec![1, 2, 3],
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values: vec![4096, 8192, 4096],
+            valid: None,
+        }],
+    });
+    let mut bytes = write(&header, &[chunk], 0);
+    // The sample count is the first field of the chunk body: "n" followed by the integer 3.
+    let at = bytes
+        .windows(3)
+        .position(|w| w == [0xa1, b'n', 0x03])
+        .unwrap();
+    let mut patched = bytes[..at + 2].to_vec();
+    patched.push(0xcf);
+    patched.extend_from_slice(&(1u64 << 40).to_be_bytes());
+    patched.extend_from_slice(&bytes[at + 3..]);
+    bytes = patched;
+    let err = read_recording(&bytes).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.starts_with("corrupt chunk record at byte"),
+        "{message}"
+    );
+    assert!(message.contains("claims 1099511627776 values"), "{message}");
+}
+
+#[test]
+fn records_of_unknown_kinds_are_skipped_with_a_warning() {
+    let (header, records) = golden_v1();
+    let mut bytes = write(&header, &[], 0);
+    let header_end = Reader::new(&bytes).unwrap().offset();
+    bytes.truncate(header_end);
+    // ["gpu_clock", {"mhz": 1980}] from a newer minor version.
+    bytes.extend_from_slice(&[0x92, 0xa9]);
+    bytes.extend_from_slice(b"gpu_clock");
+    bytes.extend_from_slice(&[0x81, 0xa3, b'm', b'h', b'z', 0xcd, 0x07, 0xbc]);
+    let mut writer = Writer::new(Vec::new(), &header).unwrap();
+    writer.write(&records[2]).unwrap();
+    let tail = writer.finish(0).unwrap();
+    bytes.extend_from_slice(&tail[header_end..]);
+    let recording = read_recording(&bytes).unwrap();
+    assert_eq!(recording.phases.len(), 1);
+    assert_eq!(recording.warnings.len(), 1);
+    assert!(recording.warnings[0].contains("gpu_clock"));
+}
+
+#[test]
+fn file_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("screenshot.msgpack");
+    std::fs::write(&path, b"\x89PNG\r\n\x1a\n").unwrap();
+    let message = read_file(&path).unwrap_err().to_string();
+    assert!(message.contains("PNG"), "{message}");
+    assert!(message.ends_with("screenshot.msgpack"), "{message}");
+    let missing = dir.path().join("missing.msgpack");
+    let message = read_file(&missing).unwrap_err().to_string();
+    assert!(message.ends_with("missing.msgpack"), "{message}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any byte flipped anywhere: a recording, a warning or an error, never a panic.
+    #[test]
+    fn byte_flips_never_panic(flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4)) {
+        let mut bytes = std::fs::read(data_path(GOLDEN_V1)).unwrap();
+        for (index, xor) in flips {
+            let i = index.index(bytes.len());
+            bytes[i] ^= xor;
+        }
+        if let Ok(recording) = read_recording(&bytes) {
+            // Whatever was read is bounded by what the file could hold.
+            prop_assert!(recording.sample_count() <= bytes.len() as u64 * 2);
+        }
+    }
+
+    /// Whatever is written reads back the same.
+    #[test]
+    fn chunks_round_trip(
+        times in proptest::collection::vec(any::<u64>(), 0..100),
+        seed in any::<u64>(),
+        with_gaps in any::<bool>(),
+    ) {
+        let values: Vec<u64> = times.iter().map(|t| t ^ seed).collect();
+        let valid = with_gaps.then(|| times.iter().map(|t| t % 3 != 0).collect());
+        let chunk = Chunk {
+            times_ns: times.clone(),
+            columns: vec![Column { series: SeriesKey::new(SeriesKind::HostRss), values, valid }],
+        };
+        let (header, _) = golden_v1();
+        let bytes = write(&header, &[Record::Chunk(chunk.clone())], 0);
+        let mut reader = Reader::new(&bytes).unwrap();
+        prop_assert_eq!(reader.read_next().unwrap(), Some(Record::Chunk(chunk)));
+    }
+}
