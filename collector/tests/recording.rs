@@ -398,3 +398,44 @@ proptest! {
         prop_assert_eq!(reader.read_next().unwrap(), Some(Record::Chunk(chunk)));
     }
 }
+
+/// The Python interpreter with the `msgpack` package: `TIDEMARK_PYTHON`, else the workspace's
+/// `.venv` (which `.ci/run` creates), else `python3`.
+fn python() -> PathBuf {
+    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
+        return path.into();
+    }
+    let venv = data_path("../.venv/bin/python");
+    if venv.exists() { venv } else { "python3".into() }
+}
+
+/// FORMAT.md's promise: a reader in another language, from the document alone.
+#[test]
+fn the_python_reader_reads_what_rust_reads() {
+    let golden = data_path(GOLDEN_V1);
+    let output = std::process::Command::new(python())
+        .arg(data_path("examples/read_recording.py"))
+        .arg(&golden)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the Python reader failed (is the msgpack package installed?): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let recording = read_file(&golden).unwrap();
+    let end = recording.end.as_ref().unwrap();
+    assert!(stdout.contains(&format!("\"records\": {}", end.records)), "{stdout}");
+    assert!(stdout.contains(&format!("\"samples\": {}", end.samples)), "{stdout}");
+    assert!(stdout.contains(&format!("\"phase\": {}", recording.phases.len())), "{stdout}");
+    for series in &recording.series {
+        let last = series.values.last().unwrap();
+        let last_t = series.times_ns.last().unwrap();
+        let expected = format!(
+            "\"last\": {last},\n   \"last_t_ns\": {last_t},\n   \"samples\": {}",
+            series.values.len()
+        );
+        assert!(stdout.contains(&expected), "{expected} not in {stdout}");
+    }
+}
