@@ -18,12 +18,13 @@ def unzigzag(v):
     return (v >> 1) ^ -(v & 1)
 
 
-def decode_ints(col, n):
-    """A delta-encoded column: first, order (1 or 2), scale, and n - 1 zig-zag LEB128 varints."""
+def decode_ints(ints, n):
+    """[first, order (1 or 2), scale, data]: data holds n - 1 zig-zag LEB128 varints."""
+    first, order, scale, data = ints
     if n == 0:
         return []
-    out = [col["first"]]
-    data, at, value, delta = col["data"], 0, col["first"], 0
+    out = [first]
+    at, value, delta = 0, first, 0
     for _ in range(n - 1):
         raw, shift = 0, 0
         while True:
@@ -33,30 +34,35 @@ def decode_ints(col, n):
             shift += 7
             if byte < 0x80:
                 break
-        stored = unzigzag(raw) * col["scale"]
-        delta = delta + stored if col["order"] == 2 else stored
+        stored = unzigzag(raw) * scale
+        delta = delta + stored if order == 2 else stored
         value = (value + delta) % (1 << 64)
         out.append(value)
     return out
 
 
 def read(path):
-    """Yields (kind, body) for every record; chunks come with decoded "times" and "values"."""
+    """Yields (kind, body) for every record but series declarations; chunks are decoded into
+    {"times": [...], "columns": [{"series": {...}, "values": [... or None]}]}."""
+    series = []
     with open(path, "rb") as f:
         if f.read(8) != MAGIC:
             raise ValueError(f"not a tidemark recording: {path}")
         for kind, body in msgpack.Unpacker(f, raw=False, strict_map_key=False):
             if kind == "header" and body["format_major"] > 1:
                 raise ValueError(f"made by a newer tidemark: {path}")
+            if kind == "series":
+                series.append(body)
+                continue
             if kind == "chunk":
                 n = body["n"]
-                body["times"] = decode_ints(body["times"], n)
-                for column in body["columns"]:
-                    values = decode_ints(column["values"], n)
-                    if column.get("valid") is not None:
-                        bits = column["valid"]
+                columns = []
+                for series_id, ints, bits in body["c"]:
+                    values = decode_ints(ints, n)
+                    if bits is not None:
                         values = [v if bits[i // 8] >> (i % 8) & 1 else None for i, v in enumerate(values)]
-                    column["values"] = values
+                    columns.append({"series": series[series_id], "values": values})
+                body = {"times": decode_ints(body["t"], n), "columns": columns}
             yield kind, body
 
 

@@ -178,8 +178,8 @@ fn golden_v1_reads_back_exactly() {
     let end = recording.end.clone().unwrap();
     assert_eq!(
         end.records,
-        1 + 2 + 24 + 5,
-        "header, chunks, phases and allocator, the rest"
+        1 + 4 + 2 + 24 + 5,
+        "header, series declarations, chunks, phases and allocator, the rest"
     );
     assert_eq!(end.samples, 12 + 12 + 8 + 6);
     assert_eq!(end.dropped, 3);
@@ -406,7 +406,11 @@ fn python() -> PathBuf {
         return path.into();
     }
     let venv = data_path("../.venv/bin/python");
-    if venv.exists() { venv } else { "python3".into() }
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
 }
 
 /// FORMAT.md's promise: a reader in another language, from the document alone.
@@ -426,9 +430,18 @@ fn the_python_reader_reads_what_rust_reads() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     let recording = read_file(&golden).unwrap();
     let end = recording.end.as_ref().unwrap();
-    assert!(stdout.contains(&format!("\"records\": {}", end.records)), "{stdout}");
-    assert!(stdout.contains(&format!("\"samples\": {}", end.samples)), "{stdout}");
-    assert!(stdout.contains(&format!("\"phase\": {}", recording.phases.len())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("\"records\": {}", end.records)),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("\"samples\": {}", end.samples)),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("\"phase\": {}", recording.phases.len())),
+        "{stdout}"
+    );
     for series in &recording.series {
         let last = series.values.last().unwrap();
         let last_t = series.times_ns.last().unwrap();

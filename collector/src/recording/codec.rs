@@ -61,11 +61,47 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+/// Binary GCD: shifts and subtractions, no division.
 fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
+    if a == 0 || b == 0 {
+        return a | b;
     }
-    a
+    let shift = (a | b).trailing_zeros();
+    a >>= a.trailing_zeros();
+    loop {
+        b >>= b.trailing_zeros();
+        if a > b {
+            (a, b) = (b, a);
+        }
+        b -= a;
+        if b == 0 {
+            return a << shift;
+        }
+    }
+}
+
+/// Divides by `scale` values known to be multiples of it, without a division instruction:
+/// shift out the power of two, then multiply by the inverse of the odd part modulo 2^64.
+struct ExactDivisor {
+    shift: u32,
+    inverse: u64,
+}
+
+impl ExactDivisor {
+    fn new(scale: u64) -> Self {
+        let shift = scale.trailing_zeros();
+        let odd = scale >> shift;
+        // Newton's iteration doubles the correct low bits each time: 3 → 6 → … → 96 ≥ 64.
+        let mut inverse = odd;
+        for _ in 0..5 {
+            inverse = inverse.wrapping_mul(2u64.wrapping_sub(odd.wrapping_mul(inverse)));
+        }
+        Self { shift, inverse }
+    }
+
+    fn divide(&self, multiple: i64) -> i64 {
+        (multiple >> self.shift).wrapping_mul(self.inverse as i64)
+    }
 }
 
 fn push_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -103,15 +139,10 @@ pub fn encode(values: &[u64], order: u8) -> Encoded {
         previous_delta = delta;
     }
     let scale = scale.max(1);
+    let divisor = ExactDivisor::new(scale);
     let mut data = Vec::with_capacity(diffs.len() + diffs.len() / 2);
     for stored in diffs {
-        // `scale` divides `stored` exactly; `i64::MIN / -1` cannot happen since scale > 0.
-        let scaled = if scale == 1 {
-            stored
-        } else {
-            (stored as i128 / scale as i128) as i64
-        };
-        push_varint(&mut data, zigzag(scaled));
+        push_varint(&mut data, zigzag(divisor.divide(stored)));
     }
     Encoded {
         first,
@@ -123,12 +154,29 @@ pub fn encode(values: &[u64], order: u8) -> Encoded {
 
 /// Decodes `n` values. Never allocates more than one `u64` per byte of data (plus one).
 pub fn decode(encoded: &Encoded, n: u64) -> Result<Vec<u64>, DecodeError> {
-    let Encoded {
-        first,
-        order,
-        scale,
-        data,
-    } = encoded;
+    let mut values = Vec::new();
+    decode_into(
+        encoded.first,
+        encoded.order,
+        encoded.scale,
+        &encoded.data,
+        n,
+        &mut values,
+    )?;
+    Ok(values)
+}
+
+/// Decodes `n` values from their stored parts and appends them to `values`; on error `values`
+/// is left as it was. Never reserves more than one `u64` per byte of data (plus one).
+pub fn decode_into(
+    first: u64,
+    order: u8,
+    scale: u64,
+    data: &[u8],
+    n: u64,
+    values: &mut Vec<u64>,
+) -> Result<(), DecodeError> {
+    let (order, scale, first) = (&order, &scale, &first);
     if !matches!(order, 1 | 2) || *scale == 0 {
         return Err(DecodeError::Encoding {
             order: *order,
@@ -137,7 +185,7 @@ pub fn decode(encoded: &Encoded, n: u64) -> Result<Vec<u64>, DecodeError> {
     }
     if n == 0 {
         return match data.len() {
-            0 => Ok(Vec::new()),
+            0 => Ok(()),
             extra => Err(DecodeError::Trailing { extra }),
         };
     }
@@ -148,7 +196,8 @@ pub fn decode(encoded: &Encoded, n: u64) -> Result<Vec<u64>, DecodeError> {
             possible,
         });
     }
-    let mut values = Vec::with_capacity(n as usize);
+    let old_len = values.len();
+    values.reserve(n as usize);
     values.push(*first);
     let mut value = *first;
     let mut delta = 0i64;
@@ -158,10 +207,12 @@ pub fn decode(encoded: &Encoded, n: u64) -> Result<Vec<u64>, DecodeError> {
         let mut shift = 0;
         loop {
             let Some(&byte) = data.get(at) else {
+                values.truncate(old_len);
                 return Err(DecodeError::BadVarint { at });
             };
             at += 1;
             if shift == 63 && byte > 1 {
+                values.truncate(old_len);
                 return Err(DecodeError::BadVarint { at: at - 1 });
             }
             raw |= u64::from(byte & 0x7f) << shift;
@@ -169,9 +220,6 @@ pub fn decode(encoded: &Encoded, n: u64) -> Result<Vec<u64>, DecodeError> {
                 break;
             }
             shift += 7;
-            if shift > 63 {
-                return Err(DecodeError::BadVarint { at });
-            }
         }
         let stored = unzigzag(raw).wrapping_mul(*scale as i64);
         delta = if *order == 2 {
@@ -183,11 +231,12 @@ pub fn decode(encoded: &Encoded, n: u64) -> Result<Vec<u64>, DecodeError> {
         values.push(value);
     }
     if at != data.len() {
+        values.truncate(old_len);
         return Err(DecodeError::Trailing {
             extra: data.len() - at,
         });
     }
-    Ok(values)
+    Ok(())
 }
 
 /// Packs booleans into bytes, least significant bit first.
@@ -276,6 +325,38 @@ mod tests {
             decode(&trailing, 2),
             Err(DecodeError::Trailing { extra: 1 })
         );
+    }
+
+    #[test]
+    fn exact_division_matches_division() {
+        for scale in [
+            1u64,
+            2,
+            3,
+            1000,
+            4096,
+            100_000,
+            2 << 20,
+            (1 << 63) + 1,
+            1 << 63,
+        ] {
+            let divisor = ExactDivisor::new(scale);
+            for k in [-5i64, -1, 0, 1, 7, 1 << 20] {
+                let multiple = k.wrapping_mul(scale as i64);
+                let expected = (i128::from(multiple) / i128::from(scale as i64)) as i64;
+                if scale as i64 > 0 {
+                    assert_eq!(divisor.divide(multiple), expected, "{multiple} / {scale}");
+                }
+                // Whatever the scale, multiplying back gives the multiple: what decode does.
+                assert_eq!(
+                    divisor.divide(multiple).wrapping_mul(scale as i64),
+                    multiple
+                );
+            }
+        }
+        assert_eq!(gcd(12, 18), 6);
+        assert_eq!(gcd(0, 18), 18);
+        assert_eq!(gcd(4096, 2 << 20), 4096);
     }
 
     #[test]

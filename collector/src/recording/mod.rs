@@ -96,14 +96,18 @@ impl Recording {
                 values,
                 valid,
             } = column;
-            let index = *self.series_index.entry(key.clone()).or_insert_with(|| {
-                self.series.push(Series {
-                    key,
-                    times_ns: Vec::new(),
-                    values: Vec::new(),
-                });
-                self.series.len() - 1
-            });
+            let index = match self.series_index.get(&key) {
+                Some(&index) => index,
+                None => {
+                    self.series_index.insert(key.clone(), self.series.len());
+                    self.series.push(Series {
+                        key,
+                        times_ns: Vec::new(),
+                        values: Vec::new(),
+                    });
+                    self.series.len() - 1
+                }
+            };
             let series = &mut self.series[index];
             match valid {
                 None => {

@@ -3,10 +3,11 @@
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::model::SeriesKey;
 use super::model::{
     AllocatorSample, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note, Oom, PhaseEdge, Record,
 };
-use super::wire::{self, WalkError, WireChunk, kind};
+use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 
 /// Why a recording cannot be read. Each names the byte offset where reading stopped.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +60,7 @@ pub struct Reader<'a> {
     header: Header,
     ended: bool,
     unknown_kinds: Vec<String>,
+    series: Vec<SeriesKey>,
 }
 
 impl<'a> Reader<'a> {
@@ -85,6 +87,7 @@ impl<'a> Reader<'a> {
             header: Header::new(0, String::new(), Vec::new()),
             ended: false,
             unknown_kinds: Vec::new(),
+            series: Vec::new(),
         };
         let (kind, body, end) = reader.frame()?;
         let corrupt = |what: String| ReadError::Corrupt {
@@ -159,9 +162,24 @@ impl<'a> Reader<'a> {
                 what,
             };
             let record = match kind {
+                kind::SERIES => {
+                    let WireSeries { id, key } = decode(body).map_err(corrupt)?;
+                    if id as usize != self.series.len() {
+                        return Err(corrupt(format!(
+                            "declares series {id}, expected {}",
+                            self.series.len()
+                        )));
+                    }
+                    self.series.push(key);
+                    self.offset = end;
+                    continue;
+                }
                 kind::CHUNK => {
-                    let wire: WireChunk = decode(body).map_err(corrupt)?;
-                    Record::Chunk(wire::decode_chunk(wire).map_err(corrupt)?)
+                    let wire: WireChunk<'_> =
+                        rmp_serde::from_slice(body).map_err(|err| corrupt(err.to_string()))?;
+                    let series = &self.series;
+                    let chunk = wire::decode_chunk(wire, |id| series.get(id as usize).cloned());
+                    Record::Chunk(chunk.map_err(corrupt)?)
                 }
                 kind::ALLOCATOR => {
                     Record::Allocator(decode::<AllocatorSample>(body).map_err(corrupt)?)

@@ -1,6 +1,8 @@
 //! How records are laid out in MessagePack: record framing, chunk encoding, and a bounded walker
 //! that finds where a value ends without decoding (or allocating for) it.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::codec::{self, DecodeError, Encoded};
@@ -9,6 +11,7 @@ use super::model::{Chunk, Column, SeriesKey};
 /// Record kinds, as written in the first element of every record.
 pub mod kind {
     pub const HEADER: &str = "header";
+    pub const SERIES: &str = "series";
     pub const CHUNK: &str = "chunk";
     pub const ALLOCATOR: &str = "allocator";
     pub const PHASE: &str = "phase";
@@ -19,34 +22,43 @@ pub mod kind {
     pub const END: &str = "end";
 }
 
-/// A chunk as stored: sample count, time column, value columns.
+/// A series declaration: the id that chunks use for this series from here on.
 #[derive(Serialize, Deserialize)]
-pub struct WireChunk {
+pub struct WireSeries {
+    pub id: u32,
+    #[serde(flatten)]
+    pub key: SeriesKey,
+}
+
+/// A chunk as stored: `{"n": samples, "t": times, "c": [column, …]}`. Short keys, since a chunk
+/// is written every flush interval and its overhead counts against every sample in it.
+#[derive(Serialize, Deserialize)]
+pub struct WireChunk<'a> {
     pub n: u64,
-    pub times: WireInts,
-    pub columns: Vec<WireColumn>,
+    #[serde(borrow)]
+    pub t: WireInts<'a>,
+    #[serde(borrow)]
+    pub c: Vec<WireColumn<'a>>,
 }
 
-/// A delta-encoded integer column (see [`codec`]).
+/// A delta-encoded integer column (see [`codec`]): `[first, order, scale, data]`.
 #[derive(Serialize, Deserialize)]
-pub struct WireInts {
-    pub first: u64,
-    pub order: u8,
-    pub scale: u64,
-    #[serde(with = "serde_bytes")]
-    pub data: Vec<u8>,
-}
+pub struct WireInts<'a>(
+    pub u64,
+    pub u8,
+    pub u64,
+    #[serde(borrow, with = "serde_bytes")] pub Cow<'a, [u8]>,
+);
 
-/// One series' values in a stored chunk.
+/// One series' values in a stored chunk: `[series id, ints, validity bits or nil]`.
 #[derive(Serialize, Deserialize)]
-pub struct WireColumn {
-    pub series: SeriesKey,
-    pub values: WireInts,
-    #[serde(default, with = "serde_bytes")]
-    pub valid: Option<Vec<u8>>,
-}
+pub struct WireColumn<'a>(
+    pub u32,
+    #[serde(borrow)] pub WireInts<'a>,
+    #[serde(borrow, with = "serde_bytes")] pub Option<Cow<'a, [u8]>>,
+);
 
-impl From<Encoded> for WireInts {
+impl From<Encoded> for WireInts<'_> {
     fn from(encoded: Encoded) -> Self {
         let Encoded {
             first,
@@ -54,68 +66,55 @@ impl From<Encoded> for WireInts {
             scale,
             data,
         } = encoded;
-        Self {
-            first,
-            order,
-            scale,
-            data,
-        }
+        Self(first, order, scale, Cow::Owned(data))
     }
 }
 
-impl WireInts {
-    fn decode(self, n: u64) -> Result<Vec<u64>, DecodeError> {
-        let Self {
-            first,
-            order,
-            scale,
-            data,
-        } = self;
-        codec::decode(
-            &Encoded {
-                first,
-                order,
-                scale,
-                data,
-            },
-            n,
-        )
+impl WireInts<'_> {
+    fn decode(&self, n: u64) -> Result<Vec<u64>, DecodeError> {
+        let Self(first, order, scale, data) = self;
+        let mut values = Vec::new();
+        codec::decode_into(*first, *order, *scale, data, n, &mut values)?;
+        Ok(values)
     }
 }
 
-/// Sample times are stored with order 2, values with order 1.
-pub fn encode_chunk(chunk: &Chunk) -> WireChunk {
+/// Sample times are stored with order 2, values with order 1. `id` gives each column's series id.
+pub fn encode_chunk(chunk: &Chunk, mut id: impl FnMut(&SeriesKey) -> u32) -> WireChunk<'static> {
     WireChunk {
         n: chunk.times_ns.len() as u64,
-        times: codec::encode(&chunk.times_ns, 2).into(),
-        columns: chunk
+        t: codec::encode(&chunk.times_ns, 2).into(),
+        c: chunk
             .columns
             .iter()
-            .map(|column| WireColumn {
-                series: column.series.clone(),
-                values: codec::encode(&column.values, 1).into(),
-                valid: column.valid.as_deref().map(codec::pack_bits),
+            .map(|column| {
+                WireColumn(
+                    id(&column.series),
+                    codec::encode(&column.values, 1).into(),
+                    column
+                        .valid
+                        .as_deref()
+                        .map(|valid| Cow::Owned(codec::pack_bits(valid))),
+                )
             })
             .collect(),
     }
 }
 
-/// Decodes a stored chunk; the error says which part is wrong.
-pub fn decode_chunk(wire: WireChunk) -> Result<Chunk, String> {
-    let WireChunk { n, times, columns } = wire;
-    let times_ns = times
-        .decode(n)
-        .map_err(|err| format!("time column: {err}"))?;
-    let columns = columns
+/// Decodes a stored chunk; `series` maps the declared ids. The error says which part is wrong.
+pub fn decode_chunk(
+    wire: WireChunk,
+    series: impl Fn(u32) -> Option<SeriesKey>,
+) -> Result<Chunk, String> {
+    let WireChunk { n, t, c } = wire;
+    let times_ns = t.decode(n).map_err(|err| format!("time column: {err}"))?;
+    let columns = c
         .into_iter()
         .enumerate()
-        .map(|(i, column)| {
-            let WireColumn {
-                series,
-                values,
-                valid,
-            } = column;
-            let name = series.kind.as_str().to_owned();
+        .map(|(i, WireColumn(id, values, valid))| {
+            let key = series(id)
+                .ok_or_else(|| format!("column {i} refers to series {id}, never declared"))?;
+            let name = key.kind.as_str();
             let values = values
                 .decode(n)
                 .map_err(|err| format!("column {i} ({name}): {err}"))?;
@@ -129,7 +128,7 @@ pub fn decode_chunk(wire: WireChunk) -> Result<Chunk, String> {
                 })?),
             };
             Ok(Column {
-                series,
+                series: key,
                 values,
                 valid,
             })

@@ -1,11 +1,12 @@
 //! The streaming writer.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::model::{Chunk, End, Header, MAGIC, Record};
-use super::wire::{self, kind};
+use super::model::{Chunk, End, Header, MAGIC, Record, SeriesKey};
+use super::wire::{self, WireSeries, kind};
 
 /// Writes a recording as a stream: the magic and header at once, then one record per call.
 ///
@@ -16,6 +17,7 @@ pub struct Writer<W: Write> {
     records: u64,
     samples: u64,
     dropped: u64,
+    series_ids: BTreeMap<SeriesKey, u32>,
 }
 
 impl<W: Write> Writer<W> {
@@ -27,6 +29,7 @@ impl<W: Write> Writer<W> {
             records: 0,
             samples: 0,
             dropped: 0,
+            series_ids: BTreeMap::new(),
         };
         writer.write_body(kind::HEADER, header)?;
         Ok(writer)
@@ -51,8 +54,21 @@ impl<W: Write> Writer<W> {
 
     /// Writes a chunk of samples.
     pub fn write_chunk(&mut self, chunk: &Chunk) -> io::Result<()> {
+        for column in &chunk.columns {
+            if !self.series_ids.contains_key(&column.series) {
+                let id = self.series_ids.len() as u32;
+                let declaration = WireSeries {
+                    id,
+                    key: column.series.clone(),
+                };
+                self.write_body(kind::SERIES, &declaration)?;
+                self.series_ids.insert(column.series.clone(), id);
+            }
+        }
+        let series_ids = &self.series_ids;
+        let wire = wire::encode_chunk(chunk, |key| series_ids.get(key).copied().unwrap_or(0));
         self.samples += chunk.sample_count();
-        self.write_body(kind::CHUNK, &wire::encode_chunk(chunk))
+        self.write_body(kind::CHUNK, &wire)
     }
 
     /// Flushes the output.
