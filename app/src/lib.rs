@@ -4,4 +4,4 @@
 
 mod app;
 
-pub use app::TidemarkApp;
+pub use app::{EXAMPLE_RECORDING, TidemarkApp};

@@ -1,5 +1,7 @@
 //! The recording format: the golden file, round trips, and every kind of bad input.
 
+#![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
+
 use std::path::{Path, PathBuf};
 
 use collector::recording::{

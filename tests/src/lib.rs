@@ -1,1 +1,1 @@
-
+//! Cross-crate end-to-end tests for tidemark live in `tests/tests/`.

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: formatting, clippy (native and wasm32), the tests, the wasm build.
+# Sets up what it needs on first use: the wasm32 target and a Python virtual environment (.venv)
+# with the packages the tests use. Usage: ./check.sh [--quick]   (--quick: skip the wasm release build)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+fail() { printf '\n\033[31mFAILED: %s\033[0m\n' "$*" >&2; exit 1; }
+
+quick=false
+[ "${1:-}" = "--quick" ] && quick=true
+
+step "toolchain: wasm32 target, rustfmt, clippy"
+rustup target add wasm32-unknown-unknown >/dev/null
+rustup component add rustfmt clippy >/dev/null
+
+step "python environment (.venv): msgpack"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv || fail "cannot create .venv (is python3-venv installed?)"
+fi
+.venv/bin/python -c 'import msgpack' 2>/dev/null || .venv/bin/pip install --quiet msgpack \
+  || fail "pip install msgpack"
+export TIDEMARK_PYTHON="$PWD/.venv/bin/python"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check || fail "formatting: run cargo fmt --all"
+
+step "cargo clippy (native)"
+cargo clippy --workspace --all-targets --locked -- -D warnings || fail "clippy (native)"
+
+step "cargo clippy (wasm32: app, and the collector library without default features)"
+cargo clippy -p tidemark-app --all-targets --target wasm32-unknown-unknown --locked -- -D warnings \
+  || fail "clippy (wasm32, app)"
+cargo clippy -p tidemark-collector --lib --no-default-features --target wasm32-unknown-unknown \
+  --locked -- -D warnings || fail "clippy (wasm32, collector library)"
+
+step "cargo test"
+cargo test --workspace --locked || fail "tests"
+
+if ! $quick; then
+  step "release build of the app for wasm32"
+  cargo build -p tidemark-app --release --target wasm32-unknown-unknown --locked \
+    || fail "wasm32 release build"
+  ls -l target/wasm32-unknown-unknown/release/tidemark.wasm
+fi
+
+step "all checks passed"
