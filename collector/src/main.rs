@@ -1,6 +1,123 @@
 //! `collector`: records how a job uses GPU and host memory.
+//!
+//! `collector --out run.msgpack -- python train.py` wraps a job; `collector --out run.msgpack
+//! --pid 1234` attaches to a running one.
 
-fn main() -> std::process::ExitCode {
-    eprintln!("collector: not yet implemented");
-    std::process::ExitCode::from(2)
+mod record;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Records how a job uses GPU and host memory, with the training phases, into a file that
+/// survives crashes.
+///
+/// Wrap a job: `collector --out run.msgpack -- python train.py --epochs 3`.
+/// Attach to a running one: `collector --out run.msgpack --pid 1234`.
+///
+/// The job's standard input and output pass through untouched, its standard error passes
+/// through while the collector watches it for CUDA out-of-memory errors, and the collector exits
+/// with the job's exit status (128 + N when the job was killed by signal N).
+#[derive(Debug, Parser)]
+#[command(name = "collector", version)]
+pub struct Cli {
+    #[command(flatten)]
+    record: RecordArgs,
+}
+
+/// What to record, and how.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Where to write the recording. Created (or truncated) before the job starts.
+    #[arg(long, short, value_name = "PATH")]
+    pub out: PathBuf,
+
+    /// Attach to this running process and its children instead of starting a job. Recording
+    /// stops when the process exits, or on Ctrl-C.
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
+
+    /// Interval between device-memory samples (NVML), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub device_interval_ms: u64,
+
+    /// Interval between host-memory samples of the job's process tree, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub host_interval_ms: u64,
+
+    /// Interval between per-process device-memory samples, in milliseconds (at least 1000: the
+    /// driver call is slow and takes a lock).
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1000..))]
+    pub process_interval_ms: u64,
+
+    /// Which GPUs to record, as the job numbers them (`cuda:N`), e.g. `0,2`. Default: all the
+    /// job can see (`CUDA_VISIBLE_DEVICES` is honoured).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub gpus: Option<Vec<u32>>,
+
+    /// Do not inject the Python probe: no phases, steps or allocator numbers, only device and
+    /// host memory and what the job prints.
+    #[arg(long)]
+    pub no_probe: bool,
+
+    /// Do not find phases automatically in PyTorch jobs; only phases the job marks with
+    /// `tidemark.phase(…)` are recorded.
+    #[arg(long)]
+    pub no_auto_phases: bool,
+
+    /// Leave PyTorch's peak-memory counters alone. By default the probe resets them at every phase
+    /// start (`torch.cuda.reset_peak_memory_stats`) to measure each phase's peak.
+    #[arg(long)]
+    pub keep_peaks: bool,
+
+    /// How often the recording is flushed to disk, in milliseconds: at most this much is lost if
+    /// the collector is killed.
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1000))]
+    pub flush_interval_ms: u64,
+
+    /// The job to run, after `--`: `collector --out run.msgpack -- python train.py`.
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required_unless_present = "pid"
+    )]
+    pub command: Vec<OsString>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    record::run(cli.record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_job_takes_everything_after_the_separator() {
+        let cli = Cli::try_parse_from([
+            "collector",
+            "--out",
+            "run.msgpack",
+            "--",
+            "python",
+            "train.py",
+            "--out",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(cli.record.command, ["python", "train.py", "--out", "x"]);
+        assert_eq!(cli.record.device_interval_ms, 50);
+        assert!(Cli::try_parse_from(["collector", "--out", "run.msgpack"]).is_err());
+        assert!(Cli::try_parse_from(["collector", "--out", "r", "--pid", "1"]).is_ok());
+    }
 }

@@ -1,0 +1,214 @@
+"""tidemark's probe: tells the collector which phase of the training step is running, and what
+PyTorch's caching allocator holds at every phase edge.
+
+Manual API (a no-op when the job does not run under the collector)::
+
+    import tidemark
+    for i, batch in enumerate(loader):
+        tidemark.step(i)
+        with tidemark.phase("forward"):
+            loss = model(batch)
+        ...
+        with tidemark.phase("eval"):
+            evaluate(model)
+
+Automatic mode (on by default under the collector, for PyTorch jobs): forward and eval are found
+with module hooks on the root models, backward by wrapping ``torch.autograd.backward``, the
+optimizer by optimizer step hooks. The step is the number of optimizer steps taken, unless the job
+calls ``tidemark.step``.
+
+Sending never blocks the job: messages go out as non-blocking datagrams; when the collector is
+slow they wait in a small queue, and when that is full they are dropped and counted.
+"""
+import collections
+import os
+import socket
+import sys
+import threading
+import time
+
+__all__ = ["phase", "step", "begin", "end", "enabled"]
+
+_PROTOCOL = "tm1"
+_QUEUE_LIMIT = 4096
+
+_sock = None
+_path = None
+_pid = os.getpid()
+_rank = "-"
+_step = None
+_manual_step = False
+_keep_peaks = False
+_queue = collections.deque()
+_dropped = 0
+_lock = threading.Lock()
+_torch = None
+
+
+def enabled():
+    """Whether a collector is listening."""
+    return _sock is not None
+
+
+def step(i):
+    """Sets the training step that the following phases belong to."""
+    global _step, _manual_step
+    _step = int(i)
+    _manual_step = True
+
+
+def begin(name):
+    """Marks the start of a phase (``forward``, ``backward``, ``optimizer``, ``eval`` or any name)."""
+    if _sock is not None:
+        _edge("b", name)
+
+
+def end(name):
+    """Marks the end of a phase."""
+    if _sock is not None:
+        _edge("e", name)
+
+
+class phase:
+    """``with tidemark.phase("eval"):`` — a phase around a block."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        if _sock is not None:
+            _edge("b", self.name)
+        return self
+
+    def __exit__(self, *exc):
+        if _sock is not None:
+            _edge("e", self.name)
+        return False
+
+
+def _edge(edge, name):
+    allocator = _allocator_numbers(edge) if _torch is not None else "- - - - - - - -"
+    step = "-" if _step is None else _step
+    _send(f"{_PROTOCOL} P {time.monotonic_ns()} {_pid} {_rank} {step} {edge} {allocator} {name}")
+
+
+def _allocator_numbers(edge):
+    """Device and allocator numbers, read only once CUDA is initialised (never initialises it)."""
+    torch = _torch
+    try:
+        if not torch.cuda.is_initialized():
+            return "- - - - - - - -"
+        device = torch.cuda.current_device()
+        s = torch.cuda.memory_stats_as_nested_dict(device)
+        numbers = (
+            f"{device} {s['allocated_bytes']['all']['current']} "
+            f"{s['reserved_bytes']['all']['current']} {s['allocated_bytes']['all']['peak']} "
+            f"{s['active_bytes']['all']['current']} {s['inactive_split_bytes']['all']['current']} "
+            f"{s['num_alloc_retries']} {s['num_ooms']}"
+        )
+        if edge == "b" and not _keep_peaks:
+            torch.cuda.reset_peak_memory_stats(device)
+        return numbers
+    except Exception:
+        return "- - - - - - - -"
+
+
+def _send(message):
+    global _dropped
+    data = message.encode()
+    with _lock:
+        sock = _sock
+        if sock is None:
+            return
+        if _queue:
+            _drain(sock)
+        if not _queue:
+            try:
+                sock.send(data)
+                return
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                return
+        if len(_queue) < _QUEUE_LIMIT:
+            _queue.append(data)
+        else:
+            _dropped += 1
+
+
+def _drain(sock):
+    """Sends what waits in the queue, oldest first, until the socket would block."""
+    global _dropped
+    while _queue:
+        try:
+            sock.send(_queue[0])
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            _queue.clear()
+            return
+        _queue.popleft()
+    if _dropped and not _queue:
+        try:
+            sock.send(f"{_PROTOCOL} D {_pid} {_dropped}".encode())
+            _dropped = 0
+        except OSError:
+            pass
+
+
+def _flush_at_exit(timeout_s=0.5):
+    """At exit, give queued messages a short while to get through."""
+    deadline = time.monotonic() + timeout_s
+    with _lock:
+        while (_queue or _dropped) and _sock is not None and time.monotonic() < deadline:
+            _drain(_sock)
+            if _queue:
+                time.sleep(0.001)
+
+
+def _connect(path):
+    global _sock, _path
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.connect(path)
+    sock.setblocking(False)
+    _sock, _path = sock, path
+
+
+def _after_fork_in_child():
+    """A forked child gets its own socket and pid; what the parent had queued stays its own."""
+    global _pid, _dropped, _lock
+    _pid = os.getpid()
+    _lock = threading.Lock()
+    _queue.clear()
+    _dropped = 0
+    if _path is not None:
+        try:
+            _connect(_path)
+        except OSError:
+            globals()["_sock"] = None
+
+
+def _start_from_environment():
+    """Called by the injected sitecustomize: connect, and install the automatic hooks."""
+    global _rank, _keep_peaks
+    path = os.environ.get("TIDEMARK_SOCKET")
+    if not path:
+        return
+    try:
+        _connect(path)
+    except OSError as error:
+        print(f"tidemark: cannot reach the collector at {path}: {error}", file=sys.stderr)
+        return
+    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", ""))
+    _rank = rank if rank.isdigit() else "-"
+    _keep_peaks = os.environ.get("TIDEMARK_KEEP_PEAKS") == "1"
+    import atexit
+
+    atexit.register(_flush_at_exit)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    if os.environ.get("TIDEMARK_AUTO", "1") == "1":
+        from . import _auto
+
+        _auto.install_when_torch_is_imported()

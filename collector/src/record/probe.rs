@@ -1,0 +1,394 @@
+//! The probe's channel: a Unix datagram socket in a private folder, the probe's files next to it,
+//! and the listener that turns datagrams into records.
+//!
+//! Messages are one line of text: `tm1 P <t_ns> <pid> <rank> <step> <b|e> <device> <allocated>
+//! <reserved> <peak> <active> <inactive_split> <retries> <ooms> <phase name…>` for a phase edge
+//! (`-` where a number is unknown; the allocator numbers only once CUDA is initialised), and
+//! `tm1 D <pid> <count>` for messages the probe had to drop.
+
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+
+use collector::recording::{AllocatorSample, Edge, Origin, Phase, PhaseEdge, Record};
+use nix::sys::socket::{
+    AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, bind, recvmsg,
+    setsockopt, socket, sockopt,
+};
+use nix::sys::time::TimeVal;
+
+use super::clock::Clock;
+use super::recorder::Msg;
+
+/// The probe's Python files, embedded so that the collector is one self-contained binary.
+const PROBE_FILES: &[(&str, &str)] = &[
+    (
+        "sitecustomize.py",
+        include_str!("../../probe/sitecustomize.py"),
+    ),
+    (
+        "tidemark/__init__.py",
+        include_str!("../../probe/tidemark/__init__.py"),
+    ),
+    (
+        "tidemark/_auto.py",
+        include_str!("../../probe/tidemark/_auto.py"),
+    ),
+];
+
+/// The private folder with the probe's files and the socket; removed when dropped.
+pub struct Channel {
+    dir: PathBuf,
+    socket: OwnedFd,
+}
+
+impl Channel {
+    /// Creates the folder (mode 0700), writes the probe, binds the socket.
+    pub fn create() -> Result<Self, String> {
+        let base = std::env::temp_dir();
+        // Socket paths are limited to 107 bytes; fall back to /tmp when TMPDIR is long.
+        let base = if base.as_os_str().len() > 60 {
+            PathBuf::from("/tmp")
+        } else {
+            base
+        };
+        let dir = base.join(format!(
+            "tidemark-{}-{:x}",
+            std::process::id(),
+            super::clock::monotonic_ns()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|err| {
+                format!(
+                    "cannot create the probe's folder ({err}): {}",
+                    dir.display()
+                )
+            })?;
+        let channel = Self::in_dir(dir.clone());
+        if channel.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        channel
+    }
+
+    fn in_dir(dir: PathBuf) -> Result<Self, String> {
+        for (name, text) in PROBE_FILES {
+            let path = dir.join("probe").join(name);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|err| {
+                    format!("cannot write the probe ({err}): {}", parent.display())
+                })?;
+            }
+            std::fs::write(&path, text)
+                .map_err(|err| format!("cannot write the probe ({err}): {}", path.display()))?;
+        }
+        let path = dir.join("sock");
+        let socket = socket(
+            AddressFamily::Unix,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(|err| format!("cannot create the probe's socket: {err}"))?;
+        setsockopt(&socket, sockopt::PassCred, &true)
+            .map_err(|err| format!("cannot ask for senders' credentials: {err}"))?;
+        // A bigger buffer absorbs bursts; the kernel may cap it, which is fine.
+        let _ = setsockopt(&socket, sockopt::RcvBuf, &(4 << 20));
+        // Wake up regularly to notice the end of the recording.
+        setsockopt(&socket, sockopt::ReceiveTimeout, &TimeVal::new(0, 100_000))
+            .map_err(|err| format!("cannot set the socket's timeout: {err}"))?;
+        let addr = UnixAddr::new(&path)
+            .map_err(|err| format!("bad socket path ({err}): {}", path.display()))?;
+        bind(socket.as_raw_fd(), &addr)
+            .map_err(|err| format!("cannot bind the probe's socket ({err}): {}", path.display()))?;
+        Ok(Self { dir, socket })
+    }
+
+    /// The folder to put first on `PYTHONPATH`.
+    pub fn probe_dir(&self) -> PathBuf {
+        self.dir.join("probe")
+    }
+
+    /// The socket's path, for `TIDEMARK_SOCKET`.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join("sock")
+    }
+
+    /// Receives until `stop` is set and nothing more is waiting; forwards records and counts.
+    pub fn listen(&self, clock: Clock, stop: &AtomicBool, tx: &Sender<Msg>) {
+        let uid = nix::unistd::getuid().as_raw();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut counts = Counts::default();
+        loop {
+            let mut iov = [IoSliceMut::new(&mut buf)];
+            let mut space = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
+            let flags = if stop.load(Ordering::Relaxed) {
+                MsgFlags::MSG_DONTWAIT
+            } else {
+                MsgFlags::empty()
+            };
+            let received =
+                recvmsg::<()>(self.socket.as_raw_fd(), &mut iov, Some(&mut space), flags);
+            let (bytes, sender_uid) = match received {
+                Ok(msg) => {
+                    let uid = msg.cmsgs().ok().and_then(|mut cmsgs| {
+                        cmsgs.find_map(|c| match c {
+                            ControlMessageOwned::ScmCredentials(creds) => Some(creds.uid()),
+                            _ => None,
+                        })
+                    });
+                    (msg.bytes, uid)
+                }
+                Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    counts.flush(tx);
+                    continue;
+                }
+                Err(_) => break,
+            };
+            if sender_uid != Some(uid) {
+                counts.refused += 1;
+                continue;
+            }
+            match parse(&buf[..bytes], clock) {
+                Some(Message::Edge(edge, allocator)) => {
+                    let _ = tx.send(Msg::Record(Record::Phase(edge)));
+                    if let Some(sample) = allocator {
+                        let _ = tx.send(Msg::Record(Record::Allocator(sample)));
+                    }
+                    let _ = tx.send(Msg::PhaseEdgeSeen);
+                }
+                Some(Message::Dropped(n)) => counts.dropped += n,
+                None => counts.malformed += 1,
+            }
+        }
+        counts.flush(tx);
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    dropped: u64,
+    malformed: u64,
+    refused: u64,
+}
+
+impl Counts {
+    fn flush(&mut self, tx: &Sender<Msg>) {
+        if self.dropped + self.malformed + self.refused > 0 {
+            let _ = tx.send(Msg::Drops {
+                dropped: self.dropped,
+                malformed: self.malformed,
+                refused: self.refused,
+            });
+            *self = Self::default();
+        }
+    }
+}
+
+/// A parsed probe message.
+#[derive(Debug, PartialEq)]
+pub enum Message {
+    /// A phase edge, with the allocator's numbers when CUDA was initialised.
+    Edge(PhaseEdge, Option<AllocatorSample>),
+    /// The probe dropped this many messages.
+    Dropped(u64),
+}
+
+/// Parses one datagram; `None` when it is malformed.
+pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut fields = text.splitn(16, ' ');
+    if fields.next()? != "tm1" {
+        return None;
+    }
+    let optional = |field: &str| -> Option<Option<u64>> {
+        if field == "-" {
+            Some(None)
+        } else {
+            field.parse().ok().map(Some)
+        }
+    };
+    match fields.next()? {
+        "D" => {
+            let _pid: u32 = fields.next()?.parse().ok()?;
+            let count = fields.next()?.trim_end().parse().ok()?;
+            fields.next().is_none().then_some(Message::Dropped(count))
+        }
+        "P" => {
+            let t_ns = clock.since_start_ns(fields.next()?.parse().ok()?);
+            let pid = fields.next()?.parse().ok()?;
+            let rank = optional(fields.next()?)?
+                .map(u32::try_from)
+                .transpose()
+                .ok()?;
+            let step = optional(fields.next()?)?;
+            let edge = match fields.next()? {
+                "b" => Edge::Begin,
+                "e" => Edge::End,
+                _ => return None,
+            };
+            let mut numbers = [None; 8];
+            for number in &mut numbers {
+                *number = optional(fields.next()?)?;
+            }
+            let name = fields.next()?.trim_end_matches(['\n', '\r']);
+            if name.is_empty() || name.len() > 200 {
+                return None;
+            }
+            let origin = Origin { pid, rank };
+            let allocator = match numbers {
+                [
+                    Some(device),
+                    Some(allocated),
+                    Some(reserved),
+                    Some(peak),
+                    active,
+                    inactive,
+                    retries,
+                    ooms,
+                ] => Some(AllocatorSample {
+                    t_ns,
+                    origin,
+                    device: u32::try_from(device).ok()?,
+                    allocated,
+                    reserved,
+                    peak,
+                    active: active.unwrap_or(0),
+                    inactive_split: inactive.unwrap_or(0),
+                    retries: retries.unwrap_or(0),
+                    ooms: ooms.unwrap_or(0),
+                }),
+                [None, None, None, None, ..] => None,
+                _ => return None,
+            };
+            let edge = PhaseEdge {
+                t_ns,
+                edge,
+                phase: Phase::from(name.to_owned()),
+                step,
+                origin,
+            };
+            Some(Message::Edge(edge, allocator))
+        }
+        _ => None,
+    }
+}
+
+/// Sets up the job's environment so that Python loads the probe.
+pub fn job_environment(
+    channel: &Channel,
+    auto_phases: bool,
+    keep_peaks: bool,
+) -> Vec<(String, std::ffi::OsString)> {
+    let mut pythonpath = channel.probe_dir().into_os_string();
+    if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        pythonpath.push(":");
+        pythonpath.push(existing);
+    }
+    vec![
+        ("PYTHONPATH".to_owned(), pythonpath),
+        (
+            "TIDEMARK_SOCKET".to_owned(),
+            channel.socket_path().into_os_string(),
+        ),
+        (
+            "TIDEMARK_AUTO".to_owned(),
+            if auto_phases { "1" } else { "0" }.into(),
+        ),
+        (
+            "TIDEMARK_KEEP_PEAKS".to_owned(),
+            if keep_peaks { "1" } else { "0" }.into(),
+        ),
+    ]
+}
+
+/// Runs the listener on its own thread.
+pub fn spawn_listener(
+    channel: Arc<Channel>,
+    clock: Clock,
+    stop: Arc<AtomicBool>,
+    tx: Sender<Msg>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("probe-listener".to_owned())
+        .spawn(move || channel.listen(clock, &stop, &tx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_edges_with_and_without_allocator_numbers() {
+        let clock = Clock::start();
+        let far = super::super::clock::monotonic_ns() + 5_000_000_000;
+        let msg = format!("tm1 P {far} 42 3 17 b 0 100 200 150 90 10 1 0 forward");
+        let Some(Message::Edge(edge, Some(alloc))) = parse(msg.as_bytes(), clock) else {
+            panic!("not parsed: {msg}");
+        };
+        assert_eq!(edge.phase, Phase::Forward);
+        assert_eq!(edge.edge, Edge::Begin);
+        assert_eq!(edge.step, Some(17));
+        assert_eq!(
+            edge.origin,
+            Origin {
+                pid: 42,
+                rank: Some(3)
+            }
+        );
+        assert!(edge.t_ns >= 4_000_000_000);
+        assert_eq!(
+            (alloc.allocated, alloc.reserved, alloc.peak),
+            (100, 200, 150)
+        );
+        assert_eq!((alloc.inactive_split, alloc.retries), (10, 1));
+
+        let msg = "tm1 P 1 42 - - e - - - - - - - - my custom phase";
+        let Some(Message::Edge(edge, None)) = parse(msg.as_bytes(), clock) else {
+            panic!("not parsed: {msg}");
+        };
+        assert_eq!(edge.phase, Phase::Custom("my custom phase".to_owned()));
+        assert_eq!(edge.step, None);
+        assert_eq!(edge.origin.rank, None);
+        assert_eq!(parse(b"tm1 D 42 7", clock), Some(Message::Dropped(7)));
+    }
+
+    #[test]
+    fn malformed_messages_are_none() {
+        let clock = Clock::start();
+        for bad in [
+            &b""[..],
+            b"hello",
+            b"tm1 P",
+            b"tm1 P x 42 - - b - - - - - - - - forward",
+            b"tm1 P 1 42 - - x - - - - - - - - forward",
+            b"tm1 P 1 42 - - b - - - - - - - - ",
+            b"tm1 P 1 42 - - b 0 1 - - - - - - forward",
+            b"tm2 P 1 42 - - b - - - - - - - - forward",
+            b"tm1 D 1",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(
+                parse(bad, clock),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
