@@ -159,13 +159,27 @@ def _drain(sock):
 
 
 def _flush_at_exit(timeout_s=0.5):
-    """At exit, give queued messages a short while to get through."""
+    """At exit, give queued messages a short while to get through; what cannot go is counted as
+    dropped, and the count gets one last, briefly blocking, try."""
+    global _dropped
     deadline = time.monotonic() + timeout_s
     with _lock:
-        while (_queue or _dropped) and _sock is not None and time.monotonic() < deadline:
-            _drain(_sock)
+        sock = _sock
+        if sock is None:
+            return
+        while _queue and time.monotonic() < deadline:
+            _drain(sock)
             if _queue:
                 time.sleep(0.001)
+        _dropped += len(_queue)
+        _queue.clear()
+        if _dropped:
+            try:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                sock.send(f"{_PROTOCOL} D {_pid} {_dropped}".encode())
+                _dropped = 0
+            except OSError:
+                pass
 
 
 def _connect(path):

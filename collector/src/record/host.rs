@@ -43,9 +43,16 @@ impl ProcessTree {
         &self.pids
     }
 
-    /// Whether the root process still exists.
+    /// Whether the root process still runs (a zombie, exited but not yet reaped, does not).
     pub fn root_alive(&self) -> bool {
-        fs::metadata(format!("/proc/{}", self.root)).is_ok()
+        let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", self.root)) else {
+            return false;
+        };
+        // The state follows the command name, which is in parentheses and may contain anything.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        !matches!(state, Some("Z" | "X") | None)
     }
 
     /// Resident bytes of the whole tree; `None` when no process of it could be read (it ended).

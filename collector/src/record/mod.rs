@@ -326,26 +326,26 @@ fn sample_host(
         {
             return;
         }
-        if let Some(late_ns) = ticker.tick() {
-            let _ = tx.send(Msg::Late {
-                sampler: "host",
-                late_ns,
-            });
-        }
         // Sleep to the next deadline, waking early for phase edges (and to notice the stop).
         loop {
+            if ticker.until_next().is_zero() {
+                if let Some(late_ns) = ticker.tick() {
+                    let _ = tx.send(Msg::Late {
+                        sampler: "host",
+                        late_ns,
+                    });
+                }
+                break;
+            }
             let wait = ticker.until_next().min(Duration::from_millis(50));
             match now.recv_timeout(wait) {
                 Ok(()) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if ticker.until_next().is_zero() || stop.load(Ordering::Relaxed) {
+                    if stop.load(Ordering::Relaxed) {
                         break;
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep(ticker.until_next());
-                    break;
-                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
             }
         }
     }

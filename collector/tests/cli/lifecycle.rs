@@ -1,0 +1,185 @@
+//! Exit statuses, signals, crashes of the collector itself, and outputs that cannot be written.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use collector::recording::read_recording;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::{Job, stderr};
+
+fn wait_for(path: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn exit_statuses_are_passed_through() {
+    for (script, code, signal) in [
+        ("import sys; sys.exit(0)", 0, None),
+        ("import sys; sys.exit(3)", 3, None),
+        (
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+            137,
+            Some(9),
+        ),
+    ] {
+        let job = Job::new(script);
+        let output = job.run(&[]);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{script}: {}",
+            stderr(&output)
+        );
+        let recording = job.recording();
+        assert!(recording.end.is_some(), "{script}");
+        let exit = &recording.exits[0];
+        assert_eq!(exit.signal, signal, "{script}");
+        if signal.is_none() {
+            assert_eq!(exit.code, Some(code), "{script}");
+        }
+    }
+}
+
+#[test]
+fn sigterm_to_the_collector_reaches_the_job_and_the_file_is_complete() {
+    let job = Job::new(
+        r#"
+import signal, sys, time
+def on_term(signum, frame):
+    open("got-term", "w").write("yes")
+    sys.exit(5)
+signal.signal(signal.SIGTERM, on_term)
+open("ready", "w").write("yes")
+time.sleep(60)
+"#,
+    );
+    let mut child = job.command(&[]).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for(&job.path("ready"));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(5));
+    assert!(job.path("got-term").exists());
+    let recording = job.recording();
+    assert!(recording.warnings.is_empty(), "{:?}", recording.warnings);
+    assert!(recording.end.is_some());
+    assert_eq!(recording.exits[0].code, Some(5));
+}
+
+#[test]
+fn a_collector_killed_with_sigkill_leaves_a_file_readable_to_within_a_second() {
+    let job = Job::new(
+        r#"
+import time, tidemark
+open("ready", "w").write("yes")
+i = 0
+while True:
+    tidemark.step(i)
+    with tidemark.phase("tick"):
+        time.sleep(0.005)
+    i += 1
+"#,
+    );
+    let mut child = job.command(&[]).stderr(Stdio::null()).spawn().unwrap();
+    let started = Instant::now();
+    wait_for(&job.path("ready"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let killed_after = started.elapsed();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    // The job is orphaned by the kill; end it.
+    let _ = std::process::Command::new("pkill")
+        .arg("-f")
+        .arg(job.path("job.py"))
+        .status();
+
+    let bytes = std::fs::read(job.out()).unwrap();
+    let recording = read_recording(&bytes).unwrap();
+    assert!(recording.end.is_none());
+    assert_eq!(recording.warnings.len(), 1);
+    assert!(
+        recording.warnings[0].contains("incomplete"),
+        "{}",
+        recording.warnings[0]
+    );
+    let last_ns = recording.phases.last().unwrap().t_ns;
+    // The collector's clock starts after `started`, so its times are at most ours.
+    let lost = killed_after.as_nanos() as u64 - last_ns;
+    assert!(lost <= 1_200_000_000, "lost {} ms", lost / 1_000_000);
+    let host = &recording.series[0];
+    let lost = killed_after.as_nanos() as u64 - host.times_ns.last().unwrap();
+    assert!(
+        lost <= 1_200_000_000,
+        "lost {} ms of samples",
+        lost / 1_000_000
+    );
+}
+
+#[test]
+fn an_unwritable_output_is_refused_before_the_job_runs() {
+    let job = Job::new("open('ran', 'w').write('yes')\n");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["--out", "/nonexistent-dir/run.msgpack", "--"])
+        .arg(crate::python())
+        .arg(job.path("job.py"))
+        .current_dir(job.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(err.contains("cannot create the recording"), "{err}");
+    assert!(
+        err.trim_end().ends_with("/nonexistent-dir/run.msgpack"),
+        "{err}"
+    );
+    assert!(!job.path("ran").exists(), "the job ran");
+}
+
+#[test]
+fn a_missing_program_gives_127() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.msgpack");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "no-such-program-tidemark"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(127));
+    assert!(stderr(&output).contains("no-such-program-tidemark"));
+}
+
+#[test]
+fn attaching_records_a_running_process_until_it_exits() {
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("1.5")
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.msgpack");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "--pid",
+            &sleeper.id().to_string(),
+            "--host-interval-ms",
+            "50",
+        ])
+        .output()
+        .unwrap();
+    sleeper.wait().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let recording = collector::recording::read_file(&out).unwrap();
+    assert_eq!(recording.header.command, ["sleep", "1.5"]);
+    assert!(recording.series[0].values.len() >= 10);
+}

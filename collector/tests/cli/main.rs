@@ -1,0 +1,85 @@
+//! The `collector` binary on real jobs: real child processes, the real probe, real signals.
+
+#![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
+
+mod jobs;
+mod lifecycle;
+mod probe;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use collector::recording::{Edge, Phase, Recording, read_file};
+
+/// The Python interpreter with the test packages (msgpack, torch): `TIDEMARK_PYTHON`, else the
+/// workspace's `.venv` (which `check.sh` creates), else `python3`.
+pub fn python() -> PathBuf {
+    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
+        return path.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
+/// A temporary folder with a job script in it.
+pub struct Job {
+    pub dir: tempfile::TempDir,
+}
+
+impl Job {
+    pub fn new(script: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("job.py"), script).unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn out(&self) -> PathBuf {
+        self.path("run.msgpack")
+    }
+
+    /// `collector --out DIR/run.msgpack [extra…] -- python DIR/job.py`
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_collector"));
+        command
+            .arg("--out")
+            .arg(self.out())
+            .args(extra)
+            .arg("--")
+            .arg(python())
+            .arg(self.path("job.py"))
+            .current_dir(self.dir.path());
+        command
+    }
+
+    pub fn run(&self, extra: &[&str]) -> Output {
+        self.command(extra).output().unwrap()
+    }
+
+    pub fn recording(&self) -> Recording {
+        read_file(&self.out()).unwrap()
+    }
+}
+
+/// Begin edges of one phase, in order.
+pub fn begins<'a>(
+    recording: &'a Recording,
+    phase: &Phase,
+) -> Vec<&'a collector::recording::PhaseEdge> {
+    recording
+        .phases
+        .iter()
+        .filter(|e| e.edge == Edge::Begin && &e.phase == phase)
+        .collect()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}

@@ -1,0 +1,260 @@
+//! The probe inside real Python jobs: manual API, automatic PyTorch phases, children, abuse.
+
+use collector::recording::{Edge, Phase, SeriesKey, SeriesKind};
+
+use crate::{Job, begins, stderr};
+
+const MIB: u64 = 1 << 20;
+
+/// Host memory grows only inside "eval": the recording has the phases, the steps, and a
+/// host-memory series that rises, sampled at the phase edges.
+#[test]
+fn manual_api_records_phases_steps_and_host_growth_in_eval() {
+    let job = Job::new(
+        r#"
+import time, tidemark
+assert tidemark.enabled()
+kept = []
+for i in range(15):
+    tidemark.step(i)
+    with tidemark.phase("forward"):
+        time.sleep(0.01)
+    with tidemark.phase("eval"):
+        time.sleep(0.01)
+        kept.append(b"e" * (4 << 20))  # kept: 4 MiB per step
+        time.sleep(0.01)
+print("done")
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "done\n");
+    let recording = job.recording();
+    assert!(recording.warnings.is_empty(), "{:?}", recording.warnings);
+
+    let forward = begins(&recording, &Phase::Forward);
+    let eval = begins(&recording, &Phase::Eval);
+    assert_eq!(forward.len(), 15);
+    assert_eq!(eval.len(), 15);
+    assert_eq!(recording.phases.len(), 60);
+    let steps: Vec<u64> = eval.iter().map(|e| e.step.unwrap()).collect();
+    assert_eq!(steps, (0..15).collect::<Vec<_>>());
+    assert!(recording.phases.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+
+    let host = recording
+        .series(&SeriesKey::new(SeriesKind::HostRss))
+        .unwrap();
+    // At least one sample per phase edge, plus the 10 Hz ticks.
+    assert!(
+        host.values.len() >= 60,
+        "{} host samples",
+        host.values.len()
+    );
+    let first = host.values[0];
+    let peak = *host.values.iter().max().unwrap();
+    assert!(
+        peak >= first + 50 * MIB,
+        "host memory rose from {first} to {peak}"
+    );
+    // The growth happens inside eval: compare the samples just after each eval begin and end.
+    let value_after = |t: u64| {
+        let i = host.times_ns.partition_point(|&s| s < t);
+        host.values[i.min(host.values.len() - 1)]
+    };
+    let mut eval_growth = 0i64;
+    let mut forward_growth = 0i64;
+    for pair in recording.phases.chunks(2) {
+        let (begin, end) = (&pair[0], &pair[1]);
+        assert_eq!((begin.edge, end.edge), (Edge::Begin, Edge::End));
+        let delta = value_after(end.t_ns) as i64 - value_after(begin.t_ns) as i64;
+        match begin.phase {
+            Phase::Eval => eval_growth += delta,
+            _ => forward_growth += delta,
+        }
+    }
+    assert!(eval_growth >= 40 * MIB as i64, "eval grew {eval_growth}");
+    assert!(
+        forward_growth.abs() < 16 * MIB as i64,
+        "forward grew {forward_growth}"
+    );
+}
+
+/// Real PyTorch on CPU, automatic mode: exactly the phases the training loop ran.
+#[test]
+fn automatic_mode_finds_forward_backward_optimizer_and_eval_in_real_torch() {
+    let job = Job::new(
+        r#"
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+loss_fn = nn.MSELoss()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for step in range(6):
+    loss = loss_fn(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step % 3 == 2:
+        model.eval()
+        with torch.no_grad():
+            for _ in range(2):
+                model(x)
+        model.train()
+with torch.inference_mode():
+    model(x)
+print("trained")
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let count = |phase: Phase| begins(&recording, &phase).len();
+    assert_eq!(count(Phase::Forward), 6);
+    assert_eq!(count(Phase::Backward), 6);
+    assert_eq!(count(Phase::Optimizer), 6);
+    assert_eq!(
+        count(Phase::Eval),
+        5,
+        "2 evals of 2 batches, and one in inference mode"
+    );
+    let ends = recording
+        .phases
+        .iter()
+        .filter(|e| e.edge == Edge::End)
+        .count();
+    assert_eq!(ends, 23);
+    // Steps count optimizer steps: forward k and backward k belong to step k.
+    let forward_steps: Vec<u64> = begins(&recording, &Phase::Forward)
+        .iter()
+        .map(|e| e.step.unwrap())
+        .collect();
+    assert_eq!(forward_steps, vec![0, 1, 2, 3, 4, 5]);
+    let eval_steps: Vec<u64> = begins(&recording, &Phase::Eval)
+        .iter()
+        .map(|e| e.step.unwrap())
+        .collect();
+    assert_eq!(eval_steps, vec![3, 3, 6, 6, 6]);
+    // No CUDA here: no allocator numbers, and nothing made up.
+    assert!(recording.allocator.is_empty());
+}
+
+/// Automatic mode off: only what the job marks.
+#[test]
+fn automatic_mode_can_be_switched_off() {
+    let job = Job::new(
+        r#"
+import torch, tidemark
+model = torch.nn.Linear(4, 4)
+model(torch.randn(2, 4)).sum().backward()
+with tidemark.phase("mine"):
+    pass
+"#,
+    );
+    let output = job.run(&["--no-auto-phases"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let names: Vec<&str> = recording.phases.iter().map(|e| e.phase.as_str()).collect();
+    assert_eq!(names, ["mine", "mine"]);
+}
+
+/// Forked children, `subprocess` and `multiprocessing` spawn all reach the collector.
+#[test]
+fn the_probe_works_in_forked_spawned_and_subprocess_children() {
+    let job = Job::new(
+        r#"
+import multiprocessing, os, subprocess, sys, tidemark
+
+def work(name):
+    import tidemark
+    with tidemark.phase(name):
+        pass
+
+if __name__ == "__main__":
+    work("parent")
+    pid = os.fork()
+    if pid == 0:
+        work("forked")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    subprocess.run([sys.executable, "-c", "import tidemark\nwith tidemark.phase('subprocess'): pass"], check=True)
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=work, args=("spawned",))
+    p.start()
+    p.join()
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let mut seen: Vec<(String, u32)> = recording
+        .phases
+        .iter()
+        .filter(|e| e.edge == Edge::Begin)
+        .map(|e| (e.phase.to_string(), e.origin.pid))
+        .collect();
+    seen.sort();
+    let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["forked", "parent", "spawned", "subprocess"]);
+    let mut pids: Vec<u32> = seen.iter().map(|(_, p)| *p).collect();
+    pids.dedup();
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 4, "four processes: {seen:?}");
+    assert_eq!(recording.dropped_total(), 0);
+}
+
+/// Garbage on the socket and a flood that overflows every buffer: counted, the job unharmed.
+#[test]
+fn malformed_messages_and_floods_are_counted_and_the_job_is_unharmed() {
+    let job = Job::new(
+        r#"
+import os, socket, time, tidemark
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(50):
+    s.sendto(b"not a tidemark message %d" % i, os.environ["TIDEMARK_SOCKET"])
+start = time.monotonic()
+for i in range(100000):
+    tidemark.begin("flood")
+print("flood took %.3f s" % (time.monotonic() - start))
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let seconds: f64 = stdout.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(seconds < 10.0, "the flood blocked the job: {stdout}");
+    let recording = job.recording();
+    let malformed: u64 = recording.drops.iter().map(|d| d.malformed).sum();
+    let dropped: u64 = recording.drops.iter().map(|d| d.dropped).sum();
+    assert_eq!(malformed, 50);
+    let delivered = recording.phases.len() as u64;
+    assert!(
+        dropped > 0,
+        "100000 messages cannot all fit: {delivered} delivered"
+    );
+    assert_eq!(
+        delivered + dropped,
+        100_000,
+        "every message delivered or counted"
+    );
+    assert!(
+        stderr(&output).contains("probe messages lost"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// Without the probe: no phases, but host memory and the exit.
+#[test]
+fn no_probe_records_host_memory_only() {
+    let job = Job::new("import tidemark\n");
+    let output = job.run(&["--no-probe"]);
+    // Without the probe on the path, `import tidemark` fails: the job's own error, passed on.
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("ModuleNotFoundError"));
+    let recording = job.recording();
+    assert!(recording.phases.is_empty());
+    assert_eq!(recording.exits[0].code, Some(1));
+}
