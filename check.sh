@@ -15,12 +15,14 @@ step "toolchain: wasm32 target, rustfmt, clippy"
 rustup target add wasm32-unknown-unknown >/dev/null
 rustup component add rustfmt clippy >/dev/null
 
-step "python environment (.venv): msgpack"
+step "python environment (.venv): msgpack, torch"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || fail "cannot create .venv (is python3-venv installed?)"
 fi
 .venv/bin/python -c 'import msgpack' 2>/dev/null || .venv/bin/pip install --quiet msgpack \
   || fail "pip install msgpack"
+.venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/pip install --quiet torch \
+  || fail "pip install torch"
 export TIDEMARK_PYTHON="$PWD/.venv/bin/python"
 
 step "cargo fmt --check"

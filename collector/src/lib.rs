@@ -4,5 +4,6 @@
 //! With `default-features = false` this crate has no process, NVML or CLI code and builds for
 //! `wasm32-unknown-unknown`, so the web viewer reads recordings with the same code.
 
+pub mod analysis;
 pub mod oom;
 pub mod recording;

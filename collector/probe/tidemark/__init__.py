@@ -88,10 +88,27 @@ class phase:
         return False
 
 
+_NO_NUMBERS = "- - - - - - - -"
+_monotonic_ns = time.monotonic_ns
+
+
 def _edge(edge, name):
-    allocator = _allocator_numbers(edge) if _torch is not None else "- - - - - - - -"
+    """Sends one phase edge. The common case is one f-string and one non-blocking send."""
+    numbers = _NO_NUMBERS if _torch is None else _allocator_numbers(edge)
     step = "-" if _step is None else _step
-    _send(f"{_PROTOCOL} P {time.monotonic_ns()} {_pid} {_rank} {step} {edge} {allocator} {name}")
+    data = f"tm1 P {_monotonic_ns()} {_pid} {_rank} {step} {edge} {numbers} {name}".encode()
+    sock = _sock
+    if sock is None:
+        return
+    if not _queue:
+        try:
+            sock.send(data)
+            return
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            return
+    _send_queued(data)
 
 
 def _allocator_numbers(edge):
@@ -99,7 +116,7 @@ def _allocator_numbers(edge):
     torch = _torch
     try:
         if not torch.cuda.is_initialized():
-            return "- - - - - - - -"
+            return _NO_NUMBERS
         device = torch.cuda.current_device()
         s = torch.cuda.memory_stats_as_nested_dict(device)
         numbers = (
@@ -112,18 +129,17 @@ def _allocator_numbers(edge):
             torch.cuda.reset_peak_memory_stats(device)
         return numbers
     except Exception:
-        return "- - - - - - - -"
+        return _NO_NUMBERS
 
 
-def _send(message):
+def _send_queued(data):
+    """The collector is behind: queue the message (in order), or count it as dropped."""
     global _dropped
-    data = message.encode()
     with _lock:
         sock = _sock
         if sock is None:
             return
-        if _queue:
-            _drain(sock)
+        _drain(sock)
         if not _queue:
             try:
                 sock.send(data)

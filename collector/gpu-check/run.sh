@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Proves the GPU path on a machine with an NVIDIA GPU and PyTorch (CUDA build):
+# records train.py with and without planted leaks, and prints what was recorded.
+# Usage: collector/gpu-check/run.sh [OUT_DIR]    (from the repository root)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:-gpu-check-out}"
+mkdir -p "$out"
+python="${TIDEMARK_PYTHON:-python3}"
+cargo build --release -p tidemark-collector --locked
+for leak in none losses eval; do
+  echo "=== leak: $leak"
+  ./target/release/collector --out "$out/$leak.msgpack" -- "$python" collector/gpu-check/train.py --leak "$leak" --steps 200
+  "$python" collector/examples/read_recording.py "$out/$leak.msgpack" | "$python" -c '
+import json, sys
+s = json.load(sys.stdin)
+print("devices:", [(d["index"], d["name"], d["total_bytes"] >> 20) for d in s["header"]["devices"]])
+print("records:", s["records"])
+for name, series in sorted(s["series"].items()):
+    print(f"  {name}: {series[\"samples\"]} samples, last {series[\"last\"] >> 20 if series[\"last\"] is not None else None} MiB")
+'
+  if ./target/release/collector report --help >/dev/null 2>&1; then
+    ./target/release/collector report "$out/$leak.msgpack" || true
+  fi
+done
