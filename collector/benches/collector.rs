@@ -16,7 +16,11 @@ fn python() -> PathBuf {
         return path.into();
     }
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if venv.exists() { venv } else { "python3".into() }
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
 }
 
 /// utime + stime of a process, in seconds.
@@ -114,12 +118,7 @@ fn host_sampling_1khz(dir: &Path) {
         .filter(|&t| t >= 500_000_000 && t < 5_000_000_000)
         .collect();
     let rate = window.len() as f64 / 4.5;
-    let worst_gap_ms = window
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or(0) as f64
-        / 1e6;
+    let worst_gap_ms = window.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as f64 / 1e6;
     let late = recording
         .notes
         .iter()

@@ -4,6 +4,7 @@
 //! --pid 1234` attaches to a running one.
 
 mod record;
+mod report;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -20,19 +21,38 @@ use clap::Parser;
 /// The job's standard input and output pass through untouched, its standard error passes
 /// through while the collector watches it for CUDA out-of-memory errors, and the collector exits
 /// with the job's exit status (128 + N when the job was killed by signal N).
+///
+/// Then `collector report run.msgpack` explains what it shows, and `collector check run.msgpack`
+/// fails (exit status 1) when it finds a leak: a gate for CI.
 #[derive(Debug, Parser)]
-#[command(name = "collector", version)]
+#[command(
+    name = "collector",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     #[command(flatten)]
     record: RecordArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Explain a recording: the verdict with its evidence, the phases, what was not recorded.
+    Report(report::ReportArgs),
+    /// Exit 1 when a recording shows a leak (or other chosen findings), 0 when not, 2 when it
+    /// cannot be read. For CI.
+    Check(report::CheckArgs),
 }
 
 /// What to record, and how.
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
     /// Where to write the recording. Created (or truncated) before the job starts.
-    #[arg(long, short, value_name = "PATH")]
-    pub out: PathBuf,
+    #[arg(long, short, value_name = "PATH", required = true)]
+    pub out: Option<PathBuf>,
 
     /// Attach to this running process and its children instead of starting a job. Recording
     /// stops when the process exits, or on Ctrl-C.
@@ -89,7 +109,11 @@ pub struct RecordArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    record::run(cli.record)
+    match cli.command {
+        Some(Command::Report(args)) => report::report(&args),
+        Some(Command::Check(args)) => report::check(&args),
+        None => record::run(cli.record),
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +143,23 @@ mod tests {
         assert_eq!(cli.record.device_interval_ms, 50);
         assert!(Cli::try_parse_from(["collector", "--out", "run.msgpack"]).is_err());
         assert!(Cli::try_parse_from(["collector", "--out", "r", "--pid", "1"]).is_ok());
+        let cli = Cli::try_parse_from(["collector", "report", "run.msgpack", "--json"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Report(ref r)) if r.json));
+        let cli = Cli::try_parse_from([
+            "collector",
+            "check",
+            "r.msgpack",
+            "--fail-on",
+            "leak,peak_creep",
+            "--max-growth",
+            "1MiB/step",
+        ])
+        .unwrap();
+        let Some(Command::Check(check)) = cli.command else {
+            panic!("not check")
+        };
+        assert_eq!(check.max_growth, Some(1048576.0));
+        assert_eq!(check.fail_on.len(), 2);
+        assert!(Cli::try_parse_from(["collector", "check", "r", "--fail-on", "nonsense"]).is_err());
     }
 }

@@ -264,15 +264,22 @@ pub fn analyze(recording: &Recording) -> Analysis {
         });
     }
     if recording.phases.is_empty() && !recording.allocator.is_empty() {
-        lacks.push("no phases: mark them with tidemark.phase(…) or leave automatic phases on".to_owned());
+        lacks.push(
+            "no phases: mark them with tidemark.phase(…) or leave automatic phases on".to_owned(),
+        );
     }
-    if !recording.series.iter().any(|s| s.key.kind == SeriesKind::DeviceUsed) {
+    if !recording
+        .series
+        .iter()
+        .any(|s| s.key.kind == SeriesKind::DeviceUsed)
+    {
         lacks.push("no device samples: NVML was not available where the job ran".to_owned());
     }
 
     // The series at the same point of every step.
     let step_starts = phases::step_starts(&occurrences);
-    let (basis, by_step, step_series) = if !step_starts.is_empty() && allocator.covers(&step_starts) {
+    let (basis, by_step, step_series) = if !step_starts.is_empty() && allocator.covers(&step_starts)
+    {
         (Basis::Allocated, true, allocator.at_steps(&step_starts))
     } else if let Some((basis, series)) = &fallback {
         if step_starts.is_empty() {
@@ -364,24 +371,38 @@ fn judge(
         capacity_and_devices(recording, allocator, analysis);
         return;
     }
-    let steps: Vec<f64> = analysis.step_series.steps.iter().map(|&s| s as f64).collect();
-    let values: Vec<f64> = analysis.step_series.values.iter().map(|&v| v as f64).collect();
+    let steps: Vec<f64> = analysis
+        .step_series
+        .steps
+        .iter()
+        .map(|&s| s as f64)
+        .collect();
+    let values: Vec<f64> = analysis
+        .step_series
+        .values
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
     // Skip the warm-up: the first tenth of the steps (caches filling, lazy initialisation).
     let warmup = (n / 10).max(1);
     let trend = trend::trend(&steps[warmup..], &values[warmup..]);
-    // The last third alone: a plateau after warm-up has a flat last third.
-    let third = n - n / 3;
-    let tail = trend::trend(&steps[third..], &values[third..]);
+    // A plateau after warm-up: the last third sits no higher than the middle third, where a
+    // sustained leak puts it a third of the run's growth higher.
+    let third = n / 3;
+    let middle = median_u64(&analysis.step_series.values[third..2 * third]).unwrap_or(0) as f64;
+    let last = median_u64(&analysis.step_series.values[n - third..]).unwrap_or(0) as f64;
     if let Some(t) = &trend {
         let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes);
-        let plateau = tail
-            .as_ref()
-            .is_some_and(|tail| tail.slope_per_step < 0.3 * t.slope_per_step);
+        let plateau = last - middle < 0.35 * t.slope_per_step * third as f64;
         let falls_back = t.end_bytes <= t.start_bytes + t.noise_bytes.max(MIB);
         if t.rises(ALPHA) && t.growth_bytes >= floor && !plateau && !falls_back {
-            analysis
-                .findings
-                .push(leak_finding(basis, unit, t, &analysis.step_series, &analysis.phases));
+            analysis.findings.push(leak_finding(
+                basis,
+                unit,
+                t,
+                &analysis.step_series,
+                &analysis.phases,
+            ));
             analysis.projection = projection(recording, allocator, analysis, t);
         }
     }
@@ -424,14 +445,18 @@ fn leak_finding(
     ];
     let culprit = phases
         .iter()
-        .filter(|p| p.net_mean_bytes > 0.0 && p.share_of_growth.is_some_and(|s| s >= 0.3))
-        .max_by(|a, b| a.net_total_bytes.total_cmp(&b.net_total_bytes));
+        .filter(|p| p.share_of_growth.is_some_and(|s| s >= 0.3))
+        .max_by(|a, b| {
+            a.share_of_growth
+                .partial_cmp(&b.share_of_growth)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
     let phase = culprit.map(|p| p.phase.clone());
     if let Some(p) = culprit {
         evidence.push(format!(
-            "{} leaves {} behind per occurrence on average ({} occurrences, {:.0}% of the growth)",
+            "{} retains {} per occurrence (mean over {} occurrences): {:.0}% of what the phases keep",
             p.phase,
-            format_bytes(p.net_mean_bytes),
+            format_bytes(p.retained_mean_bytes),
             p.occurrences,
             100.0 * p.share_of_growth.unwrap_or(0.0)
         ));
@@ -504,7 +529,12 @@ fn fragmentation_and_cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mu
     let Some(samples) = allocator.at_step_samples(&analysis.step_series) else {
         return;
     };
-    let steps: Vec<f64> = analysis.step_series.steps.iter().map(|&s| s as f64).collect();
+    let steps: Vec<f64> = analysis
+        .step_series
+        .steps
+        .iter()
+        .map(|&s| s as f64)
+        .collect();
     let gap: Vec<f64> = samples
         .iter()
         .map(|s| s.reserved as f64 - s.allocated as f64)
@@ -578,7 +608,10 @@ fn sawtooth(series: &Series, analysis: &mut Analysis) {
         return;
     };
     let swing = (max - min) as f64;
-    let growth = analysis.trend.as_ref().map_or(0.0, |t| t.growth_bytes.abs());
+    let growth = analysis
+        .trend
+        .as_ref()
+        .map_or(0.0, |t| t.growth_bytes.abs());
     if swing >= 64.0 * MIB && swing >= 4.0 * growth {
         analysis.findings.push(Finding {
             kind: FindingKind::Cache,
@@ -605,7 +638,9 @@ fn peak_creep(occurrences: &[Occurrence], analysis: &mut Analysis) {
     let _ = occurrences;
     let mut found = Vec::new();
     for stats in &analysis.phases {
-        let Some(t) = &stats.watermark_trend else { continue };
+        let Some(t) = &stats.watermark_trend else {
+            continue;
+        };
         let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes);
         if stats.occurrences >= MIN_STEPS && t.rises(ALPHA) && t.growth_bytes >= floor {
             found.push(Finding {
@@ -666,7 +701,10 @@ fn projection(
     let steps_left = (capacity.saturating_sub(level) as f64 / t.slope_per_step).ceil();
     let oom_step = last_step + steps_left as u64;
     let span_steps = last_step.saturating_sub(*series.steps.first()?) as f64;
-    let span_ns = series.times_ns.last()?.saturating_sub(*series.times_ns.first()?) as f64;
+    let span_ns = series
+        .times_ns
+        .last()?
+        .saturating_sub(*series.times_ns.first()?) as f64;
     let oom_after_s = (span_steps > 0.0).then(|| {
         (*series.times_ns.last().unwrap_or(&0) as f64 + steps_left * span_ns / span_steps) / 1e9
     });
@@ -728,11 +766,19 @@ fn capacity_and_devices(
         {
             analysis.findings.push(Finding {
                 kind: FindingKind::CapacityPressure,
-                title: format!("GPU {} ran at {:.0}% of its memory", device.index, 100.0 * peak as f64 / device.total_bytes as f64),
+                title: format!(
+                    "GPU {} ran at {:.0}% of its memory",
+                    device.index,
+                    100.0 * peak as f64 / device.total_bytes as f64
+                ),
                 phase: None,
                 basis: Basis::DeviceUsed,
                 growth_per_step_bytes: None,
-                evidence: vec![format!("peak {} of {}", format_bytes(peak as f64), format_bytes(device.total_bytes as f64))],
+                evidence: vec![format!(
+                    "peak {} of {}",
+                    format_bytes(peak as f64),
+                    format_bytes(device.total_bytes as f64)
+                )],
                 hints: vec!["a slightly larger batch or a longer sequence will not fit".to_owned()],
             });
         }
@@ -740,7 +786,9 @@ fn capacity_and_devices(
         let own: Vec<&Series> = recording
             .series
             .iter()
-            .filter(|s| s.key.kind == SeriesKind::ProcessDevice && s.key.device == Some(device.index))
+            .filter(|s| {
+                s.key.kind == SeriesKind::ProcessDevice && s.key.device == Some(device.index)
+            })
             .filter(|s| !s.values.is_empty())
             .collect();
         let own_total: f64 = own
@@ -767,7 +815,11 @@ fn capacity_and_devices(
             });
         }
         let reserved = allocator.median_reserved(device.index);
-        let own_or_used = if own.is_empty() { used_median } else { own_total };
+        let own_or_used = if own.is_empty() {
+            used_median
+        } else {
+            own_total
+        };
         if let Some(reserved) = reserved
             && own_or_used - reserved as f64 >= GIB.max(0.25 * own_or_used)
         {

@@ -182,8 +182,8 @@ impl<'a> AllocatorIndex<'a> {
     }
 }
 
-/// Per-phase attribution: what each phase leaves behind (net Δ = end − start) and what it needs
-/// transiently (watermark Δ = peak − start).
+/// Per-phase attribution: what each phase leaves behind (net Δ = end − start), what it needs
+/// transiently (watermark Δ = peak − start), and what of the step's growth it retains.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PhaseStats {
     /// Which phase.
@@ -200,7 +200,10 @@ pub struct PhaseStats {
     pub watermark_mean_bytes: f64,
     /// Standard deviation of watermark Δ, bytes.
     pub watermark_std_bytes: f64,
-    /// This phase's share of the growth of all phases (`None` when nothing grew).
+    /// Mean memory retained per occurrence: the part of its net Δ that no later phase of the
+    /// step gives back (activations made in forward and freed in backward are not retained).
+    pub retained_mean_bytes: f64,
+    /// This phase's share of what all phases retain; `None` when nothing is retained.
     pub share_of_growth: Option<f64>,
     /// Trend of net Δ over the occurrences.
     pub net_trend: Option<Trend>,
@@ -218,6 +221,70 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
     (mean, variance.sqrt())
 }
 
+/// Memory levels around one occurrence: at its begin, at its end, and its peak.
+#[derive(Clone, Copy)]
+struct Levels {
+    begin: f64,
+    end: f64,
+    peak: f64,
+}
+
+fn levels(
+    o: &Occurrence,
+    allocator: &AllocatorIndex<'_>,
+    fallback: Option<&Series>,
+) -> Option<Levels> {
+    if let (Some(begin), Some(end)) = (allocator.at(o.begin_ns), allocator.at(o.end_ns)) {
+        return Some(Levels {
+            begin: begin.allocated as f64,
+            end: end.allocated as f64,
+            peak: end.peak.max(end.allocated) as f64,
+        });
+    }
+    let series = fallback?;
+    let begin = value_at(series, o.begin_ns)? as f64;
+    let end = value_at(series, o.end_ns)? as f64;
+    let lo = series.times_ns.partition_point(|&t| t < o.begin_ns);
+    let hi = series.times_ns.partition_point(|&t| t <= o.end_ns);
+    let peak = series.values[lo.min(hi)..hi]
+        .iter()
+        .copied()
+        .max()
+        .map_or(end, |p| (p as f64).max(end));
+    Some(Levels { begin, end, peak })
+}
+
+/// What each occurrence retains of its step's growth. Within a step, with `floor(x)` the lowest
+/// level from point x to the start of the next step, an occurrence retains
+/// `floor(end) − floor(begin)`: the rise that nothing later in the step gives back.
+fn retained(occurrences: &[Occurrence], levels: &[Option<Levels>]) -> Vec<Option<f64>> {
+    let mut out = vec![None; occurrences.len()];
+    let starts = step_starts(occurrences);
+    let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
+    let mut i = 0;
+    while i < occurrences.len() {
+        let step = step_of(occurrences[i].begin_ns);
+        let mut j = i;
+        while j < occurrences.len() && step_of(occurrences[j].begin_ns) == step {
+            j += 1;
+        }
+        // The level where the next step starts closes this one.
+        let next_start = levels.get(j).copied().flatten().map(|l| l.begin);
+        let mut floor = next_start.unwrap_or(f64::INFINITY);
+        for k in (i..j).rev() {
+            let Some(l) = levels[k] else { continue };
+            let floor_end = floor.min(l.end);
+            let floor_begin = floor_end.min(l.begin);
+            if floor_end.is_finite() {
+                out[k] = Some(floor_end - floor_begin);
+            }
+            floor = floor_begin;
+        }
+        i = j;
+    }
+    out
+}
+
 /// Attribution per phase, from the allocator numbers at the edges when there are any, else from
 /// `fallback` (a sorted series: host or device memory sampled at the edges).
 pub fn stats(
@@ -225,55 +292,48 @@ pub fn stats(
     allocator: &AllocatorIndex<'_>,
     fallback: Option<&Series>,
 ) -> Vec<PhaseStats> {
-    let mut per_phase: BTreeMap<&Phase, (Vec<f64>, Vec<f64>, Vec<f64>)> = BTreeMap::new();
-    for (i, o) in occurrences.iter().enumerate() {
-        let deltas = match (allocator.at(o.begin_ns), allocator.at(o.end_ns)) {
-            (Some(begin), Some(end)) => Some((
-                end.allocated as f64 - begin.allocated as f64,
-                end.peak.max(end.allocated) as f64 - begin.allocated as f64,
-            )),
-            _ => fallback.and_then(|series| {
-                let start = value_at(series, o.begin_ns)? as f64;
-                let end = value_at(series, o.end_ns)? as f64;
-                let lo = series.times_ns.partition_point(|&t| t < o.begin_ns);
-                let hi = series.times_ns.partition_point(|&t| t <= o.end_ns);
-                let peak = series.values[lo.min(hi)..hi]
-                    .iter()
-                    .copied()
-                    .max()
-                    .map_or(end, |p| (p as f64).max(end));
-                Some((end - start, peak - start))
-            }),
-        };
-        if let Some((net, watermark)) = deltas {
-            let entry = per_phase.entry(&o.phase).or_default();
-            entry.0.push(i as f64);
-            entry.1.push(net);
-            entry.2.push(watermark);
+    let levels: Vec<Option<Levels>> = occurrences
+        .iter()
+        .map(|o| levels(o, allocator, fallback))
+        .collect();
+    let retained = retained(occurrences, &levels);
+    #[derive(Default)]
+    struct Acc {
+        net: Vec<f64>,
+        watermark: Vec<f64>,
+        retained: Vec<f64>,
+    }
+    let mut per_phase: BTreeMap<&Phase, Acc> = BTreeMap::new();
+    for ((o, l), r) in occurrences.iter().zip(&levels).zip(&retained) {
+        if let Some(l) = l {
+            let acc = per_phase.entry(&o.phase).or_default();
+            acc.net.push(l.end - l.begin);
+            acc.watermark.push(l.peak - l.begin);
+            if let Some(r) = r {
+                acc.retained.push(*r);
+            }
         }
     }
-    let growth: f64 = per_phase
-        .values()
-        .map(|(_, net, _)| net.iter().sum::<f64>().max(0.0))
-        .sum();
+    let estimate = |acc: &Acc| acc.retained.iter().sum::<f64>().max(0.0);
+    let total: f64 = per_phase.values().map(estimate).sum();
     per_phase
         .into_iter()
-        .map(|(phase, (index, net, watermark))| {
-            let (net_mean, net_std) = mean_std(&net);
-            let (watermark_mean, watermark_std) = mean_std(&watermark);
-            let net_total: f64 = net.iter().sum();
-            let order: Vec<f64> = (0..index.len()).map(|i| i as f64).collect();
+        .map(|(phase, acc)| {
+            let (net_mean, net_std) = mean_std(&acc.net);
+            let (watermark_mean, watermark_std) = mean_std(&acc.watermark);
+            let order: Vec<f64> = (0..acc.net.len()).map(|i| i as f64).collect();
             PhaseStats {
                 phase: phase.clone(),
-                occurrences: net.len(),
+                occurrences: acc.net.len(),
                 net_mean_bytes: net_mean,
                 net_std_bytes: net_std,
-                net_total_bytes: net_total,
+                net_total_bytes: acc.net.iter().sum(),
                 watermark_mean_bytes: watermark_mean,
                 watermark_std_bytes: watermark_std,
-                share_of_growth: (growth > 0.0).then(|| net_total.max(0.0) / growth),
-                net_trend: trend(&order, &net),
-                watermark_trend: trend(&order, &watermark),
+                retained_mean_bytes: mean_std(&acc.retained).0,
+                share_of_growth: (total > 0.0).then(|| estimate(&acc) / total),
+                net_trend: trend(&order, &acc.net),
+                watermark_trend: trend(&order, &acc.watermark),
             }
         })
         .collect()

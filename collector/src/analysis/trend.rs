@@ -44,7 +44,10 @@ fn median(values: &mut [f64]) -> f64 {
     if values.len() % 2 == 1 {
         upper
     } else {
-        let lower = values[..mid].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lower = values[..mid]
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
         (lower + upper) / 2.0
     }
 }
@@ -65,7 +68,8 @@ fn normal_two_sided_p(z: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x);
     let poly = t
         * (0.254_829_592
-            + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erfc = poly * (-x * x).exp();
     erfc.clamp(0.0, 1.0)
 }

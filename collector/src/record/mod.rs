@@ -29,18 +29,22 @@ const EXIT_SETUP: u8 = 2;
 
 /// Records the job described by `args`; returns the job's exit status.
 pub fn run(args: RecordArgs) -> ExitCode {
+    let Some(out) = args.out.clone() else {
+        eprintln!("collector: --out PATH is required to record");
+        return ExitCode::from(EXIT_SETUP);
+    };
     let clock = Clock::start();
     let start_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
 
     // The output first: if it cannot be created, say so before anything runs.
-    let file = match File::create(&args.out) {
+    let file = match File::create(&out) {
         Ok(file) => file,
         Err(err) => {
             eprintln!(
                 "collector: cannot create the recording ({err}); the job was not started: {}",
-                args.out.display()
+                out.display()
             );
             return ExitCode::from(EXIT_SETUP);
         }
@@ -139,7 +143,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
         Err(err) => {
             eprintln!(
                 "collector: writing the recording failed ({err}): the job runs on, but nothing is recorded: {}",
-                args.out.display()
+                out.display()
             );
             None
         }
@@ -147,7 +151,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
     if !live_status {
         eprintln!(
             "collector: recording pid {root_pid} to {}{}",
-            args.out.display(),
+            out.display(),
             if gpus.is_some() {
                 ""
             } else {
@@ -203,7 +207,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
     let recorder = writer.and_then(|writer| {
         let recorder = Recorder::new(
             writer,
-            args.out.clone(),
+            out.clone(),
             clock,
             Duration::from_millis(args.flush_interval_ms),
             live_status,
@@ -282,7 +286,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
         let _ = forwarder.join();
     }
     let summary = recorder.and_then(|r| r.join().ok());
-    print_summary(&args.out, clock, summary.as_ref(), exit_code);
+    print_summary(&out, clock, summary.as_ref(), exit_code);
     drop(channel);
     ExitCode::from(exit_code)
 }

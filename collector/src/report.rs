@@ -1,0 +1,318 @@
+//! `collector report` and `collector check`: the analysis as text, as JSON, and as a CI gate.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use collector::analysis::{Analysis, FindingKind, analyze, format_bytes, format_duration};
+use collector::recording::{Recording, read_file};
+use serde::Serialize;
+
+/// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
+pub const REPORT_SCHEMA: u32 = 1;
+
+/// Arguments of `collector report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The recording to analyse.
+    pub file: PathBuf,
+    /// Print the analysis as JSON (schema in the README) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `collector check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The recording to check.
+    pub file: PathBuf,
+    /// Findings that fail the check, comma-separated: leak, fragmentation, peak_creep,
+    /// capacity_pressure, non_pytorch_memory, other_processes, cache, not_enough_data.
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "leak,fragmentation,peak_creep", value_parser = parse_kind)]
+    pub fail_on: Vec<FindingKind>,
+    /// Tolerated growth per step, e.g. `1MiB/step` or `512KiB`: a finding that grows less passes.
+    /// Default: any finding of the kinds above fails.
+    #[arg(long, value_name = "SIZE/step", value_parser = parse_growth)]
+    pub max_growth: Option<f64>,
+}
+
+fn parse_kind(name: &str) -> Result<FindingKind, String> {
+    FindingKind::parse(name).ok_or_else(|| {
+        let known: Vec<&str> = collector::analysis::ALL_KINDS
+            .iter()
+            .map(|k| k.as_str())
+            .collect();
+        format!("unknown finding {name:?}; known: {}", known.join(", "))
+    })
+}
+
+/// Parses `1MiB/step`, `512 KiB`, `2GB`, `4096`.
+pub fn parse_growth(text: &str) -> Result<f64, String> {
+    let body = text.trim().trim_end_matches("/step").trim();
+    let split = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
+    let (number, unit) = body.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size: expected e.g. 1MiB/step"))?;
+    let factor = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use B, KiB, MiB or GiB"
+            ));
+        }
+    };
+    Ok(number * factor)
+}
+
+/// The JSON report.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    schema: u32,
+    file: String,
+    command: &'a [String],
+    host: &'a str,
+    duration_s: f64,
+    complete: bool,
+    warnings: &'a [String],
+    dropped_probe_messages: u64,
+    ooms: usize,
+    analysis: &'a Analysis,
+}
+
+fn load(file: &Path) -> Result<Recording, ExitCode> {
+    read_file(file).map_err(|err| {
+        eprintln!("collector: {err}");
+        ExitCode::from(2)
+    })
+}
+
+/// `collector report FILE [--json]`.
+pub fn report(args: &ReportArgs) -> ExitCode {
+    let recording = match load(&args.file) {
+        Ok(recording) => recording,
+        Err(code) => return code,
+    };
+    let analysis = analyze(&recording);
+    if args.json {
+        let report = JsonReport {
+            schema: REPORT_SCHEMA,
+            file: args.file.display().to_string(),
+            command: &recording.header.command,
+            host: &recording.header.host,
+            duration_s: recording.duration_ns() as f64 / 1e9,
+            complete: recording.end.is_some(),
+            warnings: &recording.warnings,
+            dropped_probe_messages: recording.dropped_total(),
+            ooms: recording.ooms.len(),
+            analysis: &analysis,
+        };
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(err) => {
+                eprintln!("collector: cannot write the report as JSON: {err}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", text(&args.file, &recording, &analysis));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `collector check FILE`: 0 when fine, 1 with the failing findings printed, 2 when unreadable.
+pub fn check(args: &CheckArgs) -> ExitCode {
+    let recording = match load(&args.file) {
+        Ok(recording) => recording,
+        Err(code) => return code,
+    };
+    let analysis = analyze(&recording);
+    let failing: Vec<_> = analysis
+        .findings
+        .iter()
+        .filter(|f| args.fail_on.contains(&f.kind))
+        .filter(|f| match (args.max_growth, f.growth_per_step_bytes) {
+            (Some(max), Some(growth)) => growth > max,
+            _ => true,
+        })
+        .collect();
+    if failing.is_empty() {
+        println!(
+            "collector check: ok ({} {}s, no {})",
+            analysis.step_series.values.len(),
+            if analysis.by_step { "step" } else { "window" },
+            args.fail_on
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return ExitCode::SUCCESS;
+    }
+    for finding in failing {
+        println!("collector check: FAILED: {}", finding.title);
+        for line in &finding.evidence {
+            println!("    {line}");
+        }
+    }
+    ExitCode::from(1)
+}
+
+/// The text report: the verdict first, then the phase table, then the evidence.
+pub fn text(file: &Path, recording: &Recording, analysis: &Analysis) -> String {
+    let mut out = String::new();
+    let header = &recording.header;
+    let unit = if analysis.by_step {
+        "steps"
+    } else {
+        "time windows"
+    };
+    let _ = writeln!(
+        out,
+        "{} — {} (host {}, {} GPU{}, {}, {} {unit})\n",
+        file.display(),
+        header.command.join(" "),
+        if header.host.is_empty() {
+            "?"
+        } else {
+            &header.host
+        },
+        header.devices.len(),
+        if header.devices.len() == 1 { "" } else { "s" },
+        format_duration(recording.duration_ns() as f64 / 1e9),
+        analysis.step_series.values.len()
+    );
+    let _ = writeln!(out, "VERDICT");
+    if !analysis.findings.iter().any(|f| f.kind.is_problem()) {
+        let verdict = if analysis.finding(FindingKind::NotEnoughData).is_some() {
+            "  ? Cannot tell yet"
+        } else {
+            "  ✓ No leak: memory at the same point of every step does not rise"
+        };
+        let _ = writeln!(out, "{verdict}");
+    }
+    for finding in &analysis.findings {
+        let mark = if finding.kind.is_problem() {
+            "✗"
+        } else {
+            "•"
+        };
+        let _ = writeln!(out, "  {mark} {}", finding.title);
+        for line in &finding.evidence {
+            let _ = writeln!(out, "      {line}");
+        }
+        if !finding.hints.is_empty() {
+            let _ = writeln!(out, "      usual causes:");
+            for hint in &finding.hints {
+                let _ = writeln!(out, "        - {hint}");
+            }
+        }
+    }
+    if !analysis.phases.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nPHASES          count   net Δ (mean ± sd)        watermark Δ (mean ± sd)   retained/occ  share of growth  watermark trend"
+        );
+        for p in &analysis.phases {
+            let share = p
+                .share_of_growth
+                .map_or("—".to_owned(), |s| format!("{:.0}%", 100.0 * s));
+            let trend = p.watermark_trend.as_ref().map_or("—".to_owned(), |t| {
+                format!("{}/occ, p={:.2}", format_bytes(t.slope_per_step), t.p_value)
+            });
+            let _ = writeln!(
+                out,
+                "  {:<13} {:>5}   {:>10} ± {:<10}  {:>10} ± {:<10}   {:>12}  {:>15}  {trend}",
+                p.phase.as_str(),
+                p.occurrences,
+                format_bytes(p.net_mean_bytes),
+                format_bytes(p.net_std_bytes),
+                format_bytes(p.watermark_mean_bytes),
+                format_bytes(p.watermark_std_bytes),
+                format_bytes(p.retained_mean_bytes),
+                share
+            );
+        }
+    }
+    let _ = writeln!(out, "\nEVIDENCE");
+    let _ = writeln!(
+        out,
+        "  basis: {} at the start of each {} ({} points)",
+        analysis.basis.name(),
+        if analysis.by_step {
+            "step"
+        } else {
+            "time window"
+        },
+        analysis.step_series.values.len()
+    );
+    if let Some(t) = &analysis.trend {
+        let _ = writeln!(
+            out,
+            "  trend after warm-up: {}/step (Theil–Sen), Mann–Kendall p = {:.2e}, noise ±{}, from {} to {}",
+            format_bytes(t.slope_per_step),
+            t.p_value,
+            format_bytes(t.noise_bytes),
+            format_bytes(t.start_bytes),
+            format_bytes(t.end_bytes)
+        );
+    }
+    if let Some(p) = &analysis.projection {
+        let _ = writeln!(
+            out,
+            "  projected out-of-memory at step {} ({} of {} at step {})",
+            p.oom_step,
+            format_bytes(p.level_bytes as f64),
+            format_bytes(p.capacity_bytes as f64),
+            p.last_step
+        );
+    }
+    for oom in &recording.ooms {
+        let _ = writeln!(
+            out,
+            "  out-of-memory at {}: {}",
+            format_duration(oom.t_ns as f64 / 1e9),
+            oom.message
+        );
+    }
+    if recording.dropped_total() > 0 {
+        let _ = writeln!(
+            out,
+            "  {} probe messages were lost or refused",
+            recording.dropped_total()
+        );
+    }
+    for lack in &analysis.lacks {
+        let _ = writeln!(out, "  not recorded: {lack}");
+    }
+    for note in &recording.notes {
+        let _ = writeln!(out, "  note: {}", note.text);
+    }
+    for warning in &recording.warnings {
+        let _ = writeln!(out, "  warning: {warning}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_thresholds_parse() {
+        assert_eq!(parse_growth("1MiB/step"), Ok(1048576.0));
+        assert_eq!(parse_growth("512 KiB"), Ok(524288.0));
+        assert_eq!(parse_growth("2GB"), Ok(2e9));
+        assert_eq!(parse_growth("4096"), Ok(4096.0));
+        assert!(parse_growth("lots").is_err());
+        assert!(parse_growth("3 parsecs").is_err());
+    }
+}

@@ -1,0 +1,468 @@
+//! The diagnosis on recordings with known truth: synthetic series for the edge cases, and real
+//! recordings made by the collector from real processes (the corpus in `tests/data/corpus/`).
+
+#![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
+
+use collector::analysis::{Basis, FindingKind, analyze};
+use collector::recording::{
+    AllocatorSample, Chunk, Column, Device, Edge, Header, Origin, Phase, PhaseEdge, Record,
+    Recording, SeriesKey, SeriesKind, read_file,
+};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// Deterministic noise.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in ±`amplitude`.
+    fn noise(&mut self, amplitude: u64) -> i64 {
+        (self.next() % (2 * amplitude + 1)) as i64 - amplitude as i64
+    }
+}
+
+/// What a synthetic training run does, per step.
+struct Run {
+    steps: u64,
+    /// Bytes each phase leaves behind every time it runs.
+    leak_forward: u64,
+    leak_backward: u64,
+    leak_eval: u64,
+    /// The first step that leaks.
+    leak_from: u64,
+    /// ±noise on the level of each step (different batches).
+    noise: u64,
+    /// Growth over the first `warmup_steps` steps, then none.
+    warmup_bytes: u64,
+    warmup_steps: u64,
+    /// An eval phase every this many steps (0: none).
+    eval_every: u64,
+    /// Transient peak of forward, and how much it grows per step.
+    forward_peak: u64,
+    forward_peak_growth: u64,
+    /// Reserved above allocated, and how much that grows per step (fragmentation).
+    cache: u64,
+    cache_growth: u64,
+    retries_per_step: u64,
+    seed: u64,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Self {
+            steps: 100,
+            leak_forward: 0,
+            leak_backward: 0,
+            leak_eval: 0,
+            leak_from: 0,
+            noise: 8 * MIB,
+            warmup_bytes: 0,
+            warmup_steps: 0,
+            eval_every: 0,
+            forward_peak: 2 * GIB,
+            forward_peak_growth: 0,
+            cache: 3 * GIB,
+            cache_growth: 0,
+            retries_per_step: 0,
+            seed: 1,
+        }
+    }
+}
+
+fn header() -> Header {
+    let mut header = Header::new(
+        0,
+        "test".to_owned(),
+        vec!["python".to_owned(), "train.py".to_owned()],
+    );
+    header.devices = vec![Device {
+        index: 0,
+        name: "GPU".to_owned(),
+        uuid: "GPU-0".to_owned(),
+        total_bytes: 80 * GIB,
+    }];
+    header
+}
+
+/// A recording with phase edges and allocator numbers at every edge.
+fn synthesize(run: &Run) -> Recording {
+    let mut rng = Rng(run.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut recording = Recording::new(header());
+    let origin = Origin {
+        pid: 100,
+        rank: None,
+    };
+    let mut t = 0u64;
+    let mut retained = 4 * GIB; // weights, optimizer state
+    let mut retries = 0;
+    for step in 0..run.steps {
+        let level_noise = rng.noise(run.noise);
+        let leaking = step >= run.leak_from;
+        let warmup = if step < run.warmup_steps {
+            run.warmup_bytes / run.warmup_steps
+        } else {
+            0
+        };
+        retries += run.retries_per_step;
+        let mut phase = |recording: &mut Recording, phase: Phase, net: u64, peak: u64| {
+            let start = (retained as i64 + level_noise) as u64;
+            let end = start + net;
+            let reserved = start + run.cache + step * run.cache_growth + peak;
+            for (edge, allocated, peak) in
+                [(Edge::Begin, start, start), (Edge::End, end, start + peak)]
+            {
+                recording.push(Record::Phase(PhaseEdge {
+                    t_ns: t,
+                    edge,
+                    phase: phase.clone(),
+                    step: Some(step),
+                    origin,
+                }));
+                recording.push(Record::Allocator(AllocatorSample {
+                    t_ns: t,
+                    origin,
+                    device: 0,
+                    allocated,
+                    reserved,
+                    peak,
+                    active: allocated,
+                    inactive_split: 0,
+                    retries,
+                    ooms: 0,
+                }));
+                t += 10_000_000;
+            }
+            retained += net;
+        };
+        let forward_leak = if leaking { run.leak_forward } else { 0 };
+        let backward_leak = if leaking { run.leak_backward } else { 0 };
+        phase(
+            &mut recording,
+            Phase::Forward,
+            forward_leak + warmup,
+            run.forward_peak + step * run.forward_peak_growth,
+        );
+        phase(
+            &mut recording,
+            Phase::Backward,
+            backward_leak,
+            run.forward_peak / 2,
+        );
+        phase(&mut recording, Phase::Optimizer, 0, 256 * MIB);
+        if run.eval_every > 0 && step % run.eval_every == run.eval_every - 1 {
+            let eval_leak = if leaking { run.leak_eval } else { 0 };
+            phase(&mut recording, Phase::Eval, eval_leak, GIB);
+        }
+    }
+    recording
+}
+
+#[test]
+fn a_1_mib_per_step_leak_under_8_mib_noise_is_found_within_50_steps_in_the_right_phase() {
+    for seed in 0..20 {
+        for (leak_forward, leak_backward, phase) in
+            [(MIB, 0, Phase::Forward), (0, MIB, Phase::Backward)]
+        {
+            let run = Run {
+                steps: 50,
+                leak_forward,
+                leak_backward,
+                seed,
+                ..Run::default()
+            };
+            let analysis = analyze(&synthesize(&run));
+            assert_eq!(analysis.basis, Basis::Allocated);
+            let leak = analysis
+                .finding(FindingKind::Leak)
+                .unwrap_or_else(|| panic!("seed {seed}: no leak found: {:?}", analysis.trend));
+            assert_eq!(
+                leak.phase.as_ref(),
+                Some(&phase),
+                "seed {seed}: {}",
+                leak.title
+            );
+            let slope = leak.growth_per_step_bytes.unwrap();
+            assert!(
+                (slope - MIB as f64).abs() < 0.35 * MIB as f64,
+                "seed {seed}: slope {slope}"
+            );
+            assert!(leak.title.contains(phase.as_str()));
+            assert!(leak.evidence.iter().any(|e| e.contains("Mann–Kendall")));
+            assert!(!leak.hints.is_empty());
+        }
+    }
+}
+
+#[test]
+fn a_leak_only_in_eval_is_named_eval_with_eval_hints() {
+    let run = Run {
+        steps: 100,
+        eval_every: 5,
+        leak_eval: 10 * MIB,
+        ..Run::default()
+    };
+    let analysis = analyze(&synthesize(&run));
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert_eq!(leak.phase, Some(Phase::Eval));
+    assert!(
+        leak.hints.iter().any(|h| h.contains("predictions")),
+        "{:?}",
+        leak.hints
+    );
+    let eval = analysis
+        .phases
+        .iter()
+        .find(|p| p.phase == Phase::Eval)
+        .unwrap();
+    assert_eq!(eval.occurrences, 20);
+    assert!((eval.net_mean_bytes - (10 * MIB) as f64).abs() < 1.0);
+    assert!(eval.share_of_growth.unwrap() > 0.95);
+    // The projection: 80 GiB device, ~2 MiB/step.
+    let projection = analysis.projection.as_ref().unwrap();
+    assert!(projection.oom_step > 100);
+    assert!(analysis.finding(FindingKind::CapacityPressure).is_some());
+}
+
+#[test]
+fn never_a_leak_on_a_healthy_sawtooth_or_on_warmup_then_plateau() {
+    for seed in 0..50 {
+        let healthy = analyze(&synthesize(&Run {
+            seed,
+            ..Run::default()
+        }));
+        assert!(
+            healthy.finding(FindingKind::Leak).is_none(),
+            "seed {seed}: {:?}",
+            healthy.findings
+        );
+        let cache = healthy.finding(FindingKind::Cache).unwrap();
+        assert!(cache.evidence[0].contains("reserved"));
+
+        let plateau = Run {
+            warmup_bytes: 2 * GIB,
+            warmup_steps: 20,
+            seed,
+            ..Run::default()
+        };
+        let analysis = analyze(&synthesize(&plateau));
+        assert!(
+            analysis.finding(FindingKind::Leak).is_none(),
+            "seed {seed}: warm-up called a leak: {:?}",
+            analysis.findings
+        );
+    }
+}
+
+#[test]
+fn a_leak_that_starts_half_way_is_found() {
+    let run = Run {
+        steps: 100,
+        leak_from: 50,
+        leak_forward: 2 * MIB,
+        ..Run::default()
+    };
+    let analysis = analyze(&synthesize(&run));
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert_eq!(leak.phase, Some(Phase::Forward));
+}
+
+#[test]
+fn fragmentation_is_told_from_a_leak() {
+    let run = Run {
+        cache_growth: 16 * MIB,
+        retries_per_step: 1,
+        ..Run::default()
+    };
+    let analysis = analyze(&synthesize(&run));
+    assert!(analysis.finding(FindingKind::Leak).is_none());
+    let finding = analysis.finding(FindingKind::Fragmentation).unwrap();
+    let slope = finding.growth_per_step_bytes.unwrap();
+    assert!(
+        (slope - (16 * MIB) as f64).abs() < (2 * MIB) as f64,
+        "{slope}"
+    );
+    assert!(finding.evidence.iter().any(|e| e.contains("retries +")));
+}
+
+#[test]
+fn peak_creep_names_its_phase() {
+    let run = Run {
+        forward_peak_growth: 8 * MIB,
+        ..Run::default()
+    };
+    let analysis = analyze(&synthesize(&run));
+    assert!(analysis.finding(FindingKind::Leak).is_none());
+    let creep = analysis.finding(FindingKind::PeakCreep).unwrap();
+    assert_eq!(creep.phase, Some(Phase::Forward));
+    let slope = creep.growth_per_step_bytes.unwrap();
+    // One forward per step: the slope per occurrence is the growth per step.
+    assert!((slope - (8 * MIB) as f64).abs() < MIB as f64, "{slope}");
+}
+
+#[test]
+fn a_flat_run_has_no_problem() {
+    let run = Run {
+        noise: 0,
+        cache: 0,
+        ..Run::default()
+    };
+    let analysis = analyze(&synthesize(&run));
+    assert!(
+        analysis.findings.iter().all(|f| !f.kind.is_problem()),
+        "{:?}",
+        analysis.findings
+    );
+}
+
+#[test]
+fn a_run_too_short_to_judge_says_how_many_more_steps_are_needed() {
+    let run = Run {
+        steps: 6,
+        leak_forward: 100 * MIB,
+        ..Run::default()
+    };
+    let analysis = analyze(&synthesize(&run));
+    let finding = analysis.finding(FindingKind::NotEnoughData).unwrap();
+    assert!(
+        finding.title.contains("6 steps recorded"),
+        "{}",
+        finding.title
+    );
+    assert!(finding.title.contains("(4 more)"), "{}", finding.title);
+    assert!(analysis.finding(FindingKind::Leak).is_none());
+}
+
+/// Device numbers only (no probe): a sawtooth that falls back is the cache; a rising floor is a
+/// leak of device memory.
+fn device_only(rising_floor_per_window: u64) -> Recording {
+    let mut recording = Recording::new(header());
+    let n = 20_000u64;
+    let times: Vec<u64> = (0..n).map(|i| i * 50_000_000).collect();
+    let values: Vec<u64> = (0..n)
+        .map(|i| 10 * GIB + (i % 20) * 300 * MIB + i / 200 * rising_floor_per_window)
+        .collect();
+    recording.push(Record::Chunk(Chunk {
+        times_ns: times,
+        columns: vec![Column {
+            series: SeriesKey::device(SeriesKind::DeviceUsed, 0),
+            values,
+            valid: None,
+        }],
+    }));
+    recording
+}
+
+#[test]
+fn device_numbers_only_say_what_they_can() {
+    let sawtooth = analyze(&device_only(0));
+    assert_eq!(sawtooth.basis, Basis::DeviceUsed);
+    assert!(!sawtooth.by_step);
+    assert!(sawtooth.finding(FindingKind::Leak).is_none());
+    assert!(sawtooth.finding(FindingKind::Cache).is_some());
+    assert!(sawtooth.lacks.iter().any(|l| l.contains("probe")));
+
+    let leaking = analyze(&device_only(64 * MIB));
+    let leak = leaking.finding(FindingKind::Leak).unwrap();
+    assert_eq!(leak.basis, Basis::DeviceUsed);
+    assert!(leak.title.contains("window"), "{}", leak.title);
+}
+
+#[test]
+fn bad_recordings_get_a_verdict_that_says_what_it_cannot_tell() {
+    // Nothing at all.
+    let empty = analyze(&Recording::new(header()));
+    assert!(empty.finding(FindingKind::NotEnoughData).is_some());
+    assert!(!empty.lacks.is_empty());
+
+    // One sample.
+    let mut one = Recording::new(header());
+    one.push(Record::Chunk(Chunk {
+        times_ns: vec![5],
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values: vec![MIB],
+            valid: None,
+        }],
+    }));
+    assert!(analyze(&one).finding(FindingKind::NotEnoughData).is_some());
+
+    // Unsorted and duplicate times, phases without steps, an end without a begin.
+    let mut messy = Recording::new(header());
+    let times: Vec<u64> = (0..200)
+        .map(|i| (i * 7919 % 200) * 1_000_000)
+        .chain([5_000_000; 20])
+        .collect();
+    let values: Vec<u64> = times.iter().map(|t| GIB + t / 1_000_000 * MIB).collect();
+    messy.push(Record::Chunk(Chunk {
+        times_ns: times,
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values,
+            valid: None,
+        }],
+    }));
+    let origin = Origin { pid: 1, rank: None };
+    messy.push(Record::Phase(PhaseEdge {
+        t_ns: 3,
+        edge: Edge::End,
+        phase: Phase::Eval,
+        step: None,
+        origin,
+    }));
+    for i in 0..30u64 {
+        for edge in [Edge::Begin, Edge::End] {
+            messy.push(Record::Phase(PhaseEdge {
+                t_ns: i * 6_000_000 + (edge == Edge::End) as u64,
+                edge,
+                phase: Phase::Forward,
+                step: None,
+                origin,
+            }));
+        }
+    }
+    messy.push(Record::Phase(PhaseEdge {
+        t_ns: 10,
+        edge: Edge::Begin,
+        phase: Phase::Forward,
+        step: None,
+        origin,
+    }));
+    let analysis = analyze(&messy);
+    assert_eq!(analysis.basis, Basis::HostRss);
+    assert!(analysis.by_step, "steps from the first phase's occurrences");
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert_eq!(leak.basis, Basis::HostRss);
+    assert!(leak.title.starts_with("Host memory leak"), "{}", leak.title);
+}
+
+/// The corpus: recordings made by the collector from real Python processes (host-memory analogs
+/// of the articles' cases; `tests/data/corpus/README.md` says how each was made).
+#[test]
+fn the_corpus_of_real_recordings_gets_the_right_verdicts() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/corpus");
+    let read = |name: &str| read_file(&dir.join(name)).unwrap();
+
+    let eval = analyze(&read("eval_keeps_predictions.msgpack"));
+    let leak = eval.finding(FindingKind::Leak).unwrap();
+    assert_eq!(leak.basis, Basis::HostRss);
+    assert_eq!(leak.phase, Some(Phase::Eval), "{}", leak.title);
+
+    let losses = analyze(&read("forward_keeps_losses.msgpack"));
+    let leak = losses.finding(FindingKind::Leak).unwrap();
+    assert_eq!(leak.phase, Some(Phase::Forward), "{}", leak.title);
+
+    let healthy = analyze(&read("healthy.msgpack"));
+    assert!(
+        healthy.finding(FindingKind::Leak).is_none(),
+        "{:?}",
+        healthy.findings
+    );
+}
