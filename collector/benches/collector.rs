@@ -115,7 +115,7 @@ fn host_sampling_1khz(dir: &Path) {
     let window: Vec<u64> = times
         .iter()
         .copied()
-        .filter(|&t| t >= 500_000_000 && t < 5_000_000_000)
+        .filter(|t| (500_000_000..5_000_000_000).contains(t))
         .collect();
     let rate = window.len() as f64 / 4.5;
     let worst_gap_ms = window.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as f64 / 1e6;

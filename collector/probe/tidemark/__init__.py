@@ -30,7 +30,9 @@ import time
 __all__ = ["phase", "step", "begin", "end", "enabled"]
 
 _PROTOCOL = "tm1"
-_QUEUE_LIMIT = 4096
+_QUEUE_LIMIT_BYTES = 1 << 20  # what may wait for a slow collector; beyond this, drop and count
+_COALESCE_NS = 1_000_000     # edges closer than this to the last send go out together
+_BATCH_LINES = 256           # at most this many edges in one datagram
 
 _sock = None
 _path = None
@@ -40,9 +42,14 @@ _step = None
 _manual_step = False
 _keep_peaks = False
 _queue = collections.deque()
+_queued_bytes = 0
 _dropped = 0
 _lock = threading.Lock()
 _torch = None
+_pending = []                # edges waiting to go out together
+_last_send_ns = 0
+_wake_flusher = threading.Event()
+_flusher_started = False
 
 
 def enabled():
@@ -93,10 +100,27 @@ _monotonic_ns = time.monotonic_ns
 
 
 def _edge(edge, name):
-    """Sends one phase edge. The common case is one f-string and one non-blocking send."""
+    """Sends one phase edge: one f-string and one non-blocking send; edges that come within a
+    millisecond of the last send are batched into one datagram (their timestamps stay exact)."""
+    global _last_send_ns
     numbers = _NO_NUMBERS if _torch is None else _allocator_numbers(edge)
     step = "-" if _step is None else _step
-    data = f"tm1 P {_monotonic_ns()} {_pid} {_rank} {step} {edge} {numbers} {name}".encode()
+    now = _monotonic_ns()
+    line = f"tm1 P {now} {_pid} {_rank} {step} {edge} {numbers} {name}"
+    if _pending or now - _last_send_ns < _COALESCE_NS:
+        with _lock:
+            _pending.append(line)
+            waiting = len(_pending)
+        if waiting >= _BATCH_LINES or now - _last_send_ns >= _COALESCE_NS:
+            _flush_pending()
+        elif waiting == 1:
+            _start_flusher()
+        return
+    _last_send_ns = now
+    _send(line.encode())
+
+
+def _send(data):
     sock = _sock
     if sock is None:
         return
@@ -109,6 +133,34 @@ def _edge(edge, name):
         except OSError:
             return
     _send_queued(data)
+
+
+def _flush_pending():
+    """Sends the batched edges as one datagram of lines."""
+    global _pending, _last_send_ns
+    with _lock:
+        lines, _pending = _pending, []
+    if lines:
+        _last_send_ns = _monotonic_ns()
+        _send("\n".join(lines).encode())
+
+
+def _start_flusher():
+    """A batch must not wait for the next edge: a daemon thread sends it after a millisecond."""
+    global _flusher_started
+    if not _flusher_started:
+        _flusher_started = True
+        threading.Thread(target=_flusher, name="tidemark-flusher", daemon=True).start()
+    _wake_flusher.set()
+
+
+def _flusher():
+    while True:
+        _wake_flusher.wait()
+        _wake_flusher.clear()
+        time.sleep(_COALESCE_NS / 1e9)
+        if _pending:
+            _flush_pending()
 
 
 def _allocator_numbers(edge):
@@ -134,7 +186,7 @@ def _allocator_numbers(edge):
 
 def _send_queued(data):
     """The collector is behind: queue the message (in order), or count it as dropped."""
-    global _dropped
+    global _dropped, _queued_bytes
     with _lock:
         sock = _sock
         if sock is None:
@@ -148,15 +200,16 @@ def _send_queued(data):
                 pass
             except OSError:
                 return
-        if len(_queue) < _QUEUE_LIMIT:
+        if _queued_bytes + len(data) <= _QUEUE_LIMIT_BYTES:
             _queue.append(data)
+            _queued_bytes += len(data)
         else:
-            _dropped += 1
+            _dropped += data.count(b"\n") + 1
 
 
 def _drain(sock):
     """Sends what waits in the queue, oldest first, until the socket would block."""
-    global _dropped
+    global _dropped, _queued_bytes
     while _queue:
         try:
             sock.send(_queue[0])
@@ -164,8 +217,9 @@ def _drain(sock):
             break
         except OSError:
             _queue.clear()
+            _queued_bytes = 0
             return
-        _queue.popleft()
+        _queued_bytes -= len(_queue.popleft())
     if _dropped and not _queue:
         try:
             sock.send(f"{_PROTOCOL} D {_pid} {_dropped}".encode())
@@ -177,7 +231,8 @@ def _drain(sock):
 def _flush_at_exit(timeout_s=0.5):
     """At exit, give queued messages a short while to get through; what cannot go is counted as
     dropped, and the count gets one last, briefly blocking, try."""
-    global _dropped
+    global _dropped, _queued_bytes
+    _flush_pending()
     deadline = time.monotonic() + timeout_s
     with _lock:
         sock = _sock
@@ -187,8 +242,9 @@ def _flush_at_exit(timeout_s=0.5):
             _drain(sock)
             if _queue:
                 time.sleep(0.001)
-        _dropped += len(_queue)
+        _dropped += sum(data.count(b"\n") + 1 for data in _queue)
         _queue.clear()
+        _queued_bytes = 0
         if _dropped:
             try:
                 sock.settimeout(max(0.05, deadline - time.monotonic()))
@@ -208,11 +264,15 @@ def _connect(path):
 
 def _after_fork_in_child():
     """A forked child gets its own socket and pid; what the parent had queued stays its own."""
-    global _pid, _dropped, _lock
+    global _pid, _dropped, _lock, _pending, _flusher_started, _wake_flusher
     _pid = os.getpid()
     _lock = threading.Lock()
     _queue.clear()
+    _pending = []
     _dropped = 0
+    globals()["_queued_bytes"] = 0
+    _flusher_started = False
+    _wake_flusher = threading.Event()
     if _path is not None:
         try:
             _connect(_path)

@@ -87,9 +87,11 @@ pub fn run(args: RecordArgs) -> ExitCode {
                 raw.split(|&b| b == 0)
                     .filter(|part| !part.is_empty())
                     .map(|part| String::from_utf8_lossy(part).into_owned())
-                    .collect()
+                    .collect::<Vec<_>>()
             })
-            .unwrap_or_else(|_| vec![format!("pid {pid}")]),
+            .ok()
+            .filter(|command| !command.is_empty())
+            .unwrap_or_else(|| vec![format!("pid {pid}")]),
         None => args
             .command
             .iter()

@@ -1,7 +1,7 @@
 //! The probe's channel: a Unix datagram socket in a private folder, the probe's files next to it,
 //! and the listener that turns datagrams into records.
 //!
-//! Messages are one line of text: `tm1 P <t_ns> <pid> <rank> <step> <b|e> <device> <allocated>
+//! A datagram holds one or more messages, one per line: `tm1 P <t_ns> <pid> <rank> <step> <b|e> <device> <allocated>
 //! <reserved> <peak> <active> <inactive_split> <retries> <ooms> <phase name…>` for a phase edge
 //! (`-` where a number is unknown; the allocator numbers only once CUDA is initialised), and
 //! `tm1 D <pid> <count>` for messages the probe had to drop.
@@ -158,16 +158,24 @@ impl Channel {
                 counts.refused += 1;
                 continue;
             }
-            match parse(&buf[..bytes], clock) {
-                Some(Message::Edge(edge, allocator)) => {
-                    let _ = tx.send(Msg::Record(Record::Phase(edge)));
-                    if let Some(sample) = allocator {
-                        let _ = tx.send(Msg::Record(Record::Allocator(sample)));
+            // A datagram holds one message per line (the probe batches edges that come close
+            // together).
+            let mut edges = 0;
+            for line in buf[..bytes].split(|&b| b == b'\n') {
+                match parse(line, clock) {
+                    Some(Message::Edge(edge, allocator)) => {
+                        edges += 1;
+                        let _ = tx.send(Msg::Record(Record::Phase(edge)));
+                        if let Some(sample) = allocator {
+                            let _ = tx.send(Msg::Record(Record::Allocator(sample)));
+                        }
                     }
-                    let _ = tx.send(Msg::PhaseEdgeSeen);
+                    Some(Message::Dropped(n)) => counts.dropped += n,
+                    None => counts.malformed += 1,
                 }
-                Some(Message::Dropped(n)) => counts.dropped += n,
-                None => counts.malformed += 1,
+            }
+            if edges > 0 {
+                let _ = tx.send(Msg::PhaseEdgeSeen);
             }
         }
         counts.flush(tx);

@@ -15,14 +15,14 @@ fn manual_api_records_phases_steps_and_host_growth_in_eval() {
 import time, tidemark
 assert tidemark.enabled()
 kept = []
-for i in range(15):
+for i in range(12):
     tidemark.step(i)
     with tidemark.phase("forward"):
         time.sleep(0.01)
     with tidemark.phase("eval"):
-        time.sleep(0.01)
+        time.sleep(0.2)  # on a loaded machine the edge's host sample may come this late
         kept.append(b"e" * (4 << 20))  # kept: 4 MiB per step
-        time.sleep(0.01)
+        time.sleep(0.05)
 print("done")
 "#,
     );
@@ -34,11 +34,11 @@ print("done")
 
     let forward = begins(&recording, &Phase::Forward);
     let eval = begins(&recording, &Phase::Eval);
-    assert_eq!(forward.len(), 15);
-    assert_eq!(eval.len(), 15);
-    assert_eq!(recording.phases.len(), 60);
+    assert_eq!(forward.len(), 12);
+    assert_eq!(eval.len(), 12);
+    assert_eq!(recording.phases.len(), 48);
     let steps: Vec<u64> = eval.iter().map(|e| e.step.unwrap()).collect();
-    assert_eq!(steps, (0..15).collect::<Vec<_>>());
+    assert_eq!(steps, (0..12).collect::<Vec<_>>());
     assert!(recording.phases.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
 
     let host = recording
@@ -72,7 +72,7 @@ print("done")
             _ => forward_growth += delta,
         }
     }
-    assert!(eval_growth >= 40 * MIB as i64, "eval grew {eval_growth}");
+    assert!(eval_growth >= 36 * MIB as i64, "eval grew {eval_growth}");
     assert!(
         forward_growth.abs() < 16 * MIB as i64,
         "forward grew {forward_growth}"
@@ -205,19 +205,25 @@ if __name__ == "__main__":
     assert_eq!(recording.dropped_total(), 0);
 }
 
-/// Garbage on the socket and a flood that overflows every buffer: counted, the job unharmed.
+/// Garbage on the socket, and a flood while the collector is stopped (SIGSTOP) so that every
+/// buffer overflows: counted, and the job unharmed.
 #[test]
 fn malformed_messages_and_floods_are_counted_and_the_job_is_unharmed() {
     let job = Job::new(
         r#"
-import os, socket, time, tidemark
+import os, signal, socket, time, tidemark
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 for i in range(50):
     s.sendto(b"not a tidemark message %d" % i, os.environ["TIDEMARK_SOCKET"])
+time.sleep(0.2)
+collector = os.getppid()
+os.kill(collector, signal.SIGSTOP)
 start = time.monotonic()
 for i in range(100000):
     tidemark.begin("flood")
-print("flood took %.3f s" % (time.monotonic() - start))
+took = time.monotonic() - start
+os.kill(collector, signal.SIGCONT)
+print("flood took %.3f s" % took)
 "#,
     );
     let output = job.run(&[]);
@@ -232,17 +238,35 @@ print("flood took %.3f s" % (time.monotonic() - start))
     let delivered = recording.phases.len() as u64;
     assert!(
         dropped > 0,
-        "100000 messages cannot all fit: {delivered} delivered"
+        "a stopped collector cannot take 100000 edges: {delivered} delivered"
     );
+    assert!(delivered > 0);
     assert_eq!(
         delivered + dropped,
         100_000,
-        "every message delivered or counted"
+        "every edge delivered or counted"
     );
     assert!(
         stderr(&output).contains("probe messages lost"),
         "{}",
         stderr(&output)
+    );
+}
+
+/// A flood the collector keeps up with: batched, nothing lost.
+#[test]
+fn a_flood_of_edges_is_batched_and_nothing_is_lost() {
+    let job = Job::new("import tidemark\nfor i in range(100000):\n    tidemark.begin('flood')\n");
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    assert_eq!(
+        recording.phases.len() as u64 + recording.dropped_total(),
+        100_000
+    );
+    assert!(
+        recording.phases.windows(2).all(|w| w[0].t_ns <= w[1].t_ns),
+        "in order"
     );
 }
 
