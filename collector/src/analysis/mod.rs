@@ -254,7 +254,12 @@ pub(crate) fn value_at(series: &Series, t_ns: u64) -> Option<u64> {
 pub fn analyze(recording: &Recording) -> Analysis {
     let occurrences = phases::occurrences(recording);
     let allocator = phases::AllocatorIndex::new(recording);
-    let fallback = fallback_series(recording);
+    let step_starts = phases::step_starts(&occurrences);
+    let fallback = if !step_starts.is_empty() && allocator.covers(&step_starts) {
+        None
+    } else {
+        fallback_series(recording)
+    };
     let mut lacks = Vec::new();
     if recording.allocator.is_empty() {
         lacks.push(if recording.phases.is_empty() {
@@ -277,7 +282,6 @@ pub fn analyze(recording: &Recording) -> Analysis {
     }
 
     // The series at the same point of every step.
-    let step_starts = phases::step_starts(&occurrences);
     let (basis, by_step, step_series) = if !step_starts.is_empty() && allocator.covers(&step_starts)
     {
         (Basis::Allocated, true, allocator.at_steps(&step_starts))
@@ -302,11 +306,12 @@ pub fn analyze(recording: &Recording) -> Analysis {
         lacks.push("no steps: the trend is taken over time windows (the lowest value of each), which is coarser than per step".to_owned());
     }
 
-    let phase_stats = phases::stats(
-        &occurrences,
-        &allocator,
-        fallback.as_ref().map(|(_, s)| s.as_ref()),
-    );
+    // With allocator numbers at the edges, the attribution needs no other series.
+    let attribution_series = match basis {
+        Basis::Allocated => None,
+        _ => fallback.as_ref().map(|(_, s)| s.as_ref()),
+    };
+    let phase_stats = phases::stats(&occurrences, &step_starts, &allocator, attribution_series);
     let mut analysis = Analysis {
         basis,
         by_step,
@@ -717,10 +722,15 @@ fn projection(
     })
 }
 
+/// The median, estimated from at most 100,000 evenly spaced values.
 fn median_u64(values: &[u64]) -> Option<u64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    sorted.get(sorted.len() / 2).copied()
+    let stride = values.len().div_ceil(100_000).max(1);
+    let mut picked: Vec<u64> = values.iter().step_by(stride).copied().collect();
+    if picked.is_empty() {
+        return None;
+    }
+    let mid = picked.len() / 2;
+    Some(*picked.select_nth_unstable(mid).1)
 }
 
 fn capacity_and_devices(

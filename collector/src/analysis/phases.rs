@@ -1,7 +1,5 @@
 //! Phase occurrences, step starts, and per-phase attribution.
 
-use std::collections::{BTreeMap, HashMap};
-
 use serde::Serialize;
 
 use super::trend::{Trend, trend};
@@ -23,18 +21,35 @@ pub struct Occurrence {
     pub end_ns: u64,
 }
 
+/// The most frequent key (the smallest among equals). Jobs have a handful of processes, so a
+/// short list beats a hash map here.
+fn busiest<K: Copy + Ord>(keys: impl Iterator<Item = K>) -> Option<K> {
+    let mut counts: Vec<(K, usize)> = Vec::new();
+    let mut last: Option<usize> = None;
+    for key in keys {
+        let i = match last.filter(|&i| counts[i].0 == key) {
+            Some(i) => i,
+            None => match counts.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    counts.push((key, 0));
+                    counts.len() - 1
+                }
+            },
+        };
+        counts[i].1 += 1;
+        last = Some(i);
+    }
+    counts
+        .into_iter()
+        .max_by_key(|&(key, count)| (count, std::cmp::Reverse(key)))
+        .map(|(key, _)| key)
+}
+
 /// The occurrences of the process that sent the most phase edges (the training process; with
 /// several ranks, the busiest one), sorted by begin time. Unmatched edges are ignored.
 pub fn occurrences(recording: &Recording) -> Vec<Occurrence> {
-    let mut per_pid: HashMap<u32, usize> = HashMap::new();
-    for edge in &recording.phases {
-        *per_pid.entry(edge.origin.pid).or_default() += 1;
-    }
-    let Some(pid) = per_pid
-        .into_iter()
-        .max_by_key(|&(pid, count)| (count, std::cmp::Reverse(pid)))
-        .map(|(pid, _)| pid)
-    else {
+    let Some(pid) = busiest(recording.phases.iter().map(|e| e.origin.pid)) else {
         return Vec::new();
     };
     let mut edges: Vec<_> = recording
@@ -42,7 +57,9 @@ pub fn occurrences(recording: &Recording) -> Vec<Occurrence> {
         .iter()
         .filter(|e| e.origin.pid == pid)
         .collect();
-    edges.sort_by_key(|e| e.t_ns);
+    if !edges.windows(2).all(|w| w[0].t_ns <= w[1].t_ns) {
+        edges.sort_by_key(|e| e.t_ns);
+    }
     let mut open: Vec<(&Phase, Option<u64>, u64)> = Vec::new();
     let mut out = Vec::new();
     for edge in edges {
@@ -62,7 +79,9 @@ pub fn occurrences(recording: &Recording) -> Vec<Occurrence> {
             }
         }
     }
-    out.sort_by_key(|o| o.begin_ns);
+    if !out.windows(2).all(|w| w[0].begin_ns <= w[1].begin_ns) {
+        out.sort_by_key(|o| o.begin_ns);
+    }
     out
 }
 
@@ -79,58 +98,69 @@ pub struct StepStart {
 /// starts a step.
 pub fn step_starts(occurrences: &[Occurrence]) -> Vec<StepStart> {
     let numbered = occurrences.iter().any(|o| o.step.is_some());
-    let mut starts: BTreeMap<u64, u64> = BTreeMap::new();
-    if numbered {
-        for o in occurrences {
-            if let Some(step) = o.step {
-                let t = starts.entry(step).or_insert(o.begin_ns);
-                *t = (*t).min(o.begin_ns);
-            }
-        }
-    } else if let Some(first) = occurrences.first() {
-        for (i, o) in occurrences
+    let mut starts: Vec<StepStart> = if numbered {
+        occurrences
+            .iter()
+            .filter_map(|o| {
+                o.step.map(|step| StepStart {
+                    step,
+                    t_ns: o.begin_ns,
+                })
+            })
+            .collect()
+    } else {
+        let Some(first) = occurrences.first() else {
+            return Vec::new();
+        };
+        occurrences
             .iter()
             .filter(|o| o.phase == first.phase)
             .enumerate()
-        {
-            starts.insert(i as u64, o.begin_ns);
-        }
+            .map(|(i, o)| StepStart {
+                step: i as u64,
+                t_ns: o.begin_ns,
+            })
+            .collect()
+    };
+    // Occurrences are sorted by time, so a step's first entry is its earliest unless the steps
+    // go backwards; sort by (step, time) only then.
+    if !starts
+        .windows(2)
+        .all(|w| (w[0].step, w[0].t_ns) <= (w[1].step, w[1].t_ns))
+    {
+        starts.sort_unstable_by_key(|s| (s.step, s.t_ns));
     }
+    starts.dedup_by_key(|s| s.step);
     starts
-        .into_iter()
-        .map(|(step, t_ns)| StepStart { step, t_ns })
-        .collect()
 }
 
 /// The allocator samples of the training process, looked up by the phase edge they came with.
 pub struct AllocatorIndex<'a> {
-    by_time: BTreeMap<u64, &'a AllocatorSample>,
+    /// Sorted by time.
+    by_time: Vec<(u64, &'a AllocatorSample)>,
     device: Option<u32>,
 }
 
 impl<'a> AllocatorIndex<'a> {
     /// Indexes the samples of the busiest (pid, device).
     pub fn new(recording: &'a Recording) -> Self {
-        let mut counts: HashMap<(u32, u32), usize> = HashMap::new();
-        for s in &recording.allocator {
-            *counts.entry((s.origin.pid, s.device)).or_default() += 1;
-        }
-        let Some((pid, device)) = counts
-            .into_iter()
-            .max_by_key(|&(key, count)| (count, std::cmp::Reverse(key)))
-            .map(|(key, _)| key)
+        let Some((pid, device)) =
+            busiest(recording.allocator.iter().map(|s| (s.origin.pid, s.device)))
         else {
             return Self {
-                by_time: BTreeMap::new(),
+                by_time: Vec::new(),
                 device: None,
             };
         };
-        let by_time = recording
+        let mut by_time: Vec<(u64, &AllocatorSample)> = recording
             .allocator
             .iter()
             .filter(|s| s.origin.pid == pid && s.device == device)
             .map(|s| (s.t_ns, s))
             .collect();
+        if !by_time.windows(2).all(|w| w[0].0 <= w[1].0) {
+            by_time.sort_by_key(|&(t, _)| t);
+        }
         Self {
             by_time,
             device: Some(device),
@@ -142,22 +172,41 @@ impl<'a> AllocatorIndex<'a> {
         self.device
     }
 
-    /// The sample sent with the edge at `t_ns`.
-    pub fn at(&self, t_ns: u64) -> Option<&'a AllocatorSample> {
-        self.by_time.get(&t_ns).copied()
+    /// The sample sent with the edge at `t_ns`. Lookups mostly move forward in time: this starts
+    /// at `cursor`, walks a few entries, and falls back to a binary search.
+    pub fn at_from(&self, t_ns: u64, cursor: &mut usize) -> Option<&'a AllocatorSample> {
+        let start = (*cursor).min(self.by_time.len());
+        let ahead = self.by_time[start..]
+            .iter()
+            .take(8)
+            .position(|&(t, _)| t >= t_ns);
+        let i = match ahead {
+            Some(k) if start == 0 || self.by_time[start - 1].0 < t_ns => start + k,
+            _ => self.by_time.partition_point(|&(t, _)| t < t_ns),
+        };
+        *cursor = i;
+        self.by_time
+            .get(i)
+            .filter(|&&(t, _)| t == t_ns)
+            .map(|&(_, s)| s)
     }
 
     /// Whether most step starts have allocator numbers.
     pub fn covers(&self, starts: &[StepStart]) -> bool {
-        let found = starts.iter().filter(|s| self.at(s.t_ns).is_some()).count();
+        let mut cursor = 0;
+        let found = starts
+            .iter()
+            .filter(|s| self.at_from(s.t_ns, &mut cursor).is_some())
+            .count();
         found > 0 && found * 10 >= starts.len() * 9
     }
 
     /// Allocated bytes at each step start that has a sample.
     pub fn at_steps(&self, starts: &[StepStart]) -> StepSeries {
         let mut out = StepSeries::default();
+        let mut cursor = 0;
         for start in starts {
-            if let Some(sample) = self.at(start.t_ns) {
+            if let Some(sample) = self.at_from(start.t_ns, &mut cursor) {
                 out.steps.push(start.step);
                 out.times_ns.push(start.t_ns);
                 out.values.push(sample.allocated);
@@ -168,7 +217,12 @@ impl<'a> AllocatorIndex<'a> {
 
     /// The samples behind a step series made by [`AllocatorIndex::at_steps`].
     pub fn at_step_samples(&self, series: &StepSeries) -> Option<Vec<&'a AllocatorSample>> {
-        series.times_ns.iter().map(|&t| self.at(t)).collect()
+        let mut cursor = 0;
+        series
+            .times_ns
+            .iter()
+            .map(|&t| self.at_from(t, &mut cursor))
+            .collect()
     }
 
     /// Median reserved bytes on `device`.
@@ -176,9 +230,18 @@ impl<'a> AllocatorIndex<'a> {
         if self.device != Some(device) {
             return None;
         }
-        let mut reserved: Vec<u64> = self.by_time.values().map(|s| s.reserved).collect();
-        reserved.sort_unstable();
-        reserved.get(reserved.len() / 2).copied()
+        let stride = self.by_time.len().div_ceil(100_000).max(1);
+        let mut reserved: Vec<u64> = self
+            .by_time
+            .iter()
+            .step_by(stride)
+            .map(|(_, s)| s.reserved)
+            .collect();
+        if reserved.is_empty() {
+            return None;
+        }
+        let mid = reserved.len() / 2;
+        Some(*reserved.select_nth_unstable(mid).1)
     }
 }
 
@@ -232,9 +295,12 @@ struct Levels {
 fn levels(
     o: &Occurrence,
     allocator: &AllocatorIndex<'_>,
+    cursors: &mut (usize, usize),
     fallback: Option<&Series>,
 ) -> Option<Levels> {
-    if let (Some(begin), Some(end)) = (allocator.at(o.begin_ns), allocator.at(o.end_ns)) {
+    let begin = allocator.at_from(o.begin_ns, &mut cursors.0);
+    let end = allocator.at_from(o.end_ns, &mut cursors.1);
+    if let (Some(begin), Some(end)) = (begin, end) {
         return Some(Levels {
             begin: begin.allocated as f64,
             end: end.allocated as f64,
@@ -257,9 +323,12 @@ fn levels(
 /// What each occurrence retains of its step's growth. Within a step, with `floor(x)` the lowest
 /// level from point x to the start of the next step, an occurrence retains
 /// `floor(end) − floor(begin)`: the rise that nothing later in the step gives back.
-fn retained(occurrences: &[Occurrence], levels: &[Option<Levels>]) -> Vec<Option<f64>> {
+fn retained(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    levels: &[Option<Levels>],
+) -> Vec<Option<f64>> {
     let mut out = vec![None; occurrences.len()];
-    let starts = step_starts(occurrences);
     let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
     let mut i = 0;
     while i < occurrences.len() {
@@ -289,24 +358,37 @@ fn retained(occurrences: &[Occurrence], levels: &[Option<Levels>]) -> Vec<Option
 /// `fallback` (a sorted series: host or device memory sampled at the edges).
 pub fn stats(
     occurrences: &[Occurrence],
+    starts: &[StepStart],
     allocator: &AllocatorIndex<'_>,
     fallback: Option<&Series>,
 ) -> Vec<PhaseStats> {
+    let mut cursors = (0, 0);
     let levels: Vec<Option<Levels>> = occurrences
         .iter()
-        .map(|o| levels(o, allocator, fallback))
+        .map(|o| levels(o, allocator, &mut cursors, fallback))
         .collect();
-    let retained = retained(occurrences, &levels);
+    let retained = retained(occurrences, starts, &levels);
     #[derive(Default)]
     struct Acc {
         net: Vec<f64>,
         watermark: Vec<f64>,
         retained: Vec<f64>,
     }
-    let mut per_phase: BTreeMap<&Phase, Acc> = BTreeMap::new();
+    // A handful of phases: a short list, with the last one used checked first.
+    let mut per_phase: Vec<(&Phase, Acc)> = Vec::new();
+    let mut last = 0;
     for ((o, l), r) in occurrences.iter().zip(&levels).zip(&retained) {
         if let Some(l) = l {
-            let acc = per_phase.entry(&o.phase).or_default();
+            if per_phase.get(last).is_none_or(|(p, _)| *p != &o.phase) {
+                last = match per_phase.iter().position(|(p, _)| *p == &o.phase) {
+                    Some(i) => i,
+                    None => {
+                        per_phase.push((&o.phase, Acc::default()));
+                        per_phase.len() - 1
+                    }
+                };
+            }
+            let acc = &mut per_phase[last].1;
             acc.net.push(l.end - l.begin);
             acc.watermark.push(l.peak - l.begin);
             if let Some(r) = r {
@@ -315,7 +397,8 @@ pub fn stats(
         }
     }
     let estimate = |acc: &Acc| acc.retained.iter().sum::<f64>().max(0.0);
-    let total: f64 = per_phase.values().map(estimate).sum();
+    per_phase.sort_by(|a, b| a.0.cmp(b.0));
+    let total: f64 = per_phase.iter().map(|(_, acc)| estimate(acc)).sum();
     per_phase
         .into_iter()
         .map(|(phase, acc)| {
