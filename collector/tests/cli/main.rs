@@ -5,6 +5,7 @@
 mod jobs;
 mod lifecycle;
 mod probe;
+mod report;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
