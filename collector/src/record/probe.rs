@@ -23,9 +23,6 @@ use nix::sys::socket::{
 use super::clock::Clock;
 use super::recorder::Msg;
 
-/// How often the listener looks for datagrams when there were none.
-const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(2);
-
 /// The probe's Python files, embedded so that the collector is one self-contained binary.
 const PROBE_FILES: &[(&str, &str)] = &[
     (
@@ -102,6 +99,13 @@ impl Channel {
             .map_err(|err| format!("cannot ask for senders' credentials: {err}"))?;
         // A bigger buffer absorbs bursts; the kernel may cap it, which is fine.
         let _ = setsockopt(&socket, sockopt::RcvBuf, &(4 << 20));
+        // Wake up regularly to notice the end of the recording.
+        setsockopt(
+            &socket,
+            sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(0, 100_000),
+        )
+        .map_err(|err| format!("cannot set the socket's timeout: {err}"))?;
         let addr = UnixAddr::new(&path)
             .map_err(|err| format!("bad socket path ({err}): {}", path.display()))?;
         bind(socket.as_raw_fd(), &addr)
@@ -127,12 +131,14 @@ impl Channel {
         loop {
             let mut iov = [IoSliceMut::new(&mut buf)];
             let mut space = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
-            let received = recvmsg::<()>(
-                self.socket.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                MsgFlags::MSG_DONTWAIT,
-            );
+            // Blocks for at most the socket's receive timeout, then looks at `stop`.
+            let flags = if stop.load(Ordering::Relaxed) {
+                MsgFlags::MSG_DONTWAIT
+            } else {
+                MsgFlags::empty()
+            };
+            let received =
+                recvmsg::<()>(self.socket.as_raw_fd(), &mut iov, Some(&mut space), flags);
             let (bytes, sender_uid) = match received {
                 Ok(msg) => {
                     let uid = msg.cmsgs().ok().and_then(|mut cmsgs| {
@@ -148,9 +154,6 @@ impl Channel {
                         break;
                     }
                     counts.flush(tx);
-                    // Poll rather than block: a sender that must wake a blocked reader pays for
-                    // the wake-up (tens of µs in a VM) inside its send; queued, it does not.
-                    std::thread::sleep(POLL_INTERVAL);
                     continue;
                 }
                 Err(_) => break,
