@@ -20,13 +20,14 @@ predictions = []
 for step in range(40):
     tidemark.step(step)
     with tidemark.phase("forward"):
+        time.sleep(0.005)  # the forward pass computes, then holds its activations
         activations = tensor(24)
         time.sleep(0.005)
     with tidemark.phase("backward"):
         time.sleep(0.005)
         activations.close()  # freed after backward: the sawtooth
     with tidemark.phase("optimizer"):
-        time.sleep(0.002)
+        time.sleep(0.005)
     if step % 2 == 1:
         with tidemark.phase("eval"):
             time.sleep(0.005)
