@@ -1,7 +1,11 @@
 //! Device memory from NVML (loaded at run time; nothing here needs a GPU to build or start).
 //!
-//! The devices are those the job can see: `CUDA_VISIBLE_DEVICES` (indices or UUIDs) is applied
-//! to NVML's list, and each device is recorded under the index the job uses (`cuda:N`).
+//! The devices are those the job can see, under the index the job uses (`cuda:N`): the CUDA
+//! driver (through `cudarc`, loaded at run time) lists them as the job will, with
+//! `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` applied, and each is matched to its NVML handle
+//! by UUID. Only `cuInit` and device queries are called: no context, so no device memory is
+//! taken (never `cuMemGetInfo`). Without libcuda, `CUDA_VISIBLE_DEVICES` is applied to NVML's
+//! list by hand.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,15 +45,34 @@ pub fn open(selection: Option<&[u32]>) -> Result<(Gpus, Vec<Device>, Vec<String>
         all.push((index, uuid, name, total_bytes));
     }
     let mut notes = Vec::new();
-    let visible: Vec<usize> = match std::env::var("CUDA_VISIBLE_DEVICES") {
-        Ok(list) => visible_devices(&list, &all.iter().map(|d| d.1.as_str()).collect::<Vec<_>>()),
-        Err(_) => (0..all.len()).collect(),
+    let nvml_uuids: Vec<&str> = all.iter().map(|d| d.1.as_str()).collect();
+    let cuda = cuda_uuids();
+    let visible: Vec<usize> = match &cuda {
+        Ok(cuda) => cuda
+            .iter()
+            .filter_map(|uuid| nvml_uuids.iter().position(|u| u == uuid))
+            .collect(),
+        Err(_) => match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Ok(list) => visible_devices(&list, &nvml_uuids),
+            Err(_) => (0..all.len()).collect(),
+        },
     };
-    if std::env::var("CUDA_DEVICE_ORDER").as_deref() != Ok("PCI_BUS_ID") {
+    if let Ok(cuda) = &cuda
+        && visible.len() < cuda.len()
+    {
+        notes.push(format!(
+            "{} of the {} CUDA devices have no NVML counterpart (MIG instances?): their memory is not recorded",
+            cuda.len() - visible.len(),
+            cuda.len()
+        ));
+    }
+    if let Err(why) = &cuda
+        && std::env::var("CUDA_DEVICE_ORDER").as_deref() != Ok("PCI_BUS_ID")
+    {
         let mut names: Vec<&str> = visible.iter().map(|&i| all[i].2.as_str()).collect();
         names.dedup();
         if names.len() > 1 {
-            notes.push("the GPUs differ and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number them differently from NVML, so cuda:N may not be the device recorded as N".to_owned());
+            notes.push(format!("the CUDA driver cannot list the devices ({why}), the GPUs differ and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number them differently from NVML, so cuda:N may not be the device recorded as N"));
         }
     }
     let mut devices = Vec::new();
@@ -79,6 +102,39 @@ pub fn open(selection: Option<&[u32]>) -> Result<(Gpus, Vec<Device>, Vec<String>
         devices,
         notes,
     ))
+}
+
+/// The UUIDs of the devices the CUDA driver shows this process (and so the job, which inherits
+/// its environment), in CUDA's order: `cuda:0` first.
+fn cuda_uuids() -> Result<Vec<String>, String> {
+    use cudarc::driver::result;
+    // SAFETY: only tries to load libcuda, to find out whether it is there; cudarc panics on its
+    // first call when the library is missing, so this must come first.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("libcuda not found".to_owned());
+    }
+    result::init().map_err(|err| format!("cuInit failed: {err:?}"))?;
+    let count = result::device::get_count().map_err(|err| format!("{err:?}"))?;
+    (0..count)
+        .map(|ordinal| {
+            let device = result::device::get(ordinal).map_err(|err| format!("{err:?}"))?;
+            let uuid = result::device::get_uuid(device).map_err(|err| format!("{err:?}"))?;
+            Ok(format_uuid(&uuid.bytes.map(|b| b as u8)))
+        })
+        .collect()
+}
+
+/// The driver's 16 UUID bytes as NVML writes them: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+fn format_uuid(bytes: &[u8; 16]) -> String {
+    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex[0..4].concat(),
+        hex[4..6].concat(),
+        hex[6..8].concat(),
+        hex[8..10].concat(),
+        hex[10..16].concat()
+    )
 }
 
 /// Applies `CUDA_VISIBLE_DEVICES` (indices, or UUIDs and their unique prefixes) to the devices'
@@ -210,6 +266,26 @@ pub fn sample(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uuids_are_written_as_nvml_writes_them() {
+        let bytes = [
+            0x5f, 0x3c, 0x2a, 0x9e, 0x0b, 0x1d, 0x4c, 0x7e, 0x9a, 0x8f, 0x1e, 0x2d, 0x3c, 0x4b,
+            0x5a, 0x69,
+        ];
+        assert_eq!(
+            format_uuid(&bytes),
+            "GPU-5f3c2a9e-0b1d-4c7e-9a8f-1e2d3c4b5a69"
+        );
+    }
+
+    #[test]
+    fn without_libcuda_the_driver_is_not_touched() {
+        // No GPU driver on the machines that build this: the check must fail cleanly, no panic.
+        if !std::path::Path::new("/dev/nvidiactl").exists() {
+            assert!(cuda_uuids().is_err());
+        }
+    }
 
     #[test]
     fn visible_devices_by_index_and_uuid() {

@@ -56,11 +56,12 @@ impl ProcessTree {
     }
 
     /// Resident bytes of the whole tree; `None` when no process of it could be read (it ended).
+    /// A process with no resident pages has exited (a zombie) and does not count.
     pub fn rss_bytes(&mut self) -> Option<u64> {
         let page_bytes = self.page_bytes;
         let mut total = None;
         for &pid in self.pids() {
-            if let Some(pages) = resident_pages(pid) {
+            if let Some(pages) = resident_pages(pid).filter(|&pages| pages > 0) {
                 *total.get_or_insert(0) += pages * page_bytes;
             }
         }
