@@ -64,3 +64,41 @@ fn stdin_and_stdout_pass_through_untouched() {
     expected.reverse();
     assert_eq!(output.stdout, expected);
 }
+
+/// On a terminal: one live status line, redrawn in place. In a batch job: a start line and the
+/// end summary, no control characters.
+#[test]
+fn the_terminal_gets_a_status_line_and_batch_jobs_a_start_line_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.msgpack");
+    let command = format!(
+        "{} --out {} -- sleep 2.5",
+        env!("CARGO_BIN_EXE_collector"),
+        out.display()
+    );
+    // `script` runs the collector on a pseudo-terminal.
+    let output = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let tty = String::from_utf8_lossy(&output.stdout);
+    assert!(tty.contains("\r\x1b[Ktidemark 00:00:0"), "{tty:?}");
+    assert!(tty.contains("samples"), "{tty:?}");
+    assert!(!tty.contains("recording pid"), "{tty:?}");
+    assert!(tty.contains("job exit status 0"), "{tty:?}");
+
+    let batch = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--", "sleep", "1.5"])
+        .output()
+        .unwrap();
+    let err = stderr(&batch);
+    assert!(err.starts_with("collector: recording pid"), "{err}");
+    assert!(
+        err.contains("samples") && err.contains("job exit status 0"),
+        "{err}"
+    );
+    assert!(!err.contains('\x1b'), "{err:?}");
+}

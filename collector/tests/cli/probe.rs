@@ -282,3 +282,38 @@ fn no_probe_records_host_memory_only() {
     assert!(recording.phases.is_empty());
     assert_eq!(recording.exits[0].code, Some(1));
 }
+
+/// Only the job's own user may send: a process of the job that switched to another user is
+/// refused and counted (the kernel attaches the sender's credentials to every datagram).
+#[test]
+fn messages_from_another_user_are_refused_and_counted() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: switching users needs root (CI runs as root)");
+        return;
+    }
+    let job = Job::new(
+        r#"
+import os, socket, time, tidemark
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.connect(os.environ["TIDEMARK_SOCKET"])
+pid = os.fork()
+if pid == 0:
+    os.setgid(65534)
+    os.setuid(65534)
+    for i in range(5):
+        s.send(b"tm1 P %d %d - - b - - - - - - - - intruder" % (time.monotonic_ns(), os.getpid()))
+    os._exit(0)
+os.waitpid(pid, 0)
+with tidemark.phase("own"):
+    pass
+time.sleep(0.3)
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let refused: u64 = recording.drops.iter().map(|d| d.refused).sum();
+    assert_eq!(refused, 5);
+    let names: Vec<&str> = recording.phases.iter().map(|e| e.phase.as_str()).collect();
+    assert_eq!(names, ["own", "own"]);
+}
