@@ -466,3 +466,52 @@ fn the_corpus_of_real_recordings_gets_the_right_verdicts() {
         healthy.findings
     );
 }
+
+/// Device numbers beside the allocator's: memory PyTorch does not account for, other processes
+/// on a shared GPU, and a device run close to full.
+#[test]
+fn non_pytorch_memory_other_processes_and_a_nearly_full_device_are_reported_with_numbers() {
+    let mut recording = synthesize(&Run {
+        noise: 0,
+        ..Run::default()
+    });
+    let n = 200u64;
+    let times: Vec<u64> = (0..n).map(|i| i * 20_000_000).collect();
+    // The device: 78 GiB used in all; the job's own process: 12 GiB; PyTorch reserved ~7.3 GiB.
+    recording.push(Record::Chunk(Chunk {
+        times_ns: times.clone(),
+        columns: vec![
+            Column {
+                series: SeriesKey::device(SeriesKind::DeviceUsed, 0),
+                values: vec![78 * GIB; n as usize],
+                valid: None,
+            },
+            Column {
+                series: SeriesKey {
+                    kind: SeriesKind::ProcessDevice,
+                    device: Some(0),
+                    pid: Some(100),
+                },
+                values: vec![12 * GIB; n as usize],
+                valid: None,
+            },
+        ],
+    }));
+    let analysis = analyze(&recording);
+    let other = analysis.finding(FindingKind::OtherProcesses).unwrap();
+    assert_eq!(other.title, "Other processes use 66.0 GiB on GPU 0");
+    let non_pytorch = analysis.finding(FindingKind::NonPytorchMemory).unwrap();
+    assert!(
+        non_pytorch.title.ends_with("on GPU 0 is not PyTorch's"),
+        "{}",
+        non_pytorch.title
+    );
+    assert!(
+        non_pytorch.evidence[0].contains("the job's own device memory: 12.0 GiB"),
+        "{:?}",
+        non_pytorch.evidence
+    );
+    let full = analysis.finding(FindingKind::CapacityPressure).unwrap();
+    assert_eq!(full.title, "GPU 0 ran at 98% of its memory");
+    assert!(analysis.finding(FindingKind::Leak).is_none());
+}
