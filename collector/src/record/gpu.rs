@@ -160,6 +160,37 @@ pub fn visible_devices(list: &str, uuids: &[&str]) -> Vec<usize> {
     out
 }
 
+/// NVML's first memory query (`nvmlDeviceGetMemoryInfo`), for drivers that lack the `_v2` one
+/// nvml-wrapper calls: it has `used` but no `reserved`.
+struct MemoryV1 {
+    lib: nvml_wrapper_sys::bindings::NvmlLib,
+}
+
+impl MemoryV1 {
+    fn load() -> Option<Self> {
+        // SAFETY: loads the NVML library that nvml-wrapper already loaded; only the one function
+        // below is called, with its documented signature.
+        unsafe { nvml_wrapper_sys::bindings::NvmlLib::new("libnvidia-ml.so.1") }
+            .ok()
+            .map(|lib| Self { lib })
+    }
+
+    fn used(&self, device: &nvml_wrapper::Device<'_>) -> Option<u64> {
+        let mut memory = nvml_wrapper_sys::bindings::nvmlMemory_t {
+            total: 0,
+            free: 0,
+            used: 0,
+        };
+        // SAFETY: the handle comes from a live `Device` of the same library, and `memory` is a
+        // valid place for the result.
+        let status = unsafe {
+            self.lib
+                .nvmlDeviceGetMemoryInfo(device.handle(), &mut memory)
+        };
+        (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(memory.used)
+    }
+}
+
 /// Samples every device's used and reserved memory each `interval`, and the job's processes'
 /// device memory each `process_interval`, until `stop` is set.
 pub fn sample(
@@ -180,19 +211,32 @@ pub fn sample(
     let mut process_ticker = Ticker::new(clock, process_interval);
     let mut tree = ProcessTree::new(root_pid);
     let mut warned_unavailable = false;
+    let mut v1: Option<Option<MemoryV1>> = None;
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         let t_ns = clock.now_ns();
         let mut values = Vec::with_capacity(handles.len() * 2);
         for (job, device) in &handles {
-            let memory = device.memory_info().ok();
-            values.push((
-                SeriesKey::device(SeriesKind::DeviceUsed, *job),
-                memory.as_ref().map(|m| m.used),
-            ));
+            let (used, reserved) = match device.memory_info() {
+                Ok(memory) => (Some(memory.used), Some(memory.reserved)),
+                Err(
+                    nvml_wrapper::error::NvmlError::FunctionNotFound
+                    | nvml_wrapper::error::NvmlError::FailedToLoadSymbol(_),
+                ) => {
+                    let v1 = v1.get_or_insert_with(|| {
+                        let _ = tx.send(Msg::Note(
+                            "the driver's NVML has no v2 memory query: device reserved memory is not recorded".to_owned(),
+                        ));
+                        MemoryV1::load()
+                    });
+                    (v1.as_ref().and_then(|v1| v1.used(device)), None)
+                }
+                Err(_) => (None, None),
+            };
+            values.push((SeriesKey::device(SeriesKind::DeviceUsed, *job), used));
             values.push((
                 SeriesKey::device(SeriesKind::DeviceReserved, *job),
-                memory.as_ref().map(|m| m.reserved),
+                reserved,
             ));
         }
         if tx
