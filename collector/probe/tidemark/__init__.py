@@ -120,19 +120,24 @@ def _edge(edge, name):
     _send(line.encode())
 
 
+def _try_send(sock, data):
+    """One non-blocking send: True when sent or when the collector is gone (nothing to keep),
+    False when the socket would block."""
+    try:
+        sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        pass
+    return True
+
+
 def _send(data):
     sock = _sock
     if sock is None:
         return
-    if not _queue:
-        try:
-            sock.send(data)
-            return
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            return
-    _send_queued(data)
+    if _queue or not _try_send(sock, data):
+        _send_queued(data)
 
 
 def _flush_pending():
@@ -192,14 +197,8 @@ def _send_queued(data):
         if sock is None:
             return
         _drain(sock)
-        if not _queue:
-            try:
-                sock.send(data)
-                return
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                return
+        if not _queue and _try_send(sock, data):
+            return
         if _queued_bytes + len(data) <= _QUEUE_LIMIT_BYTES:
             _queue.append(data)
             _queued_bytes += len(data)

@@ -59,6 +59,13 @@ pub struct StepSeries {
     pub values: Vec<u64>,
 }
 
+impl StepSeries {
+    /// The step numbers as floating point, for the trend statistics.
+    pub fn steps_f64(&self) -> Vec<f64> {
+        self.steps.iter().map(|&s| s as f64).collect()
+    }
+}
+
 /// What kind of finding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -376,12 +383,7 @@ fn judge(
         capacity_and_devices(recording, allocator, analysis);
         return;
     }
-    let steps: Vec<f64> = analysis
-        .step_series
-        .steps
-        .iter()
-        .map(|&s| s as f64)
-        .collect();
+    let steps = analysis.step_series.steps_f64();
     let values: Vec<f64> = analysis
         .step_series
         .values
@@ -534,12 +536,7 @@ fn fragmentation_and_cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mu
     let Some(samples) = allocator.at_step_samples(&analysis.step_series) else {
         return;
     };
-    let steps: Vec<f64> = analysis
-        .step_series
-        .steps
-        .iter()
-        .map(|&s| s as f64)
-        .collect();
+    let steps = analysis.step_series.steps_f64();
     let gap: Vec<f64> = samples
         .iter()
         .map(|s| s.reserved as f64 - s.allocated as f64)
