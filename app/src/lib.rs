@@ -4,4 +4,4 @@
 
 mod app;
 
-pub use app::{EXAMPLE_RECORDING, TidemarkApp};
+pub use app::{EXAMPLE_RECORDING, Run, TidemarkApp};
