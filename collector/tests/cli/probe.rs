@@ -26,7 +26,7 @@ for i in range(12):
 print("done")
 "#,
     );
-    let output = job.run(&[]);
+    let output = job.command(&[]).env("RANK", "3").output().unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "done\n");
     let recording = job.recording();
@@ -40,6 +40,10 @@ print("done")
     let steps: Vec<u64> = eval.iter().map(|e| e.step.unwrap()).collect();
     assert_eq!(steps, (0..12).collect::<Vec<_>>());
     assert!(recording.phases.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+    assert!(
+        recording.phases.iter().all(|e| e.origin.rank == Some(3)),
+        "RANK is the rank"
+    );
 
     let host = recording
         .series(&SeriesKey::new(SeriesKind::HostRss))
