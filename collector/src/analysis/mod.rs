@@ -329,7 +329,12 @@ pub fn analyze(recording: &Recording) -> Analysis {
         projection: None,
         lacks,
     };
-    judge(recording, &allocator, &occurrences, &mut analysis);
+    judge(
+        recording,
+        &allocator,
+        fallback.as_ref().map(|(_, s)| s.as_ref()),
+        &mut analysis,
+    );
     analysis
         .findings
         .sort_by_key(|f| (!f.kind.is_problem(), f.kind));
@@ -358,10 +363,11 @@ fn windows(series: &Series) -> StepSeries {
     out
 }
 
+/// `fallback` is the sorted device or host series `analyze` found (none with allocator numbers).
 fn judge(
     recording: &Recording,
     allocator: &phases::AllocatorIndex<'_>,
-    occurrences: &[Occurrence],
+    fallback: Option<&Series>,
     analysis: &mut Analysis,
 ) {
     let basis = analysis.basis;
@@ -417,11 +423,11 @@ fn judge(
     if basis == Basis::Allocated {
         fragmentation_and_cache(allocator, analysis);
     } else if analysis.finding(FindingKind::Leak).is_none()
-        && let Some((_, series)) = fallback_series(recording)
+        && let Some(series) = fallback
     {
-        sawtooth(series.as_ref(), analysis);
+        sawtooth(series, analysis);
     }
-    peak_creep(occurrences, analysis);
+    peak_creep(analysis);
     capacity_and_devices(recording, allocator, analysis);
 }
 
@@ -636,8 +642,7 @@ fn sawtooth(series: &Series, analysis: &mut Analysis) {
     }
 }
 
-fn peak_creep(occurrences: &[Occurrence], analysis: &mut Analysis) {
-    let _ = occurrences;
+fn peak_creep(analysis: &mut Analysis) {
     let mut found = Vec::new();
     for stats in &analysis.phases {
         let Some(t) = &stats.watermark_trend else {

@@ -195,7 +195,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
         }));
     }
     let listener = channel.as_ref().and_then(|channel| {
-        probe::spawn_listener(channel.clone(), clock, stop.clone(), tx.clone()).ok()
+        probe::spawn_listener(channel.clone(), clock, stop.clone(), tx.clone(), host_tx).ok()
     });
     let tee = child
         .as_mut()
@@ -214,7 +214,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
             Duration::from_millis(args.flush_interval_ms),
             live_status,
         );
-        spawn_named("recorder", move || recorder.run(&rx, Some(host_tx)))
+        spawn_named("recorder", move || recorder.run(&rx))
     });
 
     // Signals: forwarded to the job, or (attached) they end the recording.

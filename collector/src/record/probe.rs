@@ -123,8 +123,15 @@ impl Channel {
         self.dir.join("sock")
     }
 
-    /// Receives until `stop` is set and nothing more is waiting; forwards records and counts.
-    pub fn listen(&self, clock: Clock, stop: &AtomicBool, tx: &Sender<Msg>) {
+    /// Receives until `stop` is set and nothing more is waiting; forwards records and counts to
+    /// the recorder, and asks the host sampler (`edge_seen`) for a sample at every phase edge.
+    pub fn listen(
+        &self,
+        clock: Clock,
+        stop: &AtomicBool,
+        tx: &Sender<Msg>,
+        edge_seen: &Sender<()>,
+    ) {
         let uid = nix::unistd::getuid().as_raw();
         let mut buf = vec![0u8; 64 * 1024];
         let mut counts = Counts::default();
@@ -179,7 +186,7 @@ impl Channel {
                 }
             }
             if edges > 0 {
-                let _ = tx.send(Msg::PhaseEdgeSeen);
+                let _ = edge_seen.send(());
             }
         }
         counts.flush(tx);
@@ -335,10 +342,11 @@ pub fn spawn_listener(
     clock: Clock,
     stop: Arc<AtomicBool>,
     tx: Sender<Msg>,
+    edge_seen: Sender<()>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("probe-listener".to_owned())
-        .spawn(move || channel.listen(clock, &stop, &tx))
+        .spawn(move || channel.listen(clock, &stop, &tx, &edge_seen))
 }
 
 #[cfg(test)]

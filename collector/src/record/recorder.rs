@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal as _, Write as _};
+use std::io::{BufWriter, Write as _};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -48,8 +48,6 @@ pub enum Msg {
         /// How late.
         late_ns: u64,
     },
-    /// A phase edge arrived: the host sampler takes a sample now (sent to it, not here).
-    PhaseEdgeSeen,
 }
 
 /// What the recording holds at the end, for the summary.
@@ -156,25 +154,16 @@ impl Recorder {
             builders: BTreeMap::new(),
             late: BTreeMap::new(),
             summary: Summary::default(),
-            status: (live_status && std::io::stderr().is_terminal()).then(Status::default),
+            status: live_status.then(Status::default),
         }
     }
 
     /// Runs until every sender is gone, then writes the end record.
-    pub fn run(
-        mut self,
-        rx: &Receiver<Msg>,
-        host_tx: Option<std::sync::mpsc::Sender<()>>,
-    ) -> Summary {
+    pub fn run(mut self, rx: &Receiver<Msg>) -> Summary {
         let mut next_flush = Instant::now() + self.flush_interval;
         loop {
             let timeout = next_flush.saturating_duration_since(Instant::now());
             match rx.recv_timeout(timeout) {
-                Ok(Msg::PhaseEdgeSeen) => {
-                    if let Some(host_tx) = &host_tx {
-                        let _ = host_tx.send(());
-                    }
-                }
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {
                     self.flush();
@@ -263,7 +252,6 @@ impl Recorder {
                 entry.0 += 1;
                 entry.1 = entry.1.max(late_ns);
             }
-            Msg::PhaseEdgeSeen => {}
         }
     }
 
