@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use collector::recording::{
     AllocatorSample, Chunk, Column, Device, Dropped, Edge, Exit, Header, Note, Oom, Origin, Phase,
-    PhaseEdge, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file, read_recording,
+    Follower, PhaseEdge, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file, read_recording,
 };
 use proptest::prelude::*;
 
@@ -203,6 +203,52 @@ fn golden_v1_reads_back_exactly() {
     assert_eq!(recording.ooms[0].tried_bytes, Some(2 << 30));
     assert_eq!(recording.exits[0].code, Some(1));
     assert_eq!(recording.dropped_total(), 3);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A file read as it is written, in pieces of any size, ends up as the whole file read at
+    /// once; before the end it is always a prefix of it.
+    #[test]
+    fn a_followed_file_reads_the_same_as_the_whole(cuts in proptest::collection::vec(0usize..2000, 0..12)) {
+        let bytes = std::fs::read(data_path(GOLDEN_V1)).unwrap();
+        let full = read_recording(&bytes).unwrap();
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % bytes.len()).collect();
+        cuts.push(bytes.len());
+        cuts.sort_unstable();
+        let mut follower = Follower::new();
+        let mut recording = None;
+        let mut fed = 0;
+        for cut in cuts {
+            follower.feed(&bytes[fed..cut], &mut recording).unwrap();
+            fed = cut;
+            if let Some(partial) = &recording {
+                prop_assert_eq!(&partial.header, &full.header);
+                prop_assert_eq!(&partial.phases[..], &full.phases[..partial.phases.len()]);
+                for series in &partial.series {
+                    let whole = full.series(&series.key).unwrap();
+                    prop_assert_eq!(&series.values[..], &whole.values[..series.values.len()]);
+                }
+            }
+        }
+        prop_assert!(follower.ended());
+        let mut recording = recording.unwrap();
+        recording.warnings = full.warnings.clone();
+        prop_assert_eq!(recording, full);
+    }
+}
+
+#[test]
+fn a_followed_file_that_is_not_a_recording_is_an_error() {
+    let mut follower = Follower::new();
+    let mut recording = None;
+    assert_eq!(follower.feed(b"TIDE", &mut recording).unwrap(), 0);
+    assert!(recording.is_none());
+    assert!(matches!(
+        follower.feed(b"XXXX\x89PNG", &mut recording),
+        Err(ReadError::NotARecording { .. })
+    ));
 }
 
 #[test]

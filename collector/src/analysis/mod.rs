@@ -11,7 +11,7 @@ mod trend;
 
 use serde::Serialize;
 
-pub use self::phases::{Occurrence, PhaseStats};
+pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::trend::{Trend, trend};
 use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
 
@@ -182,6 +182,16 @@ pub struct Analysis {
     pub projection: Option<Projection>,
     /// What the recording lacks, and what would add it.
     pub lacks: Vec<String>,
+    /// The phase occurrences of the training process, by begin time (for views; not reported).
+    #[serde(skip)]
+    pub occurrences: Vec<Occurrence>,
+    /// Where each step starts, by step (for views; not reported).
+    #[serde(skip)]
+    pub step_starts: Vec<StepStart>,
+    /// What each occurrence retained of its step's growth, bytes, in the order of `occurrences`
+    /// (`None` where unknown).
+    #[serde(skip)]
+    pub retained: Vec<Option<f64>>,
 }
 
 impl Analysis {
@@ -318,7 +328,8 @@ pub fn analyze(recording: &Recording) -> Analysis {
         Basis::Allocated => None,
         _ => fallback.as_ref().map(|(_, s)| s.as_ref()),
     };
-    let phase_stats = phases::stats(&occurrences, &step_starts, &allocator, attribution_series);
+    let (phase_stats, retained) =
+        phases::stats(&occurrences, &step_starts, &allocator, attribution_series);
     let mut analysis = Analysis {
         basis,
         by_step,
@@ -328,6 +339,9 @@ pub fn analyze(recording: &Recording) -> Analysis {
         phases: phase_stats,
         projection: None,
         lacks,
+        occurrences: Vec::new(),
+        step_starts: Vec::new(),
+        retained: Vec::new(),
     };
     judge(
         recording,
@@ -338,6 +352,9 @@ pub fn analyze(recording: &Recording) -> Analysis {
     analysis
         .findings
         .sort_by_key(|f| (!f.kind.is_problem(), f.kind));
+    analysis.occurrences = occurrences;
+    analysis.step_starts = step_starts;
+    analysis.retained = retained;
     analysis
 }
 

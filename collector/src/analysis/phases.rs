@@ -355,13 +355,14 @@ fn retained(
 }
 
 /// Attribution per phase, from the allocator numbers at the edges when there are any, else from
-/// `fallback` (a sorted series: host or device memory sampled at the edges).
+/// `fallback` (a sorted series: host or device memory sampled at the edges); and what each
+/// occurrence retained, in the order of `occurrences`.
 pub fn stats(
     occurrences: &[Occurrence],
     starts: &[StepStart],
     allocator: &AllocatorIndex<'_>,
     fallback: Option<&Series>,
-) -> Vec<PhaseStats> {
+) -> (Vec<PhaseStats>, Vec<Option<f64>>) {
     let mut cursors = (0, 0);
     let levels: Vec<Option<Levels>> = occurrences
         .iter()
@@ -399,7 +400,7 @@ pub fn stats(
     let estimate = |acc: &Acc| acc.retained.iter().sum::<f64>().max(0.0);
     per_phase.sort_by(|a, b| a.0.cmp(b.0));
     let total: f64 = per_phase.iter().map(|(_, acc)| estimate(acc)).sum();
-    per_phase
+    let stats = per_phase
         .into_iter()
         .map(|(phase, acc)| {
             let (net_mean, net_std) = mean_std(&acc.net);
@@ -419,5 +420,6 @@ pub fn stats(
                 watermark_trend: trend(&order, &acc.watermark),
             }
         })
-        .collect()
+        .collect();
+    (stats, retained)
 }

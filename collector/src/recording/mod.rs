@@ -205,6 +205,78 @@ pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
     Ok(recording)
 }
 
+/// Reads a recording that is still being written, as its bytes arrive: a live view of a running
+/// job. Only the bytes of a record not yet complete are kept between calls.
+#[derive(Debug, Default)]
+pub struct Follower {
+    /// Bytes received but not yet read: the start of a record still being written.
+    pending: Vec<u8>,
+    /// The series declared so far.
+    series: Vec<SeriesKey>,
+    ended: bool,
+}
+
+impl Follower {
+    /// A follower that has read nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the end record has been read: the file is complete.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Reads the complete records among `bytes` (the file's next bytes) into `recording`, which
+    /// is created once the header has arrived. Returns how many records were added. A record cut
+    /// off at the end waits for the next call; an error means the file is not a readable
+    /// recording, and nothing more will be read.
+    pub fn feed(
+        &mut self,
+        bytes: &[u8],
+        recording: &mut Option<Recording>,
+    ) -> Result<usize, ReadError> {
+        if self.ended {
+            return Ok(0);
+        }
+        self.pending.extend_from_slice(bytes);
+        let rec = match recording {
+            Some(rec) => rec,
+            None => match Reader::new(&self.pending) {
+                Ok(reader) => {
+                    let offset = reader.offset();
+                    let rec = recording.insert(Recording::new(reader.header().clone()));
+                    self.pending.drain(..offset);
+                    rec
+                }
+                Err(ReadError::Empty | ReadError::Truncated { .. }) => return Ok(0),
+                Err(err) => return Err(err),
+            },
+        };
+        let mut reader = Reader::resume(
+            &self.pending,
+            rec.header.clone(),
+            std::mem::take(&mut self.series),
+        );
+        let mut added = 0;
+        let result = loop {
+            match reader.read_next() {
+                Ok(Some(record)) => {
+                    rec.push(record);
+                    added += 1;
+                }
+                Ok(None) | Err(ReadError::Truncated { .. }) => break Ok(added),
+                Err(err) => break Err(err),
+            }
+        };
+        let offset = reader.offset();
+        self.ended = reader.ended();
+        self.series = reader.into_series();
+        self.pending.drain(..offset);
+        result
+    }
+}
+
 /// Reads a recording from a file; the error names the file.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_file(path: &std::path::Path) -> Result<Recording, FileError> {

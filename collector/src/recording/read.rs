@@ -116,6 +116,24 @@ impl<'a> Reader<'a> {
         Ok(reader)
     }
 
+    /// Continues reading where another reader stopped: `bytes` starts at that reader's
+    /// [`offset`](Self::offset), and `series` are the series it had seen declared.
+    pub(crate) fn resume(bytes: &'a [u8], header: Header, series: Vec<SeriesKey>) -> Self {
+        Self {
+            bytes,
+            offset: 0,
+            header,
+            ended: false,
+            unknown_kinds: Vec::new(),
+            series,
+        }
+    }
+
+    /// The series declared so far, for [`resume`](Self::resume).
+    pub(crate) fn into_series(self) -> Vec<SeriesKey> {
+        self.series
+    }
+
     /// The header.
     pub fn header(&self) -> &Header {
         &self.header
