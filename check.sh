@@ -38,7 +38,14 @@ cargo clippy -p tidemark-collector --lib --no-default-features --target wasm32-u
   --locked -- -D warnings || fail "clippy (wasm32, collector library)"
 
 step "cargo test"
-cargo test --workspace --locked || fail "tests"
+# The viewer's snapshots render with software Vulkan; it wants a private runtime folder.
+XDG_RUNTIME_DIR=$(mktemp -d)
+chmod 700 "$XDG_RUNTIME_DIR"
+export XDG_RUNTIME_DIR
+cargo test --workspace --locked || fail "tests (a failed viewer snapshot leaves app/tests/snapshots/*.diff.png)"
+
+step "the desktop app in a real window (Xvfb)"
+scripts/window-check.sh target/debug/tidemark || fail "window check (see test-output/)"
 
 if ! $quick; then
   step "release build of the app for wasm32"

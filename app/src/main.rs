@@ -3,24 +3,68 @@
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
 #[cfg(not(target_arch = "wasm32"))]
+const USAGE: &str = "\
+Usage: tidemark [--follow] [FILE]...
+
+Shows GPU memory recordings made by `collector` (run.msgpack): the curves over time with their
+phases, the attribution per phase, and an explained verdict. With no FILE, shows an example.
+
+Options:
+  --follow     keep reading the files as they are written (a live view of a running job)
+  -h, --help   show this help
+  -V, --version";
+
+#[cfg(not(target_arch = "wasm32"))]
 fn main() -> std::process::ExitCode {
-    let app = match std::env::args_os().nth(1) {
-        Some(path) => match std::fs::read(&path) {
-            Ok(bytes) => tidemark_app::TidemarkApp::from_bytes(&path.to_string_lossy(), &bytes),
-            Err(err) => {
-                eprintln!("tidemark: cannot read {}: {err}", path.to_string_lossy());
+    let mut follow = false;
+    let mut paths = Vec::new();
+    for arg in std::env::args_os().skip(1) {
+        match arg.to_str() {
+            Some("--follow") => follow = true,
+            Some("-h" | "--help") => {
+                println!("{USAGE}");
+                return std::process::ExitCode::SUCCESS;
+            }
+            Some("-V" | "--version") => {
+                println!("tidemark {}", env!("CARGO_PKG_VERSION"));
+                return std::process::ExitCode::SUCCESS;
+            }
+            Some(flag) if flag.starts_with('-') && flag.len() > 1 => {
+                eprintln!("tidemark: unknown option {flag}\n\n{USAGE}");
                 return std::process::ExitCode::from(2);
             }
-        },
-        None => tidemark_app::TidemarkApp::default(),
-    };
+            _ => paths.push(std::path::PathBuf::from(arg)),
+        }
+    }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("tidemark")
-            .with_inner_size([1200.0, 800.0]),
+            .with_inner_size([1280.0, 800.0])
+            .with_drag_and_drop(true),
         ..Default::default()
     };
-    match eframe::run_native("tidemark", options, Box::new(|_cc| Ok(Box::new(app)))) {
+    let result = eframe::run_native(
+        "tidemark",
+        options,
+        Box::new(move |cc| {
+            let mut app = if paths.is_empty() {
+                tidemark_app::TidemarkApp::default()
+            } else {
+                tidemark_app::TidemarkApp::empty()
+            }
+            .with_storage(cc.storage);
+            for path in &paths {
+                if follow {
+                    app.follow_path(path);
+                } else {
+                    app.open_path(path);
+                }
+            }
+            app.select(0);
+            Ok(Box::new(app))
+        }),
+    );
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("tidemark: {err:#}");
@@ -47,7 +91,17 @@ fn main() {
             .start(
                 canvas,
                 eframe::WebOptions::default(),
-                Box::new(|_cc| Ok(Box::new(tidemark_app::TidemarkApp::default()))),
+                Box::new(|cc| {
+                    let app = match tidemark_app::web::url_parameter() {
+                        Some(url) => {
+                            let mut app = tidemark_app::TidemarkApp::empty();
+                            app.open_url(&cc.egui_ctx, url);
+                            app
+                        }
+                        None => tidemark_app::TidemarkApp::default(),
+                    };
+                    Ok(Box::new(app))
+                }),
             )
             .await;
         if let Some(loading) = document.get_element_by_id("loading_text") {

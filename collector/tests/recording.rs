@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use collector::recording::{
-    AllocatorSample, Chunk, Column, Device, Dropped, Edge, Exit, Header, Note, Oom, Origin, Phase,
-    Follower, PhaseEdge, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file, read_recording,
+    AllocatorSample, Chunk, Column, Device, Dropped, Edge, Exit, Follower, Header, Note, Oom,
+    Origin, Phase, PhaseEdge, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file,
+    read_recording,
 };
 use proptest::prelude::*;
 

@@ -4,7 +4,7 @@
 
 use collector::analysis::FindingKind;
 use collector::recording::{Phase, read_file};
-use tidemark_app::{EXAMPLE_RECORDING, TidemarkApp};
+use tidemark_app::{EXAMPLE_RECORDING, Run, TidemarkApp};
 
 fn corpus(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -15,7 +15,7 @@ fn corpus(name: &str) -> std::path::PathBuf {
 #[test]
 fn the_viewer_opens_the_embedded_example_and_names_the_leak() {
     let app = TidemarkApp::default();
-    let run = app.run().unwrap();
+    let run = app.runs()[0].run.as_ref().unwrap();
     assert!(run.recording.sample_count() > 0);
     assert!(
         run.recording.warnings.is_empty(),
@@ -32,14 +32,15 @@ fn the_viewer_sees_what_the_collector_library_reads() {
     let from_disk = read_file(&path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(bytes, EXAMPLE_RECORDING);
-    let app = TidemarkApp::from_bytes("example", &bytes);
-    assert_eq!(app.run().unwrap().recording, from_disk);
+    let run = Run::from_bytes("example", &bytes).unwrap();
+    assert_eq!(run.recording, from_disk);
 }
 
 #[test]
 fn the_viewer_reports_a_bad_file_by_name() {
-    let app = TidemarkApp::from_bytes("holiday.png", b"\x89PNG\r\n\x1a\n");
-    let message = app.run().err().unwrap();
-    assert!(message.ends_with("holiday.png"), "{message}");
+    let mut app = TidemarkApp::empty();
+    app.open_bytes("holiday.png", b"\x89PNG\r\n\x1a\n");
+    let message = app.runs()[0].run.as_ref().err().unwrap();
+    assert!(message.starts_with("holiday.png: "), "{message}");
     assert!(message.contains("PNG image"), "{message}");
 }

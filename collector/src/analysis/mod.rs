@@ -592,7 +592,7 @@ fn fragmentation_and_cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mu
                         t.p_value
                     ),
                     format!(
-                        "allocator retries +{retries}, inactive split blocks {} → {}",
+                        "allocator retries +{retries}, inactive split blocks went from {} to {}",
                         format_bytes(first.inactive_split as f64),
                         format_bytes(last.inactive_split as f64)
                     ),

@@ -126,6 +126,16 @@ impl Recording {
         }
     }
 
+    /// Gives back memory reserved for growth (a finished recording no longer grows).
+    pub fn shrink_to_fit(&mut self) {
+        for series in &mut self.series {
+            series.times_ns.shrink_to_fit();
+            series.values.shrink_to_fit();
+        }
+        self.allocator.shrink_to_fit();
+        self.phases.shrink_to_fit();
+    }
+
     /// The series with this key, if it was recorded.
     pub fn series(&self, key: &SeriesKey) -> Option<&Series> {
         self.series_index.get(key).map(|&i| &self.series[i])
@@ -196,6 +206,7 @@ pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
             reader.offset()
         ));
     }
+    recording.shrink_to_fit();
     if !reader.unknown_kinds().is_empty() {
         recording.warnings.push(format!(
             "skipped records of kinds this tidemark does not know ({}): made by a newer tidemark",

@@ -1,0 +1,263 @@
+//! The viewer on a 10-million-sample recording: time to open it to the first drawn frame, CPU
+//! per frame while panning across it, and memory held per sample. Budgets (issue #5): ≤ 1 s,
+//! ≤ 8 ms, ≤ 32 bytes. `cargo bench -p tidemark-app --bench viewer`.
+//!
+//! A frame here is what the app does on the CPU for one frame: egui's layout of every panel and
+//! plot (with the levels of detail), then tessellation into triangles; only the GPU upload is
+//! left out. A live-bytes counter around the allocator measures memory.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use collector::recording::{
+    AllocatorSample, Chunk, Column, Device, Edge, Header, Origin, Phase, PhaseEdge, Record,
+    SeriesKey, SeriesKind, Writer,
+};
+use tidemark_app::{Run, TidemarkApp};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: same layout, passed through.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: same pointer and layout, passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
+                - layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        // SAFETY: same pointer and layout, passed through.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const MIB: u64 = 1 << 20;
+const SAMPLES_PER_SERIES: u64 = 5_000_000;
+const STEPS: u64 = 50_000;
+
+/// A 10-million-sample recording as the collector writes it: device used and host memory at
+/// 50 Hz in 1 s chunks (5 million instants × 2 series), and 50,000 steps of forward, backward
+/// and optimizer with allocator numbers at every edge.
+fn recording_bytes() -> Vec<u8> {
+    let mut header = Header::new(
+        0,
+        "bench".to_owned(),
+        vec!["python".to_owned(), "train.py".to_owned()],
+    );
+    header.devices = vec![Device {
+        index: 0,
+        name: "GPU".to_owned(),
+        uuid: "GPU-0".to_owned(),
+        total_bytes: 80 << 30,
+    }];
+    let Ok(mut writer) = Writer::new(Vec::with_capacity(64 << 20), &header) else {
+        unreachable!("writing to memory cannot fail")
+    };
+    let sample_ns = 20_000_000u64;
+    let per_step = SAMPLES_PER_SERIES / STEPS;
+    let step_ns = per_step * sample_ns;
+    let mut next_step = 0u64;
+    let origin = Origin { pid: 7, rank: None };
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for start in (0..SAMPLES_PER_SERIES).step_by(50) {
+        let range = start..start + 50;
+        let times: Vec<u64> = range.clone().map(|i| i * sample_ns).collect();
+        let used: Vec<u64> = range
+            .clone()
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (8 << 30) + (i % per_step) * 64 * MIB + i / per_step * 4096 + (x % 4) * 2 * MIB
+            })
+            .collect();
+        let host: Vec<u64> = range.map(|i| (3 << 30) + (i % 7) * MIB).collect();
+        let chunk = Chunk {
+            times_ns: times,
+            columns: vec![
+                Column {
+                    series: SeriesKey::device(SeriesKind::DeviceUsed, 0),
+                    values: used,
+                    valid: None,
+                },
+                Column {
+                    series: SeriesKey::new(SeriesKind::HostRss),
+                    values: host,
+                    valid: None,
+                },
+            ],
+        };
+        if writer.write_chunk(&chunk).is_err() {
+            unreachable!("writing to memory cannot fail");
+        }
+        let chunk_end = (start + 50) * sample_ns;
+        while next_step < STEPS && next_step * step_ns < chunk_end {
+            let step = next_step;
+            for (k, phase) in [Phase::Forward, Phase::Backward, Phase::Optimizer]
+                .into_iter()
+                .enumerate()
+            {
+                for (e, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+                    let t_ns = step * step_ns + (2 * k as u64 + e as u64) * step_ns / 8;
+                    let allocated = (4 << 30) + step * 4096 + e as u64 * 512 * MIB;
+                    let records = [
+                        Record::Phase(PhaseEdge {
+                            t_ns,
+                            edge,
+                            phase: phase.clone(),
+                            step: Some(step),
+                            origin,
+                        }),
+                        Record::Allocator(AllocatorSample {
+                            t_ns,
+                            origin,
+                            device: 0,
+                            allocated,
+                            reserved: allocated + (1 << 30),
+                            peak: allocated + 256 * MIB,
+                            ..AllocatorSample::default()
+                        }),
+                    ];
+                    for record in &records {
+                        if writer.write(record).is_err() {
+                            unreachable!("writing to memory cannot fail");
+                        }
+                    }
+                }
+            }
+            next_step += 1;
+        }
+    }
+    writer
+        .finish(SAMPLES_PER_SERIES * sample_ns)
+        .unwrap_or_default()
+}
+
+fn frame(ctx: &egui::Context, app: &mut TidemarkApp) -> Duration {
+    let input = egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(
+            egui::Pos2::ZERO,
+            egui::vec2(1600.0, 900.0),
+        )),
+        ..Default::default()
+    };
+    let start = Instant::now();
+    let output = ctx.run_ui(input, |ui| app.show(ui));
+    let primitives = ctx.tessellate(output.shapes, output.pixels_per_point);
+    std::hint::black_box(primitives);
+    start.elapsed()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("viewer: bench");
+        return;
+    }
+    let bytes = recording_bytes();
+    println!(
+        "recording: {:.1} MB, {} samples, {} steps",
+        bytes.len() as f64 / 1e6,
+        2 * SAMPLES_PER_SERIES,
+        STEPS
+    );
+
+    for round in 0..3 {
+        let before = LIVE.load(Ordering::Relaxed);
+        PEAK.store(before, Ordering::Relaxed);
+        let start = Instant::now();
+        let read = collector::recording::read_recording(&bytes).map(|r| r.sample_count());
+        let read_time = start.elapsed();
+        std::hint::black_box(read.ok());
+        let start = Instant::now();
+        let run = Run::from_bytes("bench.msgpack", &bytes);
+        let opened = start.elapsed();
+        let mut app = TidemarkApp::empty();
+        let ctx = egui::Context::default();
+        match run {
+            Ok(run) => app.add_run("bench.msgpack", run),
+            Err(err) => {
+                eprintln!("{err}");
+                std::process::exit(1);
+            }
+        }
+        let first_frame = frame(&ctx, &mut app);
+        let total = start.elapsed();
+        let held = LIVE.load(Ordering::Relaxed) - before;
+        let peak = PEAK.load(Ordering::Relaxed) - before;
+        let samples = (2 * SAMPLES_PER_SERIES) as f64;
+        println!(
+            "open {round}: read + analysis + views {:.0} ms (the read alone {:.0} ms), first frame {:.1} ms, total {:.0} ms (budget 1000 ms)",
+            opened.as_secs_f64() * 1e3,
+            read_time.as_secs_f64() * 1e3,
+            first_frame.as_secs_f64() * 1e3,
+            total.as_secs_f64() * 1e3
+        );
+        println!(
+            "memory {round}: {:.1} bytes held per sample (budget 32), peak while opening {:.1} bytes per sample (the file's own bytes not counted: {:.2} per sample)",
+            held as f64 / samples,
+            peak as f64 / samples,
+            bytes.len() as f64 / samples
+        );
+
+        // Panning: the view moved by a fraction of its width every frame, at three zoom levels.
+        let duration_s = (SAMPLES_PER_SERIES * 20_000_000) as f64 / 1e9;
+        let mut times = Vec::new();
+        if let (Ok(what), Some(open)) = (std::env::var("VIEWER_BENCH_OFF"), app.current_run_mut()) {
+            match what.as_str() {
+                "bands" => open.timeline.phase_bands = false,
+                "curves" => open.timeline.shown = [false; 5],
+                _ => {}
+            }
+        }
+        for (zoom, frames) in [(1.0, 30), (0.1, 60), (0.001, 60)] {
+            let width = duration_s * zoom;
+            let mut these = Vec::new();
+            for f in 0..frames {
+                let a = (duration_s - width) * f as f64 / frames as f64;
+                if let Some(open) = app.current_run_mut() {
+                    open.timeline.request_x = Some((a, a + width));
+                }
+                these.push(frame(&ctx, &mut app));
+            }
+            these.sort();
+            println!(
+                "  view {:.1} % of the run wide: median {:.2} ms, p95 {:.2} ms",
+                zoom * 100.0,
+                percentile(&these, 0.5).as_secs_f64() * 1e3,
+                percentile(&these, 0.95).as_secs_f64() * 1e3
+            );
+            times.extend(these);
+        }
+        times.sort();
+        println!(
+            "panning {round}: {} frames, median {:.2} ms, p95 {:.2} ms, max {:.2} ms per frame (budget 8 ms)",
+            times.len(),
+            percentile(&times, 0.5).as_secs_f64() * 1e3,
+            percentile(&times, 0.95).as_secs_f64() * 1e3,
+            times.last().map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        );
+    }
+}

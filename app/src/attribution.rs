@@ -1,0 +1,197 @@
+//! The phase attribution view: which phase grows memory, and by how much.
+
+use collector::analysis::{Analysis, format_bytes};
+use egui_plot::{Bar, BarChart, Corner, Legend, Line, Plot, PlotPoints};
+
+use crate::timeline::{binary_grid, phase_color};
+use crate::view::RunView;
+
+/// "+1.00 MiB ± 12.0 KiB".
+fn mean_spread(mean: f64, std: f64) -> String {
+    let sign = if mean > 0.0 { "+" } else { "" };
+    format!("{sign}{} ± {}", format_bytes(mean), format_bytes(std))
+}
+
+/// The table, the bars, retained memory per step by phase, and the average step early vs. late.
+pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &RunView) {
+    if analysis.phases.is_empty() {
+        ui.label(
+            "No phases in this recording: run the job under the collector with automatic phases \
+             on (PyTorch), or mark them with tidemark.phase(…).",
+        );
+        return;
+    }
+    ui.heading("Per phase");
+    ui.weak(format!(
+        "Measured on {}: net Δ from the phase's begin to its end, watermark Δ from its begin to \
+         its peak, retained = what it keeps that no later phase of the step gives back.",
+        analysis.basis.name()
+    ));
+    egui::Grid::new(("phase_table", id))
+        .num_columns(7)
+        .striped(true)
+        .show(ui, |ui| {
+            for title in [
+                "phase",
+                "occurrences",
+                "net Δ",
+                "watermark Δ",
+                "retained / step",
+                "share of growth",
+                "net trend",
+            ] {
+                ui.strong(title);
+            }
+            ui.end_row();
+            for stats in &analysis.phases {
+                ui.colored_label(phase_color(&stats.phase, 255), stats.phase.as_str());
+                ui.label(stats.occurrences.to_string());
+                ui.label(mean_spread(stats.net_mean_bytes, stats.net_std_bytes));
+                ui.label(mean_spread(
+                    stats.watermark_mean_bytes,
+                    stats.watermark_std_bytes,
+                ));
+                ui.label(format_bytes(stats.retained_mean_bytes));
+                ui.label(
+                    stats
+                        .share_of_growth
+                        .map_or("–".to_owned(), |s| format!("{:.0} %", 100.0 * s)),
+                );
+                ui.label(stats.net_trend.as_ref().map_or("–".to_owned(), |t| {
+                    format!(
+                        "{}/occurrence (p = {:.1e})",
+                        format_bytes(t.slope_per_step),
+                        t.p_value
+                    )
+                }));
+                ui.end_row();
+            }
+        });
+
+    ui.add_space(8.0);
+    let height = (ui.available_height() / 3.0).clamp(140.0, 260.0);
+    ui.columns(2, |columns| {
+        columns[0].strong("Mean per occurrence");
+        Plot::new(("phase_bars", id))
+            .height(height)
+            .legend(Legend::default().position(Corner::RightTop))
+            .y_axis_formatter(|mark, _| format_bytes(mark.value))
+            .y_grid_spacer(binary_grid)
+            .x_axis_formatter({
+                let names: Vec<String> = analysis
+                    .phases
+                    .iter()
+                    .map(|p| p.phase.to_string())
+                    .collect();
+                move |mark, _| {
+                    let i = mark.value.round();
+                    if (mark.value - i).abs() < 1e-6 && i >= 0.0 {
+                        names.get(i as usize).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                }
+            })
+            .allow_drag(false)
+            .allow_zoom(false)
+            .allow_scroll(false)
+            .show(&mut columns[0], |pui| {
+                let bars = |offset: f64, pick: fn(&collector::analysis::PhaseStats) -> f64| {
+                    analysis
+                        .phases
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| {
+                            Bar::new(i as f64 + offset, pick(s))
+                                .width(0.35)
+                                .fill(phase_color(&s.phase, if offset < 0.0 { 255 } else { 120 }))
+                                .name(s.phase.as_str())
+                        })
+                        .collect()
+                };
+                pui.bar_chart(BarChart::new("net Δ", bars(-0.2, |s| s.net_mean_bytes)));
+                pui.bar_chart(BarChart::new(
+                    "watermark Δ",
+                    bars(0.2, |s| s.watermark_mean_bytes),
+                ));
+            });
+        columns[1].strong("Retained per step, stacked by phase");
+        retained_chart(&mut columns[1], id, view, height);
+    });
+    ui.add_space(8.0);
+    shape_chart(ui, id, view, height);
+}
+
+fn retained_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
+    if view.retained.is_empty() {
+        ui.weak("Not enough steps with memory numbers at the phase edges.");
+        return;
+    }
+    Plot::new(("retained", id))
+        .height(height)
+        .legend(Legend::default().position(Corner::LeftTop))
+        .y_axis_formatter(|mark, _| format_bytes(mark.value))
+        .y_grid_spacer(binary_grid)
+        .x_axis_label("step")
+        .show(ui, |pui| {
+            let mut charts: Vec<BarChart> = Vec::new();
+            for (p, phase) in view.phases.iter().enumerate() {
+                let bars: Vec<Bar> = view
+                    .retained
+                    .iter()
+                    .map(|bin| {
+                        let mid = (bin.first_step + bin.last_step) as f64 / 2.0;
+                        let width = (bin.last_step - bin.first_step + 1) as f64 * 0.9;
+                        Bar::new(mid, bin.by_phase[p])
+                            .width(width)
+                            .fill(phase_color(phase, 200))
+                    })
+                    .collect();
+                let chart = BarChart::new(phase.as_str(), bars).color(phase_color(phase, 255));
+                let below: Vec<&BarChart> = charts.iter().collect();
+                let chart = chart.stack_on(&below);
+                charts.push(chart);
+            }
+            for chart in charts {
+                pui.bar_chart(chart);
+            }
+        });
+}
+
+fn shape_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
+    let Some(shape) = &view.shape else {
+        ui.weak("The average step needs at least 10 steps.");
+        return;
+    };
+    ui.strong(format!(
+        "The average step: steps {}–{} vs. steps {}–{} (memory relative to the step's start)",
+        shape.early_steps.0, shape.early_steps.1, shape.late_steps.0, shape.late_steps.1
+    ));
+    let line = |values: &[f64]| -> PlotPoints<'static> {
+        let n = values.len().max(2) - 1;
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| [100.0 * i as f64 / n as f64, v])
+            .collect()
+    };
+    Plot::new(("shape", id))
+        .height(height)
+        .legend(Legend::default().position(Corner::LeftTop))
+        .y_axis_formatter(|mark, _| format_bytes(mark.value))
+        .y_grid_spacer(binary_grid)
+        .x_axis_formatter(|mark, _| format!("{:.0} %", mark.value))
+        .x_axis_label("through the step")
+        .show(ui, |pui| {
+            pui.line(
+                Line::new("early", line(&shape.early))
+                    .color(egui::Color32::from_rgb(0x3b, 0x7d, 0xd8))
+                    .width(2.0),
+            );
+            pui.line(
+                Line::new("late", line(&shape.late))
+                    .color(egui::Color32::from_rgb(0xd6, 0x45, 0x45))
+                    .width(2.0),
+            );
+        });
+}

@@ -1,0 +1,177 @@
+//! The verdict card and the run information.
+
+use collector::analysis::{Analysis, format_bytes, format_duration};
+use collector::recording::Recording;
+
+/// The verdict in one line: what a person reads first.
+pub fn headline(analysis: &Analysis) -> String {
+    match analysis.findings.iter().find(|f| f.kind.is_problem()) {
+        Some(finding) => finding.title.clone(),
+        None => "No leak: memory at the same point of every step does not rise".to_owned(),
+    }
+}
+
+/// The findings with their evidence and hints, the projected OOM, and what the recording lacks.
+pub fn verdict_ui(ui: &mut egui::Ui, analysis: &Analysis) {
+    let problem = analysis.findings.iter().any(|f| f.kind.is_problem());
+    let color = if problem {
+        ui.visuals().error_fg_color
+    } else {
+        egui::Color32::from_rgb(0x2f, 0xa3, 0x6b)
+    };
+    ui.label(
+        egui::RichText::new(headline(analysis))
+            .heading()
+            .color(color),
+    );
+    if let Some(p) = &analysis.projection {
+        let when = p.oom_after_s.map_or(String::new(), |s| {
+            format!(", about {} after the start", format_duration(s))
+        });
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            format!(
+                "Projected out of memory at step {}{when}: {} of {} used at step {}",
+                p.oom_step,
+                format_bytes(p.level_bytes as f64),
+                format_bytes(p.capacity_bytes as f64),
+                p.last_step
+            ),
+        );
+    }
+    if let Some(trend) = &analysis.trend {
+        ui.label(format!(
+            "Trend of {} at the same point of every {}: {}/{}, Mann–Kendall p = {:.2e}, over {} points",
+            analysis.basis.name(),
+            if analysis.by_step { "step" } else { "window" },
+            format_bytes(trend.slope_per_step),
+            if analysis.by_step { "step" } else { "window" },
+            trend.p_value,
+            trend.points
+        ));
+    }
+    ui.add_space(6.0);
+    for (i, finding) in analysis.findings.iter().enumerate() {
+        let color = if finding.kind.is_problem() {
+            ui.visuals().error_fg_color
+        } else {
+            ui.visuals().text_color()
+        };
+        egui::Frame::group(ui.style()).show(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.colored_label(color, egui::RichText::new(&finding.title).strong());
+            if let Some(phase) = &finding.phase {
+                ui.label(format!("phase: {phase}"));
+            }
+            for line in &finding.evidence {
+                ui.label(format!("- {line}"));
+            }
+            if !finding.hints.is_empty() {
+                egui::CollapsingHeader::new("What to try")
+                    .id_salt(("hints", i))
+                    .default_open(finding.kind.is_problem())
+                    .show(ui, |ui| {
+                        for hint in &finding.hints {
+                            ui.label(format!("- {hint}"));
+                        }
+                    });
+            }
+        });
+    }
+    if !analysis.lacks.is_empty() {
+        ui.add_space(6.0);
+        ui.strong("Not in this recording");
+        for lack in &analysis.lacks {
+            ui.weak(format!("- {lack}"));
+        }
+    }
+}
+
+/// Command, host, devices, duration, samples, lost messages, warnings and notes.
+pub fn run_info_ui(ui: &mut egui::Ui, name: &str, run: &Recording) {
+    let header = &run.header;
+    egui::Grid::new("run_info")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            let row = |ui: &mut egui::Ui, key: &str, value: String| {
+                ui.strong(key);
+                ui.label(value);
+                ui.end_row();
+            };
+            row(ui, "File", name.to_owned());
+            row(ui, "Command", header.command.join(" "));
+            row(ui, "Host", header.host.clone());
+            row(
+                ui,
+                "Process",
+                header.pid.map_or("–".to_owned(), |p| p.to_string()),
+            );
+            let devices = if header.devices.is_empty() {
+                "none recorded".to_owned()
+            } else {
+                header
+                    .devices
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "cuda:{} {} ({})",
+                            d.index,
+                            d.name,
+                            format_bytes(d.total_bytes as f64)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            row(ui, "Devices", devices);
+            row(
+                ui,
+                "Duration",
+                format_duration(run.duration_ns() as f64 / 1e9),
+            );
+            row(
+                ui,
+                "Samples",
+                format!(
+                    "{} in {} series, {} allocator readings, {} phase edges",
+                    run.sample_count(),
+                    run.series.len(),
+                    run.allocator.len(),
+                    run.phases.len()
+                ),
+            );
+            row(ui, "Lost probe messages", run.dropped_total().to_string());
+            let end = match (run.exits.last(), &run.end) {
+                (Some(exit), _) => match (exit.code, exit.signal) {
+                    (_, Some(signal)) => format!("killed by signal {signal}"),
+                    (Some(code), None) => format!("exit status {code}"),
+                    (None, None) => "ended".to_owned(),
+                },
+                (None, Some(_)) => "recording complete, no exit recorded".to_owned(),
+                (None, None) => "incomplete recording".to_owned(),
+            };
+            row(ui, "End", end);
+            row(
+                ui,
+                "Written by",
+                format!("tidemark {}", header.tool_version),
+            );
+        });
+    for warning in &run.warnings {
+        ui.colored_label(ui.visuals().warn_fg_color, format!("Warning: {warning}"));
+    }
+    if !run.notes.is_empty() {
+        egui::CollapsingHeader::new(format!("Notes ({})", run.notes.len()))
+            .id_salt("notes")
+            .show(ui, |ui| {
+                for note in run.notes.iter().take(500) {
+                    ui.label(format!(
+                        "{}: {}",
+                        crate::timeline::format_seconds(note.t_ns as f64 / 1e9),
+                        note.text
+                    ));
+                }
+            });
+    }
+}

@@ -1,0 +1,114 @@
+//! Following a recording while the collector writes it: the file is re-read from where the last
+//! read stopped, and the views are rebuilt when records arrive.
+
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use collector::recording::Follower;
+
+use crate::app::Run;
+
+/// How often the file is checked.
+const POLL: Duration = Duration::from_millis(250);
+
+/// The most bytes read in one poll, so the window stays responsive while a large file is caught
+/// up with.
+const MAX_READ: u64 = 64 << 20;
+
+/// A file being followed.
+pub struct Follow {
+    path: PathBuf,
+    offset: u64,
+    follower: Follower,
+    last_poll: Option<Instant>,
+    last_data: Option<Instant>,
+    error: Option<String>,
+}
+
+impl Follow {
+    /// Starts following `path` from its first byte.
+    pub fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            offset: 0,
+            follower: Follower::new(),
+            last_poll: None,
+            last_data: None,
+            error: None,
+        }
+    }
+
+    /// One line about the state: following, complete, or what went wrong.
+    pub fn status(&self) -> String {
+        if let Some(error) = &self.error {
+            return format!("following stopped: {error}");
+        }
+        if self.follower.ended() {
+            return "following: the recording is complete".to_owned();
+        }
+        match self.last_data {
+            Some(t) => format!(
+                "following: last data {:.1} s ago",
+                t.elapsed().as_secs_f64()
+            ),
+            None => "following: waiting for data".to_owned(),
+        }
+    }
+
+    /// Whether there is nothing more to read (complete, or an error).
+    pub fn is_done(&self) -> bool {
+        self.follower.ended() || self.error.is_some()
+    }
+
+    /// Reads what was added to the file since the last poll (at most every 250 ms unless `now`)
+    /// and rebuilds `run` when records arrived.
+    pub fn poll(&mut self, run: &mut Result<Run, String>, now: bool) {
+        if self.is_done() || (!now && self.last_poll.is_some_and(|t| t.elapsed() < POLL)) {
+            return;
+        }
+        self.last_poll = Some(Instant::now());
+        let bytes = match self.read_more() {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                self.error = Some(format!("{}: {err}", self.path.display()));
+                return;
+            }
+        };
+        if bytes.is_empty() {
+            return;
+        }
+        self.last_data = Some(Instant::now());
+        let mut recording = match std::mem::replace(run, Err(String::new())) {
+            Ok(previous) => Some(previous.recording),
+            Err(_) => None,
+        };
+        let fed = self.follower.feed(&bytes, &mut recording);
+        if let Err(err) = &fed {
+            self.error = Some(format!("{}: {err}", self.path.display()));
+        }
+        *run = match (recording, fed) {
+            (Some(recording), _) => Ok(Run::new(recording)),
+            (None, Err(err)) => Err(format!("{}: {err}", self.path.display())),
+            (None, Ok(_)) => Err(format!(
+                "{}: waiting for the recording's header…",
+                self.path.display()
+            )),
+        };
+    }
+
+    fn read_more(&mut self) -> std::io::Result<Vec<u8>> {
+        let mut file = std::fs::File::open(&self.path)?;
+        let len = file.metadata()?.len();
+        if len < self.offset {
+            return Err(std::io::Error::other(
+                "the file became shorter: it was replaced; open it again",
+            ));
+        }
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_READ).read_to_end(&mut bytes)?;
+        self.offset += bytes.len() as u64;
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,255 @@
+//! Levels of detail for long series: the lowest and highest value of every run of 8, 64, 512, …
+//! samples, so that the minimum and maximum of any range of samples costs a few dozen reads.
+//!
+//! A plot draws at most two points per pixel column (the column's minimum and maximum), so the
+//! sawtooth of the caching allocator survives at every zoom level and the points drawn per frame
+//! are bounded by the plot's width, not by the recording's length.
+
+/// How many samples (or buckets of the level below) one bucket covers.
+const FANOUT: usize = 8;
+
+/// Minimum and maximum of every bucket, level by level. Level 1 covers 8 samples per bucket,
+/// level 2 covers 64, and so on; level 0 is the samples themselves, which are not copied.
+///
+/// Beside them, every 64th sample time: a binary search for a time runs in that small index
+/// (which stays in the cache) and then within one block of 64 times, instead of jumping across
+/// the whole series and missing the cache at every step.
+#[derive(Clone, Debug, Default)]
+pub struct Levels {
+    /// `levels[k]` holds the buckets of level `k + 1` as `(min, max)`.
+    levels: Vec<Vec<(u64, u64)>>,
+    /// `index[j]` is the time of sample `j * INDEX_STRIDE`.
+    index: Vec<u64>,
+}
+
+/// Samples per entry of the time index.
+const INDEX_STRIDE: usize = 64;
+
+impl Levels {
+    /// Builds the levels over `values` and the index over `times` (not decreasing, one per
+    /// value): about 2.4 bytes per sample.
+    pub fn new(times: &[u64], values: &[u64]) -> Self {
+        let mut levels: Vec<Vec<(u64, u64)>> = Vec::new();
+        let first: Vec<(u64, u64)> = values
+            .chunks(FANOUT)
+            .map(|c| {
+                c.iter()
+                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+            })
+            .collect();
+        if values.len() > FANOUT {
+            levels.push(first);
+        }
+        while let Some(last) = levels.last().filter(|l| l.len() > FANOUT) {
+            let next = last
+                .chunks(FANOUT)
+                .map(|c| {
+                    c.iter()
+                        .fold((u64::MAX, 0), |(lo, hi), &(l, h)| (lo.min(l), hi.max(h)))
+                })
+                .collect();
+            levels.push(next);
+        }
+        let index = times.iter().step_by(INDEX_STRIDE).copied().collect();
+        Self { levels, index }
+    }
+
+    /// The first index in `times` (the times the levels were built over) whose time is not
+    /// below `t`, as `times.partition_point(|&x| x < t)`.
+    pub fn find(&self, times: &[u64], t: u64) -> usize {
+        let j = self.index.partition_point(|&x| x < t);
+        if j == 0 {
+            return 0;
+        }
+        let start = ((j - 1) * INDEX_STRIDE + 1).min(times.len());
+        let end = (j * INDEX_STRIDE).min(times.len());
+        start + times[start..end].partition_point(|&x| x < t)
+    }
+
+    /// Bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.levels
+            .iter()
+            .map(|l| l.capacity() * std::mem::size_of::<(u64, u64)>())
+            .sum::<usize>()
+            + self.index.capacity() * 8
+    }
+
+    /// The minimum and maximum of `values[lo..hi]` (`values` being the slice the levels were
+    /// built over); `None` for an empty range.
+    pub fn min_max(&self, values: &[u64], lo: usize, hi: usize) -> Option<(u64, u64)> {
+        let hi = hi.min(values.len());
+        if lo >= hi {
+            return None;
+        }
+        let (mut min, mut max) = (u64::MAX, 0);
+        let mut take = |(l, h): (u64, u64)| {
+            min = min.min(l);
+            max = max.max(h);
+        };
+        let (mut lo, mut hi) = (lo, hi);
+        let mut level = 0;
+        while lo < hi {
+            let get = |i: usize| match level {
+                0 => (values[i], values[i]),
+                k => self.levels[k - 1][i],
+            };
+            if level == self.levels.len() {
+                (lo..hi).for_each(|i| take(get(i)));
+                break;
+            }
+            while lo < hi && lo % FANOUT != 0 {
+                take(get(lo));
+                lo += 1;
+            }
+            while hi > lo && hi % FANOUT != 0 {
+                hi -= 1;
+                take(get(hi));
+            }
+            lo /= FANOUT;
+            hi /= FANOUT;
+            level += 1;
+        }
+        Some((min, max))
+    }
+}
+
+/// A series' samples with their levels of detail, borrowed from where they are held.
+#[derive(Clone, Copy, Debug)]
+pub struct LodSeries<'a> {
+    /// Sample times, nanoseconds after the start, not decreasing.
+    pub times_ns: &'a [u64],
+    /// Values, one per time.
+    pub values: &'a [u64],
+    /// Levels built over `values`.
+    pub levels: &'a Levels,
+}
+
+impl LodSeries<'_> {
+    /// The value at `t_ns`: the last sample at or before it.
+    pub fn value_at(&self, t_ns: u64) -> Option<u64> {
+        let i = self.times_ns.partition_point(|&t| t <= t_ns);
+        i.checked_sub(1).map(|i| self.values[i])
+    }
+
+    /// The points to draw between `t0` and `t1` (nanoseconds) on a plot `columns` pixels wide,
+    /// as `(time, value)`: every sample when there are few, else the minimum and the maximum of
+    /// each column. The samples just outside the range are included so the line runs to the
+    /// plot's edges.
+    pub fn visible(&self, t0: u64, t1: u64, columns: usize) -> Vec<(u64, u64)> {
+        let times = self.times_ns;
+        let start = times.partition_point(|&t| t < t0).saturating_sub(1);
+        let end = (times.partition_point(|&t| t <= t1) + 1).min(times.len());
+        if start >= end {
+            return Vec::new();
+        }
+        let columns = columns.max(1);
+        if end - start <= 4 * columns {
+            return (start..end).map(|i| (times[i], self.values[i])).collect();
+        }
+        let mut out = Vec::with_capacity(2 * columns + 2);
+        out.push((times[start], self.values[start]));
+        let span = t1.saturating_sub(t0).max(1) as u128;
+        let mut lo = start + 1;
+        for c in 0..columns {
+            let edge = t0 + ((span * (c as u128 + 1)) / columns as u128) as u64;
+            let hi = self.levels.find(times, edge).clamp(lo, end - 1);
+            if let Some((min, max)) = self.levels.min_max(self.values, lo, hi) {
+                let mid = t0 + ((span * (2 * c as u128 + 1)) / (2 * columns as u128)) as u64;
+                out.push((mid, min));
+                if max != min {
+                    out.push((mid, max));
+                }
+            }
+            lo = hi;
+        }
+        out.push((times[end - 1], self.values[end - 1]));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brute(values: &[u64], lo: usize, hi: usize) -> Option<(u64, u64)> {
+        let slice = values.get(lo..hi.min(values.len()))?;
+        Some((*slice.iter().min()?, *slice.iter().max()?))
+    }
+
+    #[test]
+    fn min_max_matches_a_scan_for_every_range() {
+        let mut x = 12345u64;
+        let values: Vec<u64> = (0..700)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                x >> 40
+            })
+            .collect();
+        let times: Vec<u64> = (0..values.len() as u64).collect();
+        let levels = Levels::new(&times, &values);
+        for t in 0..702 {
+            assert_eq!(
+                levels.find(&times, t),
+                times.partition_point(|&x| x < t),
+                "{t}"
+            );
+        }
+        for lo in (0..700).step_by(7) {
+            for hi in lo..=700 {
+                assert_eq!(
+                    levels.min_max(&values, lo, hi),
+                    brute(&values, lo, hi),
+                    "{lo}..{hi}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_sawtooth_keeps_its_peaks_and_troughs_at_every_zoom() {
+        // A 1 GiB sawtooth of period 1000 samples, 1 ms apart, over 2 million samples.
+        let n = 2_000_000u64;
+        let times: Vec<u64> = (0..n).map(|i| i * 1_000_000).collect();
+        let values: Vec<u64> = (0..n).map(|i| (i % 1000) << 20).collect();
+        let levels = Levels::new(&times, &values);
+        let series = LodSeries {
+            times_ns: &times,
+            values: &values,
+            levels: &levels,
+        };
+        for columns in [100, 800, 1600] {
+            let points = series.visible(0, (n - 1) * 1_000_000, columns);
+            assert!(points.len() <= 2 * columns + 2, "{}", points.len());
+            let min = points.iter().map(|p| p.1).min().unwrap();
+            let max = points.iter().map(|p| p.1).max().unwrap();
+            assert_eq!((min, max), (0, 999 << 20));
+        }
+        // Zoomed in to 50 samples: every sample, in order.
+        let points = series.visible(10_000_000_000, 10_049_000_000, 800);
+        assert_eq!(points.len(), 52);
+        assert!(points.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn empty_and_tiny_series() {
+        let levels = Levels::default();
+        let series = LodSeries {
+            times_ns: &[],
+            values: &[],
+            levels: &levels,
+        };
+        assert!(series.visible(0, 10, 100).is_empty());
+        assert_eq!(series.value_at(5), None);
+        let series = LodSeries {
+            times_ns: &[5],
+            values: &[7],
+            levels: &levels,
+        };
+        assert_eq!(series.visible(0, 10, 100), vec![(5, 7)]);
+        assert_eq!(series.value_at(4), None);
+        assert_eq!(series.value_at(5), Some(7));
+    }
+}

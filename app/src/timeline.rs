@@ -1,0 +1,540 @@
+//! The timeline: memory curves over time or steps, phase bands behind them, events as markers,
+//! and a readout of the exact values under the pointer.
+
+use collector::analysis::format_bytes;
+use collector::recording::{Phase, Recording};
+use egui::Color32;
+use egui_plot::{
+    Corner, GridInput, GridMark, Legend, Line, LineStyle, MarkerShape, Plot, PlotBounds, PlotPoint,
+    PlotPoints, PlotUi, Points, Polygon, VLine,
+};
+
+use crate::view::{EventKind, RunView, TraceKind};
+
+/// What goes on the x axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XAxis {
+    /// Seconds since the start.
+    Time,
+    /// Training steps.
+    Steps,
+}
+
+/// What the user chose to see.
+#[derive(Clone, Debug)]
+pub struct TimelineState {
+    /// Which curves are drawn, by [`TraceKind::ALL`] order.
+    pub shown: [bool; TraceKind::ALL.len()],
+    /// Phase bands behind the curves.
+    pub phase_bands: bool,
+    /// Time or steps.
+    pub x_axis: XAxis,
+    /// Only this device (`None`: all).
+    pub device: Option<u32>,
+    /// Only this process (`None`: all).
+    pub origin: Option<String>,
+    /// The x range to show next frame, in seconds since the start (then cleared).
+    pub request_x: Option<(f64, f64)>,
+    /// Fit everything next frame (then cleared).
+    pub request_reset: bool,
+    /// The time under the pointer, nanoseconds, while it is over the plot.
+    pub hovered_ns: Option<u64>,
+}
+
+impl Default for TimelineState {
+    fn default() -> Self {
+        Self {
+            shown: [true; TraceKind::ALL.len()],
+            phase_bands: true,
+            x_axis: XAxis::Time,
+            device: None,
+            origin: None,
+            request_x: None,
+            request_reset: false,
+            hovered_ns: None,
+        }
+    }
+}
+
+impl TimelineState {
+    /// Whether curves of this kind are drawn.
+    pub fn is_shown(&self, kind: TraceKind) -> bool {
+        TraceKind::ALL
+            .iter()
+            .position(|&k| k == kind)
+            .is_some_and(|i| self.shown[i])
+    }
+}
+
+/// Another run drawn over this one, aligned by step (or by time since the start).
+pub struct Overlay<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its recording.
+    pub recording: &'a Recording,
+    /// Its view.
+    pub view: &'a RunView,
+}
+
+/// The colour of a curve.
+pub fn trace_color(kind: TraceKind) -> Color32 {
+    match kind {
+        TraceKind::Allocated => Color32::from_rgb(0xd6, 0x45, 0x45),
+        TraceKind::Reserved => Color32::from_rgb(0x3b, 0x7d, 0xd8),
+        TraceKind::Peak => Color32::from_rgb(0xe0, 0x9a, 0x1f),
+        TraceKind::DeviceUsed => Color32::from_rgb(0x2f, 0xa3, 0x6b),
+        TraceKind::Host => Color32::from_rgb(0x9a, 0x6b, 0xd0),
+    }
+}
+
+/// The colour of a phase, opaque (`alpha` 255) or for a band behind curves.
+pub fn phase_color(phase: &Phase, alpha: u8) -> Color32 {
+    let (r, g, b) = match phase {
+        Phase::Forward => (0x4c, 0x9b, 0xe8),
+        Phase::Backward => (0xf0, 0x8c, 0x3c),
+        Phase::Optimizer => (0x4c, 0xb8, 0x72),
+        Phase::Eval => (0xb0, 0x6c, 0xd8),
+        Phase::Custom(name) => {
+            let hash = name.bytes().fold(2166136261u32, |h, b| {
+                (h ^ u32::from(b)).wrapping_mul(16777619)
+            });
+            let [a, b, c, _] = hash.to_le_bytes();
+            (0x60 + a / 3, 0x60 + b / 3, 0x60 + c / 3)
+        }
+    };
+    Color32::from_rgba_unmultiplied(r, g, b, alpha)
+}
+
+/// Grid lines at binary multiples (1, 4, 16 … of a power of two), so that byte labels are round.
+pub fn binary_grid(input: GridInput) -> Vec<GridMark> {
+    let small = 2f64.powf(input.base_step_size.max(1.0).log2().ceil());
+    let (lo, hi) = input.bounds;
+    let mut marks = Vec::new();
+    let steps = [small, small * 4.0, small * 16.0];
+    for (level, &step) in steps.iter().enumerate() {
+        let (first, last) = ((lo / step).ceil() as i64, (hi / step).floor() as i64);
+        if last - first > 2000 {
+            continue;
+        }
+        for i in first..=last {
+            // Leave a mark to the coarser level that also has it.
+            if level + 1 < steps.len() && i % 4 == 0 {
+                continue;
+            }
+            marks.push(GridMark {
+                value: i as f64 * step,
+                step_size: step,
+            });
+        }
+    }
+    marks
+}
+
+/// "1.5 s", "2:05", "1:02:05": a time for an axis label.
+pub fn format_seconds(seconds: f64) -> String {
+    if seconds.abs() < 60.0 {
+        let text = format!("{seconds:.3}");
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        return format!("{text} s");
+    }
+    let total = seconds.round() as i64;
+    let (h, m, s) = (total / 3600, (total / 60) % 60, total % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// Plot x coordinate of a time, and back.
+struct XMap<'a> {
+    axis: XAxis,
+    view: &'a RunView,
+}
+
+impl XMap<'_> {
+    fn x(&self, t_ns: u64) -> f64 {
+        match self.axis {
+            XAxis::Time => t_ns as f64 / 1e9,
+            XAxis::Steps => self.view.steps.step_at(t_ns as f64),
+        }
+    }
+
+    fn t_ns(&self, x: f64) -> u64 {
+        let t = match self.axis {
+            XAxis::Time => x * 1e9,
+            XAxis::Steps => self.view.steps.time_at(x),
+        };
+        t.max(0.0) as u64
+    }
+}
+
+/// The toolbar above the plot: curves, bands, axis, device, process.
+pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
+    ui.horizontal_wrapped(|ui| {
+        for (i, kind) in TraceKind::ALL.into_iter().enumerate() {
+            if view.traces.iter().any(|t| t.kind == kind) {
+                let text = egui::RichText::new(kind.label()).color(trace_color(kind));
+                ui.checkbox(&mut state.shown[i], text);
+            }
+        }
+        ui.separator();
+        ui.checkbox(&mut state.phase_bands, "phase bands");
+        ui.separator();
+        ui.label("x axis:");
+        ui.selectable_value(&mut state.x_axis, XAxis::Time, "time");
+        ui.add_enabled_ui(view.steps.is_available(), |ui| {
+            ui.selectable_value(&mut state.x_axis, XAxis::Steps, "steps")
+                .on_disabled_hover_text("no steps in this recording");
+        });
+        if view.devices.len() > 1 {
+            ui.separator();
+            egui::ComboBox::from_label("device")
+                .selected_text(
+                    state
+                        .device
+                        .map_or("all".to_owned(), |d| format!("cuda:{d}")),
+                )
+                .show_ui(ui, |ui| {
+                    ui.selectable_value(&mut state.device, None, "all");
+                    for &d in &view.devices {
+                        ui.selectable_value(&mut state.device, Some(d), format!("cuda:{d}"));
+                    }
+                });
+        }
+        if view.origins.len() > 1 {
+            ui.separator();
+            egui::ComboBox::from_label("process")
+                .selected_text(state.origin.clone().unwrap_or_else(|| "all".to_owned()))
+                .show_ui(ui, |ui| {
+                    ui.selectable_value(&mut state.origin, None, "all");
+                    for o in &view.origins {
+                        ui.selectable_value(&mut state.origin, Some(o.clone()), o);
+                    }
+                });
+        }
+        ui.separator();
+        if ui.button("Reset view").clicked() {
+            state.request_reset = true;
+        }
+    });
+}
+
+/// The plot. Returns nothing; the hovered time is kept in `state`.
+pub fn timeline_ui(
+    ui: &mut egui::Ui,
+    id: usize,
+    recording: &Recording,
+    view: &RunView,
+    state: &mut TimelineState,
+    overlay: Option<&Overlay<'_>>,
+) {
+    let axis = if view.steps.is_available() {
+        state.x_axis
+    } else {
+        XAxis::Time
+    };
+    let map = XMap { axis, view };
+    let (x_end, y_max) = extent(recording, view, state, &map);
+    let columns = ui.available_width().max(100.0) as usize;
+    let x_label = match axis {
+        XAxis::Time => "time since start",
+        XAxis::Steps => "step",
+    };
+    let mut plot = Plot::new(("timeline", id, axis == XAxis::Steps))
+        .legend(
+            Legend::default()
+                .position(Corner::LeftTop)
+                .follow_insertion_order(true),
+        )
+        .x_axis_label(x_label)
+        .y_axis_formatter(|mark, _| format_bytes(mark.value))
+        .y_grid_spacer(binary_grid)
+        .y_axis_min_width(64.0)
+        .label_formatter(|_| None)
+        .include_x(0.0)
+        .include_x(x_end)
+        .include_y(0.0)
+        .include_y(y_max * 1.05);
+    plot = match axis {
+        XAxis::Time => plot.x_axis_formatter(|mark, _| format_seconds(mark.value)),
+        XAxis::Steps => plot.x_axis_formatter(|mark, _| format!("{:.0}", mark.value)),
+    };
+    if state.request_reset {
+        plot = plot.reset();
+        state.request_reset = false;
+    }
+    let request_x = state.request_x.take();
+    let response = plot.show(ui, |pui| {
+        if let Some((a, b)) = request_x {
+            let (a, b) = (map.x((a * 1e9) as u64), map.x((b * 1e9) as u64));
+            pui.set_plot_bounds_x(a..=b);
+        }
+        // Before auto-fitting the first time, the plot's bounds are not known yet: draw it all.
+        let bounds = if pui.auto_bounds().x {
+            PlotBounds::from_min_max([0.0, 0.0], [x_end, y_max])
+        } else {
+            pui.plot_bounds()
+        };
+        let width = (pui.transform().frame().width() as usize).clamp(100, columns.max(100));
+        let (t0, t1) = (map.t_ns(bounds.min()[0]), map.t_ns(bounds.max()[0]));
+        if state.phase_bands {
+            let (y0, y1) = if pui.auto_bounds().y {
+                (0.0, y_max * 1.05)
+            } else {
+                (bounds.min()[1], bounds.max()[1])
+            };
+            phase_bands(pui, view, &map, (t0, t1), (y0, y1), width);
+        }
+        step_ticks(pui, view, &map, t0, t1, width);
+        for trace in &view.traces {
+            if !state.is_shown(trace.kind)
+                || state
+                    .device
+                    .is_some_and(|d| trace.device.is_some_and(|td| td != d))
+                || state
+                    .origin
+                    .as_ref()
+                    .is_some_and(|o| trace.origin.as_ref().is_some_and(|to| to != o))
+            {
+                continue;
+            }
+            let points: Vec<PlotPoint> = trace
+                .data(recording)
+                .visible(t0, t1, width)
+                .into_iter()
+                .map(|(t, v)| PlotPoint::new(map.x(t), v as f64))
+                .collect();
+            // The peak is drawn thin rather than dashed: dashes over thousands of points cost
+            // more to tessellate than the rest of the frame.
+            let width = if trace.kind == TraceKind::Peak {
+                1.0
+            } else {
+                1.5
+            };
+            pui.line(
+                Line::new(trace.name(), PlotPoints::Owned(points))
+                    .color(trace_color(trace.kind))
+                    .width(width),
+            );
+        }
+        if let Some(overlay) = overlay {
+            overlay_line(pui, overlay, axis, t0, t1, width, &map);
+        }
+        events(pui, view, &map, t0, t1);
+        pui.pointer_coordinate().map(|p| map.t_ns(p.x))
+    });
+    state.hovered_ns = response.inner;
+    if let Some(t_ns) = response.inner {
+        response.response.on_hover_ui_at_pointer(|ui| {
+            readout(
+                ui,
+                recording,
+                view,
+                state,
+                t_ns,
+                &map,
+                response.transform.dpos_dvalue_x(),
+            );
+        });
+    }
+}
+
+/// The rightmost x and the highest value drawn, for the plot's automatic bounds.
+fn extent(
+    recording: &Recording,
+    view: &RunView,
+    state: &TimelineState,
+    map: &XMap<'_>,
+) -> (f64, f64) {
+    let mut y_max: f64 = 1.0;
+    for trace in view.traces.iter().filter(|t| state.is_shown(t.kind)) {
+        let data = trace.data(recording);
+        if let Some((_, max)) = data.levels.min_max(data.values, 0, data.values.len()) {
+            y_max = y_max.max(max as f64);
+        }
+    }
+    (map.x(view.duration_ns).max(1e-3), y_max)
+}
+
+/// Phase bands for the visible range, from `y0` to `y1`: one band per run of occurrences of the
+/// same phase when they are a few pixels wide, else the phase at the middle of each pixel column,
+/// merged. Drawn as filled rectangles, which (unlike spans) lay out no text.
+#[allow(clippy::too_many_arguments)]
+fn phase_bands(
+    pui: &mut PlotUi<'_>,
+    view: &RunView,
+    map: &XMap<'_>,
+    (t0, t1): (u64, u64),
+    (y0, y1): (f64, f64),
+    width: usize,
+) {
+    let occurrences = &view.occurrences;
+    let first = occurrences.partition_point(|o| o.end_ns < t0);
+    let last = occurrences.partition_point(|o| o.begin_ns <= t1);
+    let visible = last.saturating_sub(first);
+    let mut bands: Vec<(&Phase, u64, u64)> = Vec::new();
+    if visible <= width / 4 {
+        for o in &occurrences[first..last.max(first)] {
+            push_band(&mut bands, &o.phase, o.begin_ns, o.end_ns);
+        }
+    } else {
+        // Columns of 4 pixels: narrower bands cannot be told apart anyway.
+        let span = t1.saturating_sub(t0).max(1);
+        let columns = (width / 4).max(1) as u64;
+        for c in 0..columns {
+            let (a, b) = (t0 + span * c / columns, t0 + span * (c + 1) / columns);
+            if let Some(o) = view.phase_at(a + (b - a) / 2) {
+                push_band(&mut bands, &o.phase, a, b);
+            }
+        }
+    }
+    for (phase, a, b) in bands {
+        let (xa, xb) = (map.x(a), map.x(b));
+        let corners = vec![[xa, y0], [xa, y1], [xb, y1], [xb, y0]];
+        pui.polygon(
+            Polygon::new(phase.as_str(), corners)
+                .fill_color(phase_color(phase, 40))
+                // No visible edge; its colour is what the legend shows.
+                .stroke(egui::Stroke::new(0.0, phase_color(phase, 255)))
+                .allow_hover(false),
+        );
+    }
+}
+
+/// Adds a band, extending the last one when it is the same phase and they touch.
+fn push_band<'a>(bands: &mut Vec<(&'a Phase, u64, u64)>, phase: &'a Phase, a: u64, b: u64) {
+    match bands.last_mut() {
+        Some(last) if last.0 == phase && last.2 >= a => last.2 = last.2.max(b),
+        _ => bands.push((phase, a, b)),
+    }
+}
+
+/// Small ticks along the bottom at each step start, when they are far enough apart to see.
+fn step_ticks(
+    pui: &mut PlotUi<'_>,
+    view: &RunView,
+    map: &XMap<'_>,
+    t0: u64,
+    t1: u64,
+    width: usize,
+) {
+    if !view.steps.is_available() || map.axis == XAxis::Steps {
+        return;
+    }
+    let (s0, s1) = (
+        view.steps.step_at(t0 as f64).ceil(),
+        view.steps.step_at(t1 as f64).floor(),
+    );
+    if s1 < s0 || (s1 - s0) as usize > width / 6 {
+        return;
+    }
+    let points: Vec<[f64; 2]> = (s0 as i64..=s1 as i64)
+        .map(|s| [map.x(view.steps.time_at(s as f64) as u64), 0.0])
+        .collect();
+    pui.points(
+        Points::new("step starts", points)
+            .shape(MarkerShape::Up)
+            .radius(3.0)
+            .color(Color32::GRAY),
+    );
+}
+
+fn events(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, t0: u64, t1: u64) {
+    let first = view.events.partition_point(|e| e.t_ns < t0);
+    for event in view.events[first..]
+        .iter()
+        .take_while(|e| e.t_ns <= t1)
+        .take(200)
+    {
+        let (name, color) = match event.kind {
+            EventKind::Oom => ("OOM", Color32::from_rgb(0xe0, 0x20, 0x20)),
+            EventKind::Exit => ("exit", Color32::GRAY),
+            EventKind::Dropped => ("lost messages", Color32::from_rgb(0xc0, 0x90, 0x00)),
+        };
+        pui.vline(
+            VLine::new(name, map.x(event.t_ns))
+                .color(color)
+                .width(2.0)
+                .style(LineStyle::dashed_loose()),
+        );
+    }
+}
+
+fn overlay_line(
+    pui: &mut PlotUi<'_>,
+    overlay: &Overlay<'_>,
+    axis: XAxis,
+    t0: u64,
+    t1: u64,
+    width: usize,
+    map: &XMap<'_>,
+) {
+    let Some(trace) = overlay
+        .view
+        .basis_trace
+        .and_then(|i| overlay.view.traces.get(i))
+    else {
+        return;
+    };
+    let other = XMap {
+        axis,
+        view: overlay.view,
+    };
+    // The same x range, in the other run's time.
+    let (a, b) = (other.t_ns(map.x(t0)), other.t_ns(map.x(t1)));
+    let points: Vec<PlotPoint> = trace
+        .data(overlay.recording)
+        .visible(a, b, width)
+        .into_iter()
+        .map(|(t, v)| PlotPoint::new(other.x(t), v as f64))
+        .collect();
+    pui.line(
+        Line::new(
+            format!("{} — {}", trace.name(), overlay.name),
+            PlotPoints::Owned(points),
+        )
+        .color(Color32::from_gray(140))
+        .style(LineStyle::dashed_dense())
+        .width(1.5),
+    );
+}
+
+/// Exact values, phase, step and nearby events at the pointer.
+#[allow(clippy::too_many_arguments)]
+fn readout(
+    ui: &mut egui::Ui,
+    recording: &Recording,
+    view: &RunView,
+    state: &TimelineState,
+    t_ns: u64,
+    map: &XMap<'_>,
+    pixels_per_x: f64,
+) {
+    ui.strong(format_seconds(t_ns as f64 / 1e9));
+    if view.steps.is_available() {
+        ui.label(format!(
+            "step {:.0}",
+            view.steps.step_at(t_ns as f64).floor()
+        ));
+    }
+    if let Some(o) = view.phase_at(t_ns) {
+        ui.colored_label(phase_color(&o.phase, 255), format!("phase: {}", o.phase));
+    }
+    egui::Grid::new("readout").num_columns(2).show(ui, |ui| {
+        for trace in view.traces.iter().filter(|t| state.is_shown(t.kind)) {
+            if let Some(v) = trace.data(recording).value_at(t_ns) {
+                ui.colored_label(trace_color(trace.kind), trace.name());
+                ui.label(format_bytes(v as f64));
+                ui.end_row();
+            }
+        }
+    });
+    // Events within 4 pixels.
+    let reach = 4.0 / pixels_per_x.abs().max(1e-9);
+    for event in &view.events {
+        if (map.x(event.t_ns) - map.x(t_ns)).abs() <= reach {
+            ui.label(&event.text);
+        }
+    }
+}

@@ -1,0 +1,541 @@
+//! What the views draw, computed once when a recording is opened: the curves with their levels
+//! of detail, the phase bands, the step axis, the events, and the attribution's per-step numbers.
+
+use std::collections::BTreeMap;
+
+use collector::analysis::{Analysis, Basis, Occurrence};
+use collector::recording::{AllocatorSample, Phase, Recording, SeriesKind};
+
+use crate::lod::{Levels, LodSeries};
+
+/// What a curve measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TraceKind {
+    /// Bytes held by live tensors (the probe's allocator numbers): the staircase of a leak.
+    Allocated,
+    /// Bytes the caching allocator holds from the driver.
+    Reserved,
+    /// The allocator's peak since the last reset (per phase unless `--keep-peaks`).
+    Peak,
+    /// Device memory in use on the whole GPU (NVML): the sawtooth.
+    DeviceUsed,
+    /// Resident host memory of the job's process tree.
+    Host,
+}
+
+impl TraceKind {
+    /// Every kind, in legend order.
+    pub const ALL: [Self; 5] = [
+        Self::Allocated,
+        Self::Reserved,
+        Self::Peak,
+        Self::DeviceUsed,
+        Self::Host,
+    ];
+
+    /// The name shown in the legend and the toggles.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Allocated => "allocated",
+            Self::Reserved => "reserved",
+            Self::Peak => "peak",
+            Self::DeviceUsed => "device used",
+            Self::Host => "host memory",
+        }
+    }
+}
+
+/// Where a curve's samples are held.
+#[derive(Clone, Debug)]
+enum Source {
+    /// `recording.series[i]`, already in time order: not copied.
+    Series(usize),
+    /// Samples built for the view (allocator numbers, or a series that needed sorting).
+    Owned {
+        times_ns: Vec<u64>,
+        values: Vec<u64>,
+    },
+}
+
+/// One curve.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// What it measures.
+    pub kind: TraceKind,
+    /// The CUDA device, for device curves.
+    pub device: Option<u32>,
+    /// The process it belongs to, when the job had several ("rank 1", "pid 4242").
+    pub origin: Option<String>,
+    source: Source,
+    levels: Levels,
+}
+
+impl Trace {
+    /// The legend name: kind, device and process.
+    pub fn name(&self) -> String {
+        let mut name = self.kind.label().to_owned();
+        if let Some(device) = self.device {
+            name.push_str(&format!(" cuda:{device}"));
+        }
+        if let Some(origin) = &self.origin {
+            name.push_str(&format!(" ({origin})"));
+        }
+        name
+    }
+
+    /// The samples, with their levels of detail.
+    pub fn data<'a>(&'a self, recording: &'a Recording) -> LodSeries<'a> {
+        let (times_ns, values) = match &self.source {
+            Source::Series(i) => (
+                &recording.series[*i].times_ns[..],
+                &recording.series[*i].values[..],
+            ),
+            Source::Owned { times_ns, values } => (&times_ns[..], &values[..]),
+        };
+        LodSeries {
+            times_ns,
+            values,
+            levels: &self.levels,
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let own = match &self.source {
+            Source::Series(_) => 0,
+            Source::Owned { times_ns, values } => (times_ns.capacity() + values.capacity()) * 8,
+        };
+        own + self.levels.heap_bytes()
+    }
+}
+
+/// Maps time to a fractional step number (and back), through the step starts.
+#[derive(Clone, Debug, Default)]
+pub struct StepAxis {
+    times_ns: Vec<f64>,
+    steps: Vec<f64>,
+}
+
+impl StepAxis {
+    fn new(analysis: &Analysis) -> Self {
+        let mut axis = Self::default();
+        for start in &analysis.step_starts {
+            let (t, s) = (start.t_ns as f64, start.step as f64);
+            if axis.times_ns.last().is_none_or(|&last| t > last)
+                && axis.steps.last().is_none_or(|&last| s > last)
+            {
+                axis.times_ns.push(t);
+                axis.steps.push(s);
+            }
+        }
+        if axis.times_ns.len() < 2 {
+            return Self::default();
+        }
+        axis
+    }
+
+    /// Whether the recording has steps to put on the x axis.
+    pub fn is_available(&self) -> bool {
+        self.times_ns.len() >= 2
+    }
+
+    /// The fractional step at `t_ns`: linear between step starts, extended beyond them at the
+    /// pace of the nearest step.
+    pub fn step_at(&self, t_ns: f64) -> f64 {
+        interpolate(&self.times_ns, &self.steps, t_ns)
+    }
+
+    /// The time at a fractional step.
+    pub fn time_at(&self, step: f64) -> f64 {
+        interpolate(&self.steps, &self.times_ns, step)
+    }
+}
+
+/// Piecewise-linear `y(x)` through `(xs, ys)` (both increasing, at least two points).
+fn interpolate(xs: &[f64], ys: &[f64], x: f64) -> f64 {
+    let n = xs.len();
+    if n < 2 {
+        return x;
+    }
+    let i = xs.partition_point(|&v| v <= x).clamp(1, n - 1);
+    let (x0, x1, y0, y1) = (xs[i - 1], xs[i], ys[i - 1], ys[i]);
+    y0 + (x - x0) * (y1 - y0) / (x1 - x0)
+}
+
+/// What happened at one instant, drawn as a marker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// Nanoseconds after the start.
+    pub t_ns: u64,
+    /// What kind.
+    pub kind: EventKind,
+    /// What to show on hover.
+    pub text: String,
+}
+
+/// The kinds of events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A CUDA out-of-memory error.
+    Oom,
+    /// The job ended.
+    Exit,
+    /// Probe messages were lost.
+    Dropped,
+}
+
+/// Retained memory per step, by phase, over a range of steps (averaged).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetainedBin {
+    /// First step of the range.
+    pub first_step: u64,
+    /// Last step of the range.
+    pub last_step: u64,
+    /// Mean bytes retained per step, by phase (in `RunView::phases` order).
+    pub by_phase: Vec<f64>,
+}
+
+/// The average shape of a step: memory relative to the step's start, at evenly spaced points
+/// of the step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepShape {
+    /// Early in the run (after the warm-up).
+    pub early: Vec<f64>,
+    /// Late in the run.
+    pub late: Vec<f64>,
+    /// The steps averaged, early.
+    pub early_steps: (u64, u64),
+    /// The steps averaged, late.
+    pub late_steps: (u64, u64),
+}
+
+/// Points per step in [`StepShape`].
+const SHAPE_POINTS: usize = 48;
+
+/// Everything the views draw for one recording.
+#[derive(Clone, Debug, Default)]
+pub struct RunView {
+    /// The curves.
+    pub traces: Vec<Trace>,
+    /// The curve the verdict is about (the analysis' basis), if drawn.
+    pub basis_trace: Option<usize>,
+    /// The phases seen, in the order used for colours and stacks.
+    pub phases: Vec<Phase>,
+    /// Phase occurrences, by begin time.
+    pub occurrences: Vec<Occurrence>,
+    /// Time ↔ step.
+    pub steps: StepAxis,
+    /// OOMs, exit, lost messages.
+    pub events: Vec<Event>,
+    /// Retained memory per step by phase, in at most [`RETAINED_BINS`] bins.
+    pub retained: Vec<RetainedBin>,
+    /// The average step early and late.
+    pub shape: Option<StepShape>,
+    /// Last time anything was recorded, nanoseconds.
+    pub duration_ns: u64,
+    /// The devices drawn.
+    pub devices: Vec<u32>,
+    /// The processes drawn, when several sent allocator numbers.
+    pub origins: Vec<String>,
+}
+
+/// The most bins of the retained-per-step chart.
+pub const RETAINED_BINS: usize = 120;
+
+fn is_sorted(times: &[u64]) -> bool {
+    times.windows(2).all(|w| w[0] <= w[1])
+}
+
+impl RunView {
+    /// Computes the view of a recording and its analysis.
+    pub fn new(recording: &Recording, analysis: &Analysis) -> Self {
+        Self::with_traces(recording, analysis, Self::traces(recording))
+    }
+
+    /// The curves of a recording with their levels of detail: the part of the view that does
+    /// not need the analysis, so that both can be computed at the same time.
+    pub fn traces(recording: &Recording) -> Vec<Trace> {
+        let mut traces = allocator_traces(recording);
+        for (i, series) in recording.series.iter().enumerate() {
+            let kind = match series.key.kind {
+                SeriesKind::DeviceUsed => TraceKind::DeviceUsed,
+                SeriesKind::HostRss => TraceKind::Host,
+                _ => continue,
+            };
+            if series.values.is_empty() {
+                continue;
+            }
+            let source = if is_sorted(&series.times_ns) {
+                Source::Series(i)
+            } else {
+                let mut pairs: Vec<(u64, u64)> = series
+                    .times_ns
+                    .iter()
+                    .copied()
+                    .zip(series.values.iter().copied())
+                    .collect();
+                pairs.sort_by_key(|p| p.0);
+                let (times_ns, values) = pairs.into_iter().unzip();
+                Source::Owned { times_ns, values }
+            };
+            let levels = match &source {
+                Source::Series(_) => Levels::new(&series.times_ns, &series.values),
+                Source::Owned { times_ns, values } => Levels::new(times_ns, values),
+            };
+            traces.push(Trace {
+                kind,
+                device: series.key.device,
+                origin: None,
+                source,
+                levels,
+            });
+        }
+        traces.sort_by(|a, b| (a.kind, a.device, &a.origin).cmp(&(b.kind, b.device, &b.origin)));
+        traces
+    }
+
+    /// Completes the view from its curves and the analysis.
+    pub fn with_traces(recording: &Recording, analysis: &Analysis, traces: Vec<Trace>) -> Self {
+        let basis_kind = match analysis.basis {
+            Basis::Allocated => TraceKind::Allocated,
+            Basis::DeviceUsed => TraceKind::DeviceUsed,
+            Basis::HostRss => TraceKind::Host,
+        };
+        let basis_trace = traces.iter().position(|t| t.kind == basis_kind);
+
+        let mut phases: Vec<Phase> = analysis
+            .occurrences
+            .iter()
+            .map(|o| o.phase.clone())
+            .collect();
+        phases.sort();
+        phases.dedup();
+
+        let mut devices: Vec<u32> = traces.iter().filter_map(|t| t.device).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let mut origins: Vec<String> = traces.iter().filter_map(|t| t.origin.clone()).collect();
+        origins.sort();
+        origins.dedup();
+
+        let mut view = Self {
+            basis_trace,
+            phases,
+            occurrences: analysis.occurrences.clone(),
+            steps: StepAxis::new(analysis),
+            events: events(recording),
+            retained: Vec::new(),
+            shape: None,
+            duration_ns: recording.duration_ns(),
+            devices,
+            origins,
+            traces,
+        };
+        view.retained = view.retained_bins(analysis);
+        view.shape = view.step_shape(recording, analysis);
+        view
+    }
+
+    /// Bytes the view holds beyond the recording.
+    pub fn heap_bytes(&self) -> usize {
+        self.traces.iter().map(Trace::heap_bytes).sum::<usize>()
+            + self.occurrences.capacity() * std::mem::size_of::<Occurrence>()
+            + self.steps.times_ns.capacity() * 16
+    }
+
+    /// The phase at `t_ns`, with its step.
+    pub fn phase_at(&self, t_ns: u64) -> Option<&Occurrence> {
+        let i = self.occurrences.partition_point(|o| o.begin_ns <= t_ns);
+        // Phases nest rarely (eval inside a custom phase): look back a little for the innermost.
+        self.occurrences[..i]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|o| o.end_ns >= t_ns)
+    }
+
+    /// The index of a phase in [`Self::phases`], for its colour.
+    pub fn phase_index(&self, phase: &Phase) -> usize {
+        self.phases.iter().position(|p| p == phase).unwrap_or(0)
+    }
+
+    fn retained_bins(&self, analysis: &Analysis) -> Vec<RetainedBin> {
+        let starts = &analysis.step_starts;
+        if starts.is_empty() || analysis.retained.iter().all(Option::is_none) {
+            return Vec::new();
+        }
+        // Per step, per phase: bytes retained.
+        let mut per_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for (o, r) in analysis.occurrences.iter().zip(&analysis.retained) {
+            let Some(r) = r else { continue };
+            let step = o.step.unwrap_or_else(|| {
+                let i = starts.partition_point(|s| s.t_ns <= o.begin_ns);
+                starts[i.saturating_sub(1)].step
+            });
+            let row = per_step
+                .entry(step)
+                .or_insert_with(|| vec![0.0; self.phases.len()]);
+            row[self.phase_index(&o.phase)] += r;
+        }
+        let steps: Vec<(u64, Vec<f64>)> = per_step.into_iter().collect();
+        let bins = steps.len().min(RETAINED_BINS);
+        (0..bins)
+            .filter_map(|b| {
+                let chunk = &steps[b * steps.len() / bins..(b + 1) * steps.len() / bins];
+                let (first, last) = (chunk.first()?, chunk.last()?);
+                let mut by_phase = vec![0.0; self.phases.len()];
+                for (_, row) in chunk {
+                    for (sum, v) in by_phase.iter_mut().zip(row) {
+                        *sum += v / chunk.len() as f64;
+                    }
+                }
+                Some(RetainedBin {
+                    first_step: first.0,
+                    last_step: last.0,
+                    by_phase,
+                })
+            })
+            .collect()
+    }
+
+    fn step_shape(&self, recording: &Recording, analysis: &Analysis) -> Option<StepShape> {
+        let trace = self.traces.get(self.basis_trace?)?;
+        let data = trace.data(recording);
+        let starts = &analysis.step_starts;
+        let n = starts.len().checked_sub(1)?; // the last step has no end
+        if n < 10 {
+            return None;
+        }
+        let warmup = n / 10;
+        let group = ((n - warmup) / 4).max(1);
+        let average = |range: std::ops::Range<usize>| -> Option<(Vec<f64>, (u64, u64))> {
+            let stride = (range.len() / 200).max(1);
+            let mut sums = vec![0.0; SHAPE_POINTS];
+            let mut count = 0usize;
+            for i in range.clone().step_by(stride) {
+                let (t0, t1) = (starts[i].t_ns, starts[i + 1].t_ns);
+                if t1 <= t0 {
+                    continue;
+                }
+                let Some(base) = data.value_at(t0) else {
+                    continue;
+                };
+                for (j, sum) in sums.iter_mut().enumerate() {
+                    let t = t0 + (t1 - t0) * j as u64 / (SHAPE_POINTS as u64 - 1);
+                    *sum += data.value_at(t).unwrap_or(base) as f64 - base as f64;
+                }
+                count += 1;
+            }
+            (count > 0).then(|| {
+                let mean = sums.iter().map(|s| s / count as f64).collect();
+                (mean, (starts[range.start].step, starts[range.end - 1].step))
+            })
+        };
+        let (early, early_steps) = average(warmup..warmup + group)?;
+        let (late, late_steps) = average(n - group..n)?;
+        Some(StepShape {
+            early,
+            late,
+            early_steps,
+            late_steps,
+        })
+    }
+}
+
+/// Allocated, reserved and peak curves per process and device, from the probe's numbers.
+fn allocator_traces(recording: &Recording) -> Vec<Trace> {
+    let mut groups: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
+    for (i, sample) in recording.allocator.iter().enumerate() {
+        groups
+            .entry((sample.origin.pid, sample.origin.rank, sample.device))
+            .or_default()
+            .push(i);
+    }
+    let several = groups
+        .keys()
+        .map(|k| k.0)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        > 1;
+    let mut traces = Vec::new();
+    for ((pid, rank, device), mut indices) in groups {
+        indices.sort_by_key(|&i| recording.allocator[i].t_ns);
+        let origin = several.then(|| match rank {
+            Some(rank) => format!("rank {rank}"),
+            None => format!("pid {pid}"),
+        });
+        let times_ns: Vec<u64> = indices
+            .iter()
+            .map(|&i| recording.allocator[i].t_ns)
+            .collect();
+        for (kind, pick) in [
+            (
+                TraceKind::Allocated,
+                (|s| s.allocated) as fn(&AllocatorSample) -> u64,
+            ),
+            (TraceKind::Reserved, |s| s.reserved),
+            (TraceKind::Peak, |s| s.peak),
+        ] {
+            let values: Vec<u64> = indices
+                .iter()
+                .map(|&i| pick(&recording.allocator[i]))
+                .collect();
+            traces.push(Trace {
+                kind,
+                device: Some(device),
+                origin: origin.clone(),
+                levels: Levels::new(&times_ns, &values),
+                source: Source::Owned {
+                    times_ns: times_ns.clone(),
+                    values,
+                },
+            });
+        }
+    }
+    traces
+}
+
+fn events(recording: &Recording) -> Vec<Event> {
+    use collector::analysis::format_bytes;
+    let bytes = |b: Option<u64>| b.map_or("?".to_owned(), |b| format_bytes(b as f64));
+    let mut events = Vec::new();
+    for oom in &recording.ooms {
+        let device = oom
+            .device
+            .map_or(String::new(), |d| format!(" on cuda:{d}"));
+        events.push(Event {
+            t_ns: oom.t_ns,
+            kind: EventKind::Oom,
+            text: format!(
+                "CUDA out of memory{device}: tried to allocate {}, {} free of {}, {} allocated by PyTorch",
+                bytes(oom.tried_bytes),
+                bytes(oom.free_bytes),
+                bytes(oom.capacity_bytes),
+                bytes(oom.allocated_bytes),
+            ),
+        });
+    }
+    for exit in &recording.exits {
+        let how = match (exit.code, exit.signal) {
+            (_, Some(signal)) => format!("killed by signal {signal}"),
+            (Some(code), None) => format!("exit status {code}"),
+            (None, None) => "ended".to_owned(),
+        };
+        events.push(Event {
+            t_ns: exit.t_ns,
+            kind: EventKind::Exit,
+            text: format!("the job ended: {how}"),
+        });
+    }
+    for drop in &recording.drops {
+        events.push(Event {
+            t_ns: drop.t_ns,
+            kind: EventKind::Dropped,
+            text: format!(
+                "probe messages lost: {} dropped, {} malformed, {} refused",
+                drop.dropped, drop.malformed, drop.refused
+            ),
+        });
+    }
+    events.sort_by_key(|e| e.t_ns);
+    events
+}

@@ -1,0 +1,56 @@
+//! The browser side: fetching a recording named by `?url=` from the page's own origin.
+
+use eframe::wasm_bindgen::{JsCast as _, JsValue};
+use wasm_bindgen_futures::JsFuture;
+
+/// The `url` query parameter of the page, if any.
+pub fn url_parameter() -> Option<String> {
+    let search = web_sys::window()?.location().search().ok()?;
+    let params = web_sys::UrlSearchParams::new_with_str(&search).ok()?;
+    params.get("url").filter(|u| !u.is_empty())
+}
+
+fn describe(err: JsValue) -> String {
+    err.as_string()
+        .or_else(|| {
+            err.dyn_ref::<js_sys::Error>()
+                .map(|e| String::from(e.message()))
+        })
+        .unwrap_or_else(|| format!("{err:?}"))
+}
+
+/// Fetches `url` (relative to the page, same origin only) and returns its bytes, or what went
+/// wrong in words.
+pub async fn fetch(url: &str) -> Result<Vec<u8>, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let page = window.location().href().map_err(describe)?;
+    let resolved =
+        web_sys::Url::new_with_base(url, &page).map_err(|_| "not a valid address".to_owned())?;
+    let origin = window.location().origin().map_err(describe)?;
+    if resolved.origin() != origin {
+        return Err(format!(
+            "only recordings hosted next to this page can be opened by ?url= (this page is on {origin}, the recording on {}); download it and open it with Open…",
+            resolved.origin()
+        ));
+    }
+    let init = web_sys::RequestInit::new();
+    init.set_method("GET");
+    init.set_mode(web_sys::RequestMode::SameOrigin);
+    let request =
+        web_sys::Request::new_with_str_and_init(&resolved.href(), &init).map_err(describe)?;
+    let response = JsFuture::from(window.fetch_with_request(&request))
+        .await
+        .map_err(|err| format!("cannot be fetched: {}", describe(err)))?;
+    let response: web_sys::Response = response.dyn_into().map_err(describe)?;
+    if !response.ok() {
+        return Err(format!(
+            "cannot be fetched: the server answered {} {}",
+            response.status(),
+            response.status_text()
+        ));
+    }
+    let buffer = JsFuture::from(response.array_buffer().map_err(describe)?)
+        .await
+        .map_err(|err| format!("cannot be read: {}", describe(err)))?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+}

@@ -1,0 +1,211 @@
+//! The viewer, driven through its widgets with egui_kittest, and rendered with the software
+//! Vulkan renderer (lavapipe) for the image snapshots.
+
+#![cfg(not(target_arch = "wasm32"))] // Files, threads and a GPU renderer: native only.
+#![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable as _;
+use tidemark_app::timeline::XAxis;
+use tidemark_app::view::TraceKind;
+use tidemark_app::{Tab, TidemarkApp};
+
+fn corpus(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../collector/tests/data/corpus")
+        .join(name)
+}
+
+fn golden() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/data/golden_v1.msgpack")
+}
+
+fn harness(app: TidemarkApp) -> Harness<'static, TidemarkApp> {
+    Harness::builder()
+        .with_size(egui::vec2(1280.0, 800.0))
+        .build_ui_state(|ui, app: &mut TidemarkApp| app.show(ui), app)
+}
+
+fn snapshot_harness(app: TidemarkApp) -> Harness<'static, TidemarkApp> {
+    Harness::builder()
+        .with_size(egui::vec2(1280.0, 800.0))
+        .wgpu()
+        .build_ui_state(|ui, app: &mut TidemarkApp| app.show(ui), app)
+}
+
+#[test]
+fn the_example_opens_with_its_verdict_and_phases() {
+    let mut harness = harness(TidemarkApp::default());
+    harness.run();
+    // The corpus job keeps eval predictions: the verdict names the leak and the phase.
+    harness.get_by_label_contains("leak");
+    harness.get_by_label("Timeline").click();
+    harness.get_by_label("Phases").click();
+    harness.run();
+    assert_eq!(harness.state().tab, Tab::Phases);
+    // Each phase has its row in the table (and its entry in the charts' legends).
+    for phase in ["eval", "forward", "backward", "optimizer"] {
+        assert!(
+            harness.query_all_by_label(phase).next().is_some(),
+            "{phase}"
+        );
+    }
+    harness.get_by_label("share of growth");
+    harness.get_by_label("Verdict").click();
+    harness.run();
+    harness.get_by_label("What to try");
+    harness.get_by_label("Run info").click();
+    harness.run();
+    harness.get_by_label_contains("eval_keeps_predictions.py");
+}
+
+#[test]
+fn curves_toggle_and_the_axis_switches_to_steps() {
+    let mut harness = harness(TidemarkApp::default());
+    harness.run();
+    assert!(harness.state().runs()[0].timeline.is_shown(TraceKind::Host));
+    // The toolbar's checkbox comes before the legend's entry of the same name.
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, "host memory")
+        .next()
+        .unwrap()
+        .click();
+    harness.run();
+    assert!(!harness.state().runs()[0].timeline.is_shown(TraceKind::Host));
+    assert_eq!(harness.state().runs()[0].timeline.x_axis, XAxis::Time);
+    harness.get_by_label("steps").click();
+    harness.run();
+    assert_eq!(harness.state().runs()[0].timeline.x_axis, XAxis::Steps);
+    // The toolbar's checkbox comes before the legend's entry of the same name.
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, "phase bands")
+        .next()
+        .unwrap()
+        .click();
+    harness.run();
+    assert!(!harness.state().runs()[0].timeline.phase_bands);
+}
+
+#[test]
+fn a_bad_file_shows_what_is_wrong_and_the_other_runs_stay_usable() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&corpus("healthy.msgpack"));
+    app.open_bytes("/tmp/picture.msgpack", b"\x89PNG\r\n\x1a\n0000");
+    let mut harness = harness(app);
+    harness.run();
+    harness.get_by_label("This file cannot be opened");
+    let error = harness.get_by_label_contains("/tmp/picture.msgpack");
+    assert!(format!("{error:?}").contains("PNG"), "{error:?}");
+    // The good run is one click away, and works.
+    harness.get_by_label("healthy.msgpack").click();
+    harness.run();
+    assert_eq!(harness.state().current(), 0);
+    harness.get_by_label_contains("No leak");
+    // A missing file is an error tab too, naming the file.
+    harness
+        .state_mut()
+        .open_path(&PathBuf::from("/nonexistent/run.msgpack"));
+    harness.run();
+    harness.get_by_label_contains("/nonexistent/run.msgpack: cannot read the file");
+}
+
+#[test]
+fn compare_states_the_difference_in_growth_per_step() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&corpus("forward_keeps_losses.msgpack"));
+    app.open_path(&corpus("healthy.msgpack"));
+    app.select(0);
+    let mut harness = harness(app);
+    harness.run();
+    harness.get_by_label("compare with").click();
+    harness.run();
+    // The tab and the entry in the open list carry the same name: the entry is the last.
+    harness
+        .query_all_by_label("healthy.msgpack")
+        .last()
+        .unwrap()
+        .click();
+    harness.run();
+    assert_eq!(harness.state().compare, Some(1));
+    harness.get_by_label_contains("growth per step:");
+    // The overlay is drawn as its own legend entry.
+    harness.get_by_label_contains("— healthy.msgpack");
+}
+
+#[test]
+fn recent_files_remember_what_was_opened() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&corpus("healthy.msgpack"));
+    app.open_path(&corpus("forward_keeps_losses.msgpack"));
+    app.open_path(&PathBuf::from("/nonexistent/run.msgpack"));
+    let recent = app.recent();
+    assert_eq!(recent.len(), 2, "{recent:?}");
+    assert!(recent[0].ends_with("forward_keeps_losses.msgpack"));
+    assert!(recent[1].ends_with("healthy.msgpack"));
+}
+
+#[test]
+fn a_followed_file_is_shown_as_it_grows() {
+    let bytes = std::fs::read(corpus("eval_keeps_predictions.msgpack")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.msgpack");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let half = bytes.len() / 2;
+    file.write_all(&bytes[..half]).unwrap();
+    file.flush().unwrap();
+
+    let mut app = TidemarkApp::empty();
+    app.follow_path(&path);
+    let mut harness = harness(app);
+    harness.run_steps(2);
+    let samples = |h: &Harness<'_, TidemarkApp>| {
+        h.state().runs()[0]
+            .run
+            .as_ref()
+            .map(|r| r.recording.sample_count())
+            .unwrap_or(0)
+    };
+    let first = samples(&harness);
+    assert!(first > 0);
+    harness.get_by_label_contains("following");
+
+    file.write_all(&bytes[half..]).unwrap();
+    file.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    harness.run_steps(2);
+    let whole = collector::recording::read_recording(&bytes).unwrap();
+    assert_eq!(samples(&harness), whole.sample_count());
+    assert!(samples(&harness) > first);
+    harness.get_by_label_contains("the recording is complete");
+}
+
+#[test]
+fn snapshot_timeline_with_phases() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&golden());
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.snapshot("timeline_with_phases");
+}
+
+#[test]
+fn snapshot_attribution() {
+    let mut app = TidemarkApp::default();
+    app.tab = Tab::Phases;
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.snapshot("attribution");
+}
+
+#[test]
+fn snapshot_error() {
+    let mut app = TidemarkApp::empty();
+    app.open_bytes("/data/run.msgpack", b"TIDEMARK\x93\xa6header\x01");
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.snapshot("error");
+}
