@@ -150,6 +150,50 @@ impl LodSeries<'_> {
         let mut out = Vec::with_capacity(2 * columns + 2);
         out.push((times[start], self.values[start]));
         let span = t1.saturating_sub(t0).max(1) as u128;
+        // Many samples per column: walk the coarsest level whose buckets are at most half a
+        // column wide, in order (each bucket to the column its first sample falls in). Every
+        // sample is in one bucket, so no peak or trough is lost, and the reads are sequential.
+        let per_column = (end - start) / columns;
+        let (mut level, mut size) = (0, 1);
+        while level < self.levels.levels.len() && size * FANOUT * 2 <= per_column {
+            level += 1;
+            size *= FANOUT;
+        }
+        if level > 0 {
+            let buckets = &self.levels.levels[level - 1];
+            let mid = |c: usize| t0 + ((span * (2 * c as u128 + 1)) / (2 * columns as u128)) as u64;
+            let mut column: Option<(usize, u64, u64)> = None;
+            let flush = |out: &mut Vec<(u64, u64)>, (c, min, max): (usize, u64, u64)| {
+                out.push((mid(c), min));
+                if max != min {
+                    out.push((mid(c), max));
+                }
+            };
+            let last = (end - 1).div_ceil(size).min(buckets.len());
+            for (b, &(min, max)) in buckets
+                .iter()
+                .enumerate()
+                .take(last)
+                .skip((start + 1) / size)
+            {
+                let t = times[b * size];
+                let c = ((t.saturating_sub(t0) as u128 * columns as u128) / span)
+                    .min(columns as u128 - 1) as usize;
+                column = match column {
+                    Some((cc, lo, hi)) if cc == c => Some((c, lo.min(min), hi.max(max))),
+                    Some(done) => {
+                        flush(&mut out, done);
+                        Some((c, min, max))
+                    }
+                    None => Some((c, min, max)),
+                };
+            }
+            if let Some(done) = column {
+                flush(&mut out, done);
+            }
+            out.push((times[end - 1], self.values[end - 1]));
+            return out;
+        }
         let mut lo = start + 1;
         for c in 0..columns {
             let edge = t0 + ((span * (c as u128 + 1)) / columns as u128) as u64;
