@@ -241,10 +241,6 @@ pub struct RunView {
 /// The most bins of the retained-per-step chart.
 pub const RETAINED_BINS: usize = 120;
 
-fn is_sorted(times: &[u64]) -> bool {
-    times.windows(2).all(|w| w[0] <= w[1])
-}
-
 impl RunView {
     /// Computes the view of a recording and its analysis.
     pub fn new(recording: &Recording, analysis: &Analysis) -> Self {
@@ -264,18 +260,12 @@ impl RunView {
             if series.values.is_empty() {
                 continue;
             }
-            let source = if is_sorted(&series.times_ns) {
-                Source::Series(i)
-            } else {
-                let mut pairs: Vec<(u64, u64)> = series
-                    .times_ns
-                    .iter()
-                    .copied()
-                    .zip(series.values.iter().copied())
-                    .collect();
-                pairs.sort_by_key(|p| p.0);
-                let (times_ns, values) = pairs.into_iter().unzip();
-                Source::Owned { times_ns, values }
+            let source = match series.sorted() {
+                std::borrow::Cow::Borrowed(_) => Source::Series(i),
+                std::borrow::Cow::Owned(sorted) => Source::Owned {
+                    times_ns: sorted.times_ns,
+                    values: sorted.values,
+                },
             };
             let levels = match &source {
                 Source::Series(_) => Levels::new(&series.times_ns, &series.values),

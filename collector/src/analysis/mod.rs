@@ -222,25 +222,6 @@ pub fn format_bytes(bytes: f64) -> String {
     }
 }
 
-/// A series sorted by time (a copy only when the recording's is not).
-fn sorted(series: &Series) -> std::borrow::Cow<'_, Series> {
-    if series.times_ns.windows(2).all(|w| w[0] <= w[1]) {
-        return std::borrow::Cow::Borrowed(series);
-    }
-    let mut pairs: Vec<(u64, u64)> = series
-        .times_ns
-        .iter()
-        .copied()
-        .zip(series.values.iter().copied())
-        .collect();
-    pairs.sort_by_key(|&(t, _)| t);
-    std::borrow::Cow::Owned(Series {
-        key: series.key.clone(),
-        times_ns: pairs.iter().map(|p| p.0).collect(),
-        values: pairs.iter().map(|p| p.1).collect(),
-    })
-}
-
 /// The first device's used memory, or the job's host memory.
 fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_, Series>)> {
     let device = recording
@@ -249,12 +230,12 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
         .filter(|s| s.key.kind == SeriesKind::DeviceUsed && !s.values.is_empty())
         .min_by_key(|s| s.key.device);
     if let Some(series) = device {
-        return Some((Basis::DeviceUsed, sorted(series)));
+        return Some((Basis::DeviceUsed, series.sorted()));
     }
     recording
         .series(&SeriesKey::new(SeriesKind::HostRss))
         .filter(|s| !s.values.is_empty())
-        .map(|s| (Basis::HostRss, sorted(s)))
+        .map(|s| (Basis::HostRss, s.sorted()))
 }
 
 /// The value of a sorted series at `t`: the first sample at or after it, else the last.

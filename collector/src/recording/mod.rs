@@ -30,6 +30,29 @@ pub struct Series {
     pub values: Vec<u64>,
 }
 
+impl Series {
+    /// The series sorted by time: borrowed when it already is (as the collector writes it), a
+    /// sorted copy otherwise.
+    pub fn sorted(&self) -> std::borrow::Cow<'_, Series> {
+        if self.times_ns.windows(2).all(|w| w[0] <= w[1]) {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut pairs: Vec<(u64, u64)> = self
+            .times_ns
+            .iter()
+            .copied()
+            .zip(self.values.iter().copied())
+            .collect();
+        pairs.sort_by_key(|&(t, _)| t);
+        let (times_ns, values) = pairs.into_iter().unzip();
+        std::borrow::Cow::Owned(Series {
+            key: self.key.clone(),
+            times_ns,
+            values,
+        })
+    }
+}
+
 /// A whole recording in memory, assembled from its records.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recording {
