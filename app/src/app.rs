@@ -231,11 +231,6 @@ impl TidemarkApp {
         self.runs.get_mut(self.current)
     }
 
-    /// Whether files are still being read in the background.
-    pub fn is_loading(&self) -> bool {
-        self.loading > 0
-    }
-
     /// Opens a recording held in memory and shows it; `name` says where it came from.
     pub fn open_bytes(&mut self, name: &str, bytes: &[u8]) {
         let run = Run::from_bytes(name, bytes);
