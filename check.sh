@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every check CI runs: formatting, clippy (native and wasm32), the tests, the wasm build.
-# Sets up what it needs on first use: the wasm32 target and a Python virtual environment (.venv)
-# with the packages the tests use. Usage: ./check.sh [--quick]   (--quick: skip the wasm release build)
+# Runs every check CI runs: formatting, clippy (native and wasm32), the tests, the desktop app in
+# a real window, the web build in a real browser.
+# Sets up what it needs on first use: the wasm32 target, a Python virtual environment (.venv) with
+# the packages the tests use, and trunk + wasm-bindgen-cli at the versions Trunk.toml names.
+# Usage: ./check.sh [--quick]   (--quick: skip the web build and its browser test)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -15,7 +17,7 @@ step "toolchain: wasm32 target, rustfmt, clippy"
 rustup target add wasm32-unknown-unknown >/dev/null
 rustup component add rustfmt clippy >/dev/null
 
-step "python environment (.venv): msgpack, torch"
+step "python environment (.venv): msgpack, torch, selenium, pillow"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || fail "cannot create .venv (is python3-venv installed?)"
 fi
@@ -23,6 +25,8 @@ fi
   || fail "pip install msgpack"
 .venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/pip install --quiet torch \
   || fail "pip install torch"
+.venv/bin/python -c 'import selenium, PIL' 2>/dev/null || .venv/bin/pip install --quiet selenium pillow \
+  || fail "pip install selenium pillow"
 export TIDEMARK_PYTHON="$PWD/.venv/bin/python"
 
 step "cargo fmt --check"
@@ -48,10 +52,16 @@ step "the desktop app in a real window (Xvfb)"
 scripts/window-check.sh target/debug/tidemark || fail "window check (see test-output/)"
 
 if ! $quick; then
-  step "release build of the app for wasm32"
-  cargo build -p tidemark-app --release --target wasm32-unknown-unknown --locked \
-    || fail "wasm32 release build"
-  ls -l target/wasm32-unknown-unknown/release/tidemark.wasm
+  step "web build: trunk build --release (tools: scripts/web-tools.sh)"
+  scripts/web-tools.sh || fail "installing trunk and wasm-bindgen-cli"
+  trunk build --release || fail "trunk build --release"
+  ls -l dist/
+
+  step "the web build in headless Chromium (scripts/web-check.py)"
+  cargo run --quiet --locked -p tidemark-app --example synthetic -- target/web-check-1M.msgpack 1000000 \
+    || fail "writing the 1-million-sample recording"
+  .venv/bin/python scripts/web-check.py dist target/web-check-1M.msgpack test-output/web \
+    || fail "web check (screenshots in test-output/web/)"
 fi
 
 step "all checks passed"

@@ -83,6 +83,9 @@ pub struct OpenRun {
     pub timeline: TimelineState,
     #[cfg(not(target_arch = "wasm32"))]
     follow: Option<crate::follow::Follow>,
+    /// Whether the page was told that this file is shown (see `web::announce`).
+    #[cfg(target_arch = "wasm32")]
+    announced: bool,
 }
 
 impl OpenRun {
@@ -93,6 +96,8 @@ impl OpenRun {
             timeline: TimelineState::default(),
             #[cfg(not(target_arch = "wasm32"))]
             follow: None,
+            #[cfg(target_arch = "wasm32")]
+            announced: false,
         }
     }
 
@@ -315,6 +320,13 @@ impl TidemarkApp {
         }
         egui::CentralPanel::default().show(ui, |ui| self.central(ui));
         drop_hint(ui.ctx());
+        #[cfg(target_arch = "wasm32")]
+        if let Some(open) = self.runs.get_mut(self.current)
+            && !open.announced
+        {
+            open.announced = true;
+            crate::web::announce(&open.name, open.run.as_ref().err());
+        }
     }
 
     fn files_bar(&mut self, ui: &mut egui::Ui) {

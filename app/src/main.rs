@@ -77,6 +77,13 @@ fn main() -> std::process::ExitCode {
 fn main() {
     use eframe::wasm_bindgen::JsCast as _;
 
+    // A crash is shown on the page (web/index.html's failure box), not only in the console.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        show_failure(&format!("tidemark crashed: {info}"));
+        default_hook(info);
+    }));
+
     wasm_bindgen_futures::spawn_local(async {
         let Some(document) = web_sys::window().and_then(|w| w.document()) else {
             return;
@@ -85,6 +92,7 @@ fn main() {
             .get_element_by_id("tidemark_canvas")
             .and_then(|e| e.dyn_into::<web_sys::HtmlCanvasElement>().ok())
         else {
+            show_failure("the page has no canvas with id tidemark_canvas");
             return;
         };
         let result = eframe::WebRunner::new()
@@ -104,13 +112,26 @@ fn main() {
                 }),
             )
             .await;
-        if let Some(loading) = document.get_element_by_id("loading_text") {
-            match result {
-                Ok(()) => loading.remove(),
-                Err(err) => loading.set_inner_html(&format!(
-                    "<p>The app has crashed.</p><p>{err:?}</p><p>See the developer console for details.</p>"
-                )),
+        match result {
+            Ok(()) => {
+                if let Some(status) = document.get_element_by_id("status") {
+                    status.remove();
+                }
             }
+            Err(err) => show_failure(&format!("the viewer could not start: {err:?}")),
         }
     });
+}
+
+/// Shows `message` in the page's failure box (defined by web/index.html).
+#[cfg(target_arch = "wasm32")]
+fn show_failure(message: &str) {
+    use eframe::wasm_bindgen::JsCast as _;
+
+    let failed = web_sys::window()
+        .and_then(|w| js_sys::Reflect::get(&w, &"tidemarkFailed".into()).ok())
+        .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+    if let Some(failed) = failed {
+        let _ = failed.call1(&eframe::wasm_bindgen::JsValue::NULL, &message.into());
+    }
 }

@@ -54,3 +54,25 @@ pub async fn fetch(url: &str) -> Result<Vec<u8>, String> {
         .map_err(|err| format!("cannot be read: {}", describe(err)))?;
     Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
+
+/// Tells the page that the file `name` is shown, its first frame drawn, or that it failed to
+/// open: a performance mark `tidemark:shown` or `tidemark:failed` whose detail is the name or
+/// the error. The browser test waits for these; a profiler shows them on the page's timeline.
+pub fn announce(name: &str, error: Option<&String>) {
+    let Some(performance) = web_sys::window().and_then(|w| w.performance()) else {
+        return;
+    };
+    let (mark, detail) = match error {
+        None => ("tidemark:shown", name),
+        Some(error) => ("tidemark:failed", error.as_str()),
+    };
+    // `performance.mark(name, { detail })`; web-sys has the options only as an unstable API.
+    let options = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&options, &"detail".into(), &detail.into());
+    if let Some(mark_fn) = js_sys::Reflect::get(&performance, &"mark".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+    {
+        let _ = mark_fn.call2(&performance, &mark.into(), &options);
+    }
+}

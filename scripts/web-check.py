@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""The web build in a real browser: serves dist/ from a sub-path of 127.0.0.1, opens it in headless
+Chromium, and checks what a user sees.
+
+  scripts/web-check.py DIST BIG_RECORDING [OUT]     (OUT default: test-output/web)
+
+- `?url=` a leaking recording: the curves and the verdict are drawn (pixels of their colours in
+  the screenshot), the console has no error, and no request left 127.0.0.1;
+- no `?url=`: the embedded example is shown;
+- `?url=` a missing file (404), a file that is not a recording, another origin: the page shows
+  why (the app's `tidemark:failed` performance mark names the cause, and red text is drawn);
+- `?url=` BIG_RECORDING (1 million samples): the time from navigation to its first drawn frame
+  is measured and reported (a number for BENCHMARKS.md, not a pass/fail: timing is a benchmark).
+
+Screenshots and a summary (timings.json) go to OUT. Needs /usr/bin/chromium and
+/usr/bin/chromedriver (Debian packages chromium, chromium-driver), and Python selenium and pillow.
+"""
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from PIL import Image
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
+SUBPATH = "some/dir/"  # the site must work from any folder, not only from the host's root
+
+# Colours the viewer draws with (app/src/timeline.rs).
+HOST_MEMORY = (0x9A, 0x6B, 0xD0)
+DEVICE_USED = (0x2F, 0xA3, 0x6B)
+ALLOCATED = (0xD6, 0x45, 0x45)
+
+failures = []
+
+
+def check(ok, what):
+    print(("  ok   " if ok else "  FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    requests = []
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        Handler.requests.append(self.path)
+
+
+def serve(directory):
+    handler = functools.partial(Handler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--enable-unsafe-swiftshader",
+        "--use-angle=swiftshader",
+        "--window-size=1280,800",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--force-color-profile=srgb",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    os.environ["SE_OFFLINE"] = "true"  # never let Selenium download a browser or a driver
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def wait_for_mark(driver, timeout_s=90):
+    """Waits for the app's `tidemark:shown` or `tidemark:failed` mark: (name, detail, ms since
+    navigation)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        marks = driver.execute_script(
+            "return performance.getEntriesByType('mark')"
+            ".filter(m => m.name.startsWith('tidemark:'))"
+            ".map(m => [m.name, String(m.detail), m.startTime]);"
+        )
+        if marks:
+            return tuple(marks[0])
+        failed = driver.execute_script(
+            "const s = document.getElementById('status');"
+            "return s && s.className === 'failed' ? s.innerText : null;"
+        )
+        if failed:
+            return ("page:failed", failed, None)
+        time.sleep(0.1)
+    return (None, None, None)
+
+
+def console_errors(driver):
+    return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+
+def requested_urls(driver):
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def count_near(image, colour, box=None, tolerance=40):
+    """Pixels within `tolerance` (per channel) of `colour`, inside `box` (l, t, r, b)."""
+    r0, g0, b0 = colour
+    return sum(
+        1
+        for r, g, b in pixels(image, box)
+        if abs(r - r0) <= tolerance and abs(g - g0) <= tolerance and abs(b - b0) <= tolerance
+    )
+
+
+def count_red(image, box):
+    """Pixels of red text (egui's error colour), inside `box`."""
+    return sum(1 for r, g, b in pixels(image, box) if r > 170 and g < 110 and b < 110)
+
+
+def pixels(image, box=None):
+    data = (image.crop(box) if box else image).tobytes()
+    return zip(data[0::3], data[1::3], data[2::3])
+
+
+def open_page(driver, base, query, shot):
+    driver.get(base + query)
+    name, detail, at_ms = wait_for_mark(driver)
+    time.sleep(1.5)  # let the frame after the mark reach the screen
+    driver.save_screenshot(str(shot))
+    image = Image.open(shot).convert("RGB")
+    return name, detail, at_ms, image
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    dist, big = Path(sys.argv[1]), Path(sys.argv[2])
+    out = Path(sys.argv[3]) if len(sys.argv) > 3 else ROOT / "test-output" / "web"
+    out.mkdir(parents=True, exist_ok=True)
+    if not (dist / "index.html").is_file():
+        print(f"{dist}: no index.html (run trunk build --release first)")
+        return 1
+
+    with tempfile.TemporaryDirectory() as tmp:
+        site = Path(tmp) / SUBPATH
+        shutil.copytree(dist, site)
+        shutil.copy(CORPUS / "forward_keeps_losses.msgpack", site / "leak.msgpack")
+        shutil.copy(big, site / "big.msgpack")
+        (site / "notes.msgpack").write_text("these are notes, not a recording\n")
+        broken = Path(tmp) / "broken"  # a copy whose .wasm is damaged: the app cannot start
+        shutil.copytree(dist, broken)
+        for wasm in broken.glob("*.wasm"):
+            wasm.write_bytes(b"\0asm" + b"\xff" * 64)
+        server = serve(tmp)
+        base = f"http://127.0.0.1:{server.server_address[1]}/{SUBPATH}"
+        print(f"serving {dist} at {base}")
+        driver = browser()
+        timings = {}
+        try:
+            print("a leaking recording by ?url=")
+            name, detail, at_ms, image = open_page(driver, base, "?url=leak.msgpack", out / "leak.png")
+            check(name == "tidemark:shown" and detail == "leak.msgpack", f"shown: {name} {detail}")
+            w, h = image.size
+            plot = (0, 100, w, h)
+            curve = count_near(image, HOST_MEMORY, plot) + count_near(image, DEVICE_USED, plot)
+            check(curve > 400, f"curves drawn: {curve} pixels of their colours in the plot")
+            red = count_red(image, (0, 0, w, 60))
+            check(red > 40, f"verdict drawn: {red} red pixels of the leak headline")
+            errors = console_errors(driver)
+            check(not errors, f"console errors: {errors}")
+            urls = requested_urls(driver)
+            foreign = [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
+            check(len(urls) > 0 and not foreign, f"{len(urls)} requests, none elsewhere: {foreign}")
+
+            print("no ?url=: the embedded example")
+            name, detail, at_ms, image = open_page(driver, base, "", out / "example.png")
+            check(name == "tidemark:shown" and detail.startswith("example:"), f"shown: {name} {detail}")
+            check(count_near(image, HOST_MEMORY, (0, 100, w, h)) > 400, "example curves drawn")
+
+            for query, expect, shot in (
+                ("?url=missing.msgpack", "404", "missing.png"),
+                ("?url=notes.msgpack", "notes.msgpack", "not-a-recording.png"),
+                ("?url=https://example.com/run.msgpack", "only recordings hosted next to", "other-origin.png"),
+            ):
+                print(f"a bad {query}")
+                name, detail, _, image = open_page(driver, base, query, out / shot)
+                check(name == "tidemark:failed" and expect in detail, f"failed: {name} {detail!r}")
+                red = count_red(image, (0, 0, w, h))
+                check(red > 40, f"the error is drawn in the page: {red} red pixels")
+                urls = requested_urls(driver)
+                foreign = [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
+                check(not foreign, f"no request left 127.0.0.1: {foreign}")
+                driver.get_log("browser")
+
+            print("a site whose .wasm is damaged: the page says so")
+            driver.get(f"http://127.0.0.1:{server.server_address[1]}/broken/")
+            name, detail, _ = wait_for_mark(driver, timeout_s=30)
+            driver.save_screenshot(str(out / "cannot-start.png"))
+            check(name == "page:failed" and "could not run" in detail, f"start failure shown: {detail!r}")
+            driver.get_log("browser")
+
+            print("1 million samples: navigation to first drawn frame")
+            runs = []
+            for _ in range(3):
+                name, detail, at_ms, image = open_page(driver, base, "?url=big.msgpack", out / "big.png")
+                check(name == "tidemark:shown", f"shown: {name} {detail}")
+                runs.append(at_ms)
+            check(count_near(image, DEVICE_USED, (0, 100, w, h)) > 400, "big: curves drawn")
+            errors = console_errors(driver)
+            check(not errors, f"console errors: {errors}")
+            timings["first_frame_1M_samples_ms"] = runs
+            print(f"  navigation to first drawn frame, 1M samples: {', '.join(f'{t:.0f} ms' for t in runs if t)}")
+        finally:
+            driver.quit()
+            server.shutdown()
+
+    wasm = sorted(dist.glob("*.wasm"))
+    if wasm:
+        import gzip
+
+        raw = wasm[0].read_bytes()
+        timings["wasm_bytes"] = len(raw)
+        timings["wasm_gzip_bytes"] = len(gzip.compress(raw, 9))
+        print(f"  {wasm[0].name}: {len(raw) / 1e6:.2f} MB raw, {timings['wasm_gzip_bytes'] / 1e6:.2f} MB gzipped")
+    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    print(f"screenshots and timings in {out}")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
