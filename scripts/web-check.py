@@ -30,6 +30,8 @@ from pathlib import Path
 from PIL import Image
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
@@ -39,6 +41,9 @@ SUBPATH = "some/dir/"  # the site must work from any folder, not only from the h
 HOST_MEMORY = (0x9A, 0x6B, 0xD0)
 DEVICE_USED = (0x2F, 0xA3, 0x6B)
 ALLOCATED = (0xD6, 0x45, 0x45)
+
+# Where the "Open…" button is laid out in the canvas (CSS pixels from its top left).
+OPEN_BUTTON = (98, 12)
 
 failures = []
 
@@ -84,9 +89,9 @@ def browser():
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def wait_for_mark(driver, timeout_s=90):
-    """Waits for the app's `tidemark:shown` or `tidemark:failed` mark: (name, detail, ms since
-    navigation)."""
+def wait_for_mark(driver, timeout_s=90, skip=0):
+    """Waits for the app's `tidemark:shown` or `tidemark:failed` mark (after the first `skip`):
+    (name, detail, ms since navigation)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         marks = driver.execute_script(
@@ -94,8 +99,8 @@ def wait_for_mark(driver, timeout_s=90):
             ".filter(m => m.name.startsWith('tidemark:'))"
             ".map(m => [m.name, String(m.detail), m.startTime]);"
         )
-        if marks:
-            return tuple(marks[0])
+        if len(marks) > skip:
+            return tuple(marks[skip])
         failed = driver.execute_script(
             "const s = document.getElementById('status');"
             "return s && s.className === 'failed' ? s.innerText : null;"
@@ -104,6 +109,22 @@ def wait_for_mark(driver, timeout_s=90):
             return ("page:failed", failed, None)
         time.sleep(0.1)
     return (None, None, None)
+
+
+# Drops a file on the canvas the way a browser does: a DataTransfer holding a File, sent with
+# dragenter, dragover and drop events. Arguments: the URL to take the bytes from, the file's name.
+DROP_FILE = """
+const [url, name, done] = arguments;
+fetch(url).then(r => r.arrayBuffer()).then(bytes => {
+  const transfer = new DataTransfer();
+  transfer.items.add(new File([bytes], name));
+  const canvas = document.getElementById("tidemark_canvas");
+  for (const type of ["dragenter", "dragover", "drop"]) {
+    canvas.dispatchEvent(new DragEvent(type, {dataTransfer: transfer, bubbles: true, cancelable: true}));
+  }
+  done(true);
+});
+"""
 
 
 def console_errors(driver):
@@ -194,6 +215,45 @@ def main():
             name, detail, at_ms, image = open_page(driver, base, "", out / "example.png")
             check(name == "tidemark:shown" and detail.startswith("example:"), f"shown: {name} {detail}")
             check(count_near(image, HOST_MEMORY, (0, 100, w, h)) > 400, "example curves drawn")
+
+            print("a file dropped onto the page")
+            driver.execute_async_script(DROP_FILE, "leak.msgpack", "dropped.msgpack")
+            name, detail, _ = wait_for_mark(driver, skip=1)
+            time.sleep(1.5)
+            driver.save_screenshot(str(out / "dropped.png"))
+            check(name == "tidemark:shown" and detail == "dropped.msgpack", f"shown: {name} {detail}")
+            image = Image.open(out / "dropped.png").convert("RGB")
+            check(count_red(image, (0, 0, w, 60)) > 40, "the dropped file's verdict is drawn")
+
+            print("a file opened with Open… (the browser's file picker)")
+            driver.get(base)
+            wait_for_mark(driver)
+            # Headless Chromium cancels a file chooser at once; intercepted, the page keeps its
+            # <input type=file> waiting, and the test fills it as a user's choice would.
+            driver.execute_cdp_cmd("Page.enable", {})
+            driver.execute_cdp_cmd("Page.setInterceptFileChooserDialog", {"enabled": True})
+            canvas = driver.find_element(By.ID, "tidemark_canvas")
+            picked = []
+            for _ in range(3):  # the button is drawn in the canvas: click where it is laid out
+                # A pause between each event: egui sees the hover, the press and the release
+                # in separate frames, as from a hand on a mouse.
+                ActionChains(driver).move_to_element_with_offset(
+                    canvas,
+                    OPEN_BUTTON[0] - canvas.size["width"] // 2,
+                    OPEN_BUTTON[1] - canvas.size["height"] // 2,
+                ).pause(0.3).click_and_hold().pause(0.3).release().perform()
+                for _ in range(30):
+                    picked = driver.find_elements(By.CSS_SELECTOR, "#rfd-overlay input[type=file]")
+                    if picked:
+                        break
+                    time.sleep(0.1)
+                if picked:
+                    break
+            check(bool(picked), "Open… shows the browser's file picker")
+            if picked:
+                picked[0].send_keys(str(site / "leak.msgpack"))  # what choosing a file does
+                name, detail, _ = wait_for_mark(driver, skip=1)
+                check(name == "tidemark:shown" and detail == "leak.msgpack", f"picked: {name} {detail}")
 
             for query, expect, shot in (
                 ("?url=missing.msgpack", "404", "missing.png"),
