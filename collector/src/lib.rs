@@ -7,3 +7,4 @@
 pub mod analysis;
 pub mod oom;
 pub mod recording;
+pub mod snapshot;
