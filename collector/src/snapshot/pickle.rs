@@ -207,9 +207,10 @@ pub(crate) struct Machine<'a> {
     scratch: Vec<u32>,
 }
 
-/// Holds at most this many values on the stack or memo entries per byte of input, so a hostile
-/// file cannot make the machine allocate far more than it is long.
-const MAX_LEN_FOR_INPUT: usize = 1 << 40;
+/// At most this many values wait on the stack, and this many MARKs are open: a pickler batches
+/// items by the thousand, so only a hostile file comes near, and it must not make the machine
+/// allocate gigabytes.
+const MAX_STACK: usize = 1 << 22;
 
 impl<'a> Machine<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
@@ -432,7 +433,17 @@ impl<'a> Machine<'a> {
                     let value = self.pop(at)?;
                     return Ok(value);
                 }
-                b'(' => self.marks.push(self.stack.len()),
+                b'(' => {
+                    if self.marks.len() >= MAX_STACK {
+                        return Err(self.err(
+                            at,
+                            format!(
+                                "more than {MAX_STACK} MARKs are open (not what a pickler writes)"
+                            ),
+                        ));
+                    }
+                    self.marks.push(self.stack.len());
+                }
                 b'0' => {
                     self.pop(at)?;
                 }
