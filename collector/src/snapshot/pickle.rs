@@ -772,10 +772,12 @@ impl<'a> Machine<'a> {
     }
 
     fn push(&mut self, value: Value) -> Result<(), SnapshotError> {
-        if self.stack.len() >= MAX_LEN_FOR_INPUT.min(self.bytes.len() + 16) {
+        if self.stack.len() >= MAX_STACK {
             return Err(self.err(
                 self.pos,
-                "the stack grows beyond the file's size (corrupt opcodes)",
+                format!(
+                    "more than {MAX_STACK} values wait on the stack (not what a pickler writes)"
+                ),
             ));
         }
         self.stack.push(value);
