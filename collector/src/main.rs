@@ -45,6 +45,9 @@ enum Command {
     /// Exit 1 when a recording shows a leak (or other chosen findings), 0 when not, 2 when it
     /// cannot be read. For CI.
     Check(report::CheckArgs),
+    /// Convert a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`) into a recording:
+    /// its allocated and reserved curves, OOMs and phases.
+    Import(report::ImportArgs),
 }
 
 /// What to record, and how.
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Report(args)) => report::report(&args),
         Some(Command::Check(args)) => report::check(&args),
+        Some(Command::Import(args)) => report::import(&args),
         None => record::run(cli.record),
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use collector::analysis::{Analysis, FindingKind, analyze, format_bytes, format_duration};
 use collector::recording::{Recording, read_file};
+use collector::snapshot::{Snapshot, read_snapshot_file};
 use serde::Serialize;
 
 /// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
@@ -86,10 +87,177 @@ struct JsonReport<'a> {
     dropped_probe_messages: u64,
     ooms: usize,
     analysis: &'a Analysis,
+    /// Present for PyTorch memory snapshots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot: Option<SnapshotJson>,
 }
 
-fn load(file: &Path) -> Result<Recording, ExitCode> {
-    read_file(file).map_err(|err| {
+/// What a snapshot adds to the JSON report.
+#[derive(Serialize)]
+struct SnapshotJson {
+    trace_entries: usize,
+    entries_by_action: std::collections::BTreeMap<String, usize>,
+    live_blocks_at_end: usize,
+    live_bytes_at_end: u64,
+    leak_suspects: Vec<SuspectJson>,
+    segments: Vec<SegmentJson>,
+}
+
+#[derive(Serialize)]
+struct SuspectJson {
+    device: u32,
+    phase: Option<String>,
+    occurrences: usize,
+    of: usize,
+    blocks: usize,
+    bytes: u64,
+    frames: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct SegmentJson {
+    device: u32,
+    segments: usize,
+    reserved: u64,
+    allocated: u64,
+    pending_free: u64,
+    free: u64,
+    free_pieces: usize,
+    largest_free: u64,
+}
+
+impl SnapshotJson {
+    fn new(s: &Snapshot) -> Self {
+        let live = s.live_blocks_at(i64::MAX, None);
+        Self {
+            trace_entries: s.entries.len(),
+            entries_by_action: s.action_counts(),
+            live_blocks_at_end: live.len(),
+            live_bytes_at_end: live.iter().map(|b| b.size).sum(),
+            leak_suspects: s
+                .leak_suspects()
+                .into_iter()
+                .map(|x| SuspectJson {
+                    frames: s
+                        .user_frames(x.stack)
+                        .iter()
+                        .map(|f| s.frame_text(f))
+                        .collect(),
+                    device: x.device,
+                    phase: x.phase,
+                    occurrences: x.occurrences,
+                    of: x.of,
+                    blocks: x.blocks,
+                    bytes: x.bytes,
+                })
+                .collect(),
+            segments: s
+                .segment_summary()
+                .into_iter()
+                .map(|g| SegmentJson {
+                    device: g.device,
+                    segments: g.segments,
+                    reserved: g.reserved,
+                    allocated: g.allocated,
+                    pending_free: g.pending_free,
+                    free: g.free,
+                    free_pieces: g.free_pieces,
+                    largest_free: g.largest_free,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Arguments of `collector import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`).
+    pub file: PathBuf,
+    /// Where to write the recording.
+    #[arg(long, short, value_name = "PATH")]
+    pub out: PathBuf,
+}
+
+/// `collector import snapshot.pickle --out run.msgpack`: the snapshot's curves, OOMs and phases
+/// as a recording (the frames and blocks stay in the snapshot: open it for those).
+pub fn import(args: &ImportArgs) -> ExitCode {
+    let snapshot = match read_snapshot_file(&args.file) {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("collector: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let recording = snapshot.to_recording();
+    drop(snapshot);
+    match write_recording(&args.out, &recording) {
+        Ok(()) => {
+            println!(
+                "collector: wrote {} ({} allocator readings, {} phase edges, {} OOMs)",
+                args.out.display(),
+                recording.allocator.len(),
+                recording.phases.len(),
+                recording.ooms.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("collector: cannot write {}: {err}", args.out.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn write_recording(path: &Path, recording: &Recording) -> std::io::Result<()> {
+    use collector::recording::{Record, Writer};
+    let file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut writer = Writer::new(file, &recording.header)?;
+    let mut allocator = recording.allocator.iter().peekable();
+    let mut phases = recording.phases.iter().peekable();
+    // Both in time order: merged, so the file reads like a live recording.
+    loop {
+        let record = match (allocator.peek(), phases.peek()) {
+            (Some(a), Some(p)) if p.t_ns <= a.t_ns => {
+                phases.next().map(|p| Record::Phase(p.clone()))
+            }
+            (Some(_), _) => allocator.next().map(|a| Record::Allocator(a.clone())),
+            (None, Some(_)) => phases.next().map(|p| Record::Phase(p.clone())),
+            (None, None) => None,
+        };
+        let Some(record) = record else { break };
+        writer.write(&record)?;
+    }
+    for oom in &recording.ooms {
+        writer.write(&Record::Oom(oom.clone()))?;
+    }
+    for note in &recording.notes {
+        writer.write(&Record::Note(note.clone()))?;
+    }
+    let end = recording.duration_ns();
+    let mut out = writer.finish(end)?;
+    std::io::Write::flush(&mut out)
+}
+
+/// A recording, or a PyTorch memory snapshot turned into one (then the snapshot too).
+pub fn load_any(file: &Path) -> Result<(Recording, Option<Snapshot>), String> {
+    let mut head = [0u8; 2];
+    let is_pickle = std::fs::File::open(file)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok()
+        && collector::snapshot::is_pickle(&head);
+    if is_pickle {
+        let snapshot = read_snapshot_file(file)?;
+        Ok((snapshot.to_recording(), Some(snapshot)))
+    } else {
+        read_file(file)
+            .map(|r| (r, None))
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn load(file: &Path) -> Result<(Recording, Option<Snapshot>), ExitCode> {
+    load_any(file).map_err(|err| {
         eprintln!("collector: {err}");
         ExitCode::from(2)
     })
@@ -97,8 +265,8 @@ fn load(file: &Path) -> Result<Recording, ExitCode> {
 
 /// `collector report FILE [--json]`.
 pub fn report(args: &ReportArgs) -> ExitCode {
-    let recording = match load(&args.file) {
-        Ok(recording) => recording,
+    let (recording, snapshot) = match load(&args.file) {
+        Ok(loaded) => loaded,
         Err(code) => return code,
     };
     let analysis = analyze(&recording);
@@ -114,6 +282,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             dropped_probe_messages: recording.dropped_total(),
             ooms: recording.ooms.len(),
             analysis: &analysis,
+            snapshot: snapshot.as_ref().map(SnapshotJson::new),
         };
         match serde_json::to_string_pretty(&report) {
             Ok(json) => println!("{json}"),
@@ -124,6 +293,9 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         }
     } else {
         print!("{}", text(&args.file, &recording, &analysis));
+        if let Some(snapshot) = &snapshot {
+            print!("\n{}", collector::snapshot::report_text(snapshot, 10));
+        }
     }
     ExitCode::SUCCESS
 }
@@ -131,7 +303,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
 /// `collector check FILE`: 0 when fine, 1 with the failing findings printed, 2 when unreadable.
 pub fn check(args: &CheckArgs) -> ExitCode {
     let recording = match load(&args.file) {
-        Ok(recording) => recording,
+        Ok((recording, _)) => recording,
         Err(code) => return code,
     };
     let analysis = analyze(&recording);

@@ -222,7 +222,8 @@ pub fn format_bytes(bytes: f64) -> String {
     }
 }
 
-/// The first device's used memory, or the job's host memory.
+/// The first device's used memory, or the job's host memory, or (with neither, as in an imported
+/// PyTorch snapshot) the allocator's allocated bytes on the first device.
 fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_, Series>)> {
     let device = recording
         .series
@@ -232,10 +233,24 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
     if let Some(series) = device {
         return Some((Basis::DeviceUsed, series.sorted()));
     }
-    recording
+    if let Some(host) = recording
         .series(&SeriesKey::new(SeriesKind::HostRss))
         .filter(|s| !s.values.is_empty())
-        .map(|s| (Basis::HostRss, s.sorted()))
+    {
+        return Some((Basis::HostRss, host.sorted()));
+    }
+    let device = recording.allocator.iter().map(|a| a.device).min()?;
+    let mut series = Series {
+        key: SeriesKey::device(SeriesKind::Other("allocated".to_owned()), device),
+        times_ns: Vec::new(),
+        values: Vec::new(),
+    };
+    for a in recording.allocator.iter().filter(|a| a.device == device) {
+        series.times_ns.push(a.t_ns);
+        series.values.push(a.allocated);
+    }
+    let series = series.sorted().into_owned();
+    Some((Basis::Allocated, std::borrow::Cow::Owned(series)))
 }
 
 /// The value of a sorted series at `t`: the first sample at or after it, else the last.

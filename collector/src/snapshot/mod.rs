@@ -972,3 +972,127 @@ impl Snapshot {
 pub fn is_pickle(bytes: &[u8]) -> bool {
     bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1])
 }
+
+/// Reads a snapshot file; errors name the file.
+pub fn read_snapshot_file(path: &std::path::Path) -> Result<Snapshot, String> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| format!("{}: cannot read the file: {e}", path.display()))?;
+    read_snapshot(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// What the snapshot adds to a report: the segments' state, the largest live blocks at the end
+/// with where they were allocated, and the leak suspects. `limit` rows per table.
+pub fn report_text(snapshot: &Snapshot, limit: usize) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mb = |b: u64| crate::analysis::format_bytes(b as f64);
+    let _ = writeln!(out, "SNAPSHOT");
+    let counts: Vec<String> = snapshot
+        .action_counts()
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  {} trace entries ({}), {} distinct stacks, {} frames",
+        snapshot.entries.len(),
+        if counts.is_empty() {
+            "none".to_owned()
+        } else {
+            counts.join(", ")
+        },
+        snapshot.stack_count().saturating_sub(1),
+        snapshot.frames.len()
+    );
+    for s in snapshot.segment_summary() {
+        let _ = writeln!(
+            out,
+            "  cuda:{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
+            s.device,
+            s.segments,
+            mb(s.reserved),
+            mb(s.allocated),
+            mb(s.pending_free),
+            mb(s.free),
+            s.free_pieces,
+            mb(s.largest_free)
+        );
+        if s.free > 0 && s.largest_free < s.free / 2 {
+            let _ = writeln!(
+                out,
+                "    fragmented: the largest free piece is {:.0}% of the free memory; a tensor larger than {} needs a new cudaMalloc",
+                100.0 * s.largest_free as f64 / s.free as f64,
+                mb(s.largest_free)
+            );
+        }
+    }
+    let site = |stack: u32| -> String {
+        let frames = snapshot.user_frames(stack);
+        if frames.is_empty() {
+            "(no frames recorded)".to_owned()
+        } else {
+            frames
+                .iter()
+                .take(3)
+                .map(|f| snapshot.frame_text(f))
+                .collect::<Vec<_>>()
+                .join(" < ")
+        }
+    };
+    let live = snapshot.live_blocks_at(i64::MAX, None);
+    let total: u64 = live.iter().map(|b| b.size).sum();
+    let _ = writeln!(
+        out,
+        "\nLIVE BLOCKS AT THE END ({} blocks, {}; largest first)",
+        live.len(),
+        mb(total)
+    );
+    let end = snapshot.time_range_us().map_or(0, |r| r.1);
+    for b in live.iter().take(limit) {
+        let age = b.allocated_us.map_or("before the trace".to_owned(), |t| {
+            format!(
+                "age {}",
+                crate::analysis::format_duration((end - t) as f64 / 1e6)
+            )
+        });
+        let _ = writeln!(
+            out,
+            "  {:>10}  cuda:{}  {:<18}  {}",
+            mb(b.size),
+            b.device,
+            age,
+            site(b.stack)
+        );
+    }
+    let suspects = snapshot.leak_suspects();
+    let _ = writeln!(out, "\nLEAK SUSPECTS");
+    if suspects.is_empty() {
+        let _ = writeln!(
+            out,
+            "  none: no allocation site left blocks alive from several occurrences of a repeating phase"
+        );
+    }
+    for s in suspects.iter().take(limit) {
+        let within = match &s.phase {
+            Some(p) => format!(
+                "in {p}: {} of {} occurrences left blocks alive",
+                s.occurrences, s.of
+            ),
+            None => format!(
+                "allocated at {} different times and never freed",
+                s.occurrences
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  {} in {} blocks, cuda:{}, {within}",
+            mb(s.bytes),
+            s.blocks,
+            s.device
+        );
+        for f in snapshot.user_frames(s.stack).iter().take(6) {
+            let _ = writeln!(out, "      {}", snapshot.frame_text(f));
+        }
+    }
+    out
+}

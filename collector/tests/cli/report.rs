@@ -114,3 +114,84 @@ fn unreadable_files_exit_2_with_the_reason_and_the_name() {
         assert!(err.trim_end().ends_with("plot.msgpack"), "{err}");
     }
 }
+
+fn snapshot_fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshots/mini_snapshot.pickle")
+}
+
+#[test]
+fn report_reads_a_pytorch_snapshot() {
+    let output = collector(&["report"], &snapshot_fixture());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("VERDICT"), "{text}");
+    assert!(text.contains("basis: allocated GPU memory"), "{text}");
+    assert!(
+        text.contains(
+            "50 trace entries (alloc 28, free_completed 4, free_requested 4, segment_alloc 14)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("cuda:0: 14 segments, 402 MiB reserved"),
+        "{text}"
+    );
+    assert!(text.contains("LIVE BLOCKS AT THE END"), "{text}");
+    assert!(text.contains("get_input (/home/drisspg/meta/transformer_nuggets/transformer_nuggets/misc/attention.py:206)"), "{text}");
+    assert!(text.contains("LEAK SUSPECTS"), "{text}");
+
+    let output = collector(&["report", "--json"], &snapshot_fixture());
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["snapshot"]["trace_entries"], 50);
+    assert_eq!(json["snapshot"]["entries_by_action"]["segment_alloc"], 14);
+    assert_eq!(json["snapshot"]["segments"][0]["free_pieces"], 14);
+}
+
+#[test]
+fn import_writes_a_recording_that_reports_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.msgpack");
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("import")
+        .arg(snapshot_fixture())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let recording = collector::recording::read_file(&out).unwrap();
+    let bytes = std::fs::read(snapshot_fixture()).unwrap();
+    let direct = collector::snapshot::read_snapshot(&bytes)
+        .unwrap()
+        .to_recording();
+    assert_eq!(recording.allocator, direct.allocator);
+    assert_eq!(recording.phases, direct.phases);
+    assert!(recording.end.is_some(), "a complete recording");
+    // A bad snapshot: the file is named, exit status 2, nothing written.
+    let bad = dir.path().join("cut.pickle");
+    std::fs::write(&bad, &bytes[..bytes.len() / 3]).unwrap();
+    let missing = dir.path().join("never.msgpack");
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("import")
+        .arg(&bad)
+        .arg("--out")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cut.pickle: at byte") && stderr.contains("truncated"),
+        "{stderr}"
+    );
+    assert!(!missing.exists());
+}
