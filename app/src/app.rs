@@ -24,6 +24,8 @@ pub struct Run {
     pub analysis: Analysis,
     /// What the views draw.
     pub view: RunView,
+    /// When the file was a PyTorch memory snapshot: its blocks, suspects and segments.
+    pub snapshot: Option<crate::blocks::SnapshotView>,
 }
 
 impl Run {
@@ -46,11 +48,20 @@ impl Run {
             recording,
             analysis,
             view,
+            snapshot: None,
         }
     }
 
-    /// Reads a recording held in memory; the error names `name`.
+    /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error
+    /// names `name`.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self, String> {
+        if collector::snapshot::is_pickle(bytes) {
+            let snapshot = collector::snapshot::read_snapshot(bytes)
+                .map_err(|err| format!("{name}: {err}"))?;
+            let mut run = Self::new(snapshot.to_recording());
+            run.snapshot = Some(crate::blocks::SnapshotView::new(snapshot));
+            return Ok(run);
+        }
         read_recording(bytes)
             .map(Self::new)
             .map_err(|err| format!("{name}: {err}"))
@@ -81,6 +92,8 @@ pub struct OpenRun {
     pub run: Result<Run, String>,
     /// What the timeline shows.
     pub timeline: TimelineState,
+    /// The blocks view's time (snapshots only).
+    pub blocks: crate::blocks::BlocksState,
     #[cfg(not(target_arch = "wasm32"))]
     follow: Option<crate::follow::Follow>,
     /// Whether the page was told that this file is shown (see `web::announce`).
@@ -94,6 +107,7 @@ impl OpenRun {
             name,
             run,
             timeline: TimelineState::default(),
+            blocks: crate::blocks::BlocksState::default(),
             #[cfg(not(target_arch = "wasm32"))]
             follow: None,
             #[cfg(target_arch = "wasm32")]
@@ -163,6 +177,8 @@ pub enum Tab {
     Verdict,
     /// What was recorded, where.
     Info,
+    /// Live blocks, leak suspects and segments (PyTorch snapshots).
+    Blocks,
 }
 
 /// The viewer's state.
@@ -306,6 +322,11 @@ impl TidemarkApp {
                         (Tab::Info, "Run info"),
                     ] {
                         ui.selectable_value(&mut self.tab, tab, label);
+                    }
+                    if run.snapshot.is_some() {
+                        ui.selectable_value(&mut self.tab, Tab::Blocks, "Blocks");
+                    } else if self.tab == Tab::Blocks {
+                        self.tab = Tab::Timeline;
                     }
                     ui.separator();
                     let problem = run.analysis.findings.iter().any(|f| f.kind.is_problem());
@@ -472,6 +493,19 @@ impl TidemarkApp {
                 egui::ScrollArea::vertical().show(ui, |ui| {
                     crate::cards::run_info_ui(ui, &open.name, &run.recording);
                 });
+            }
+            Tab::Blocks => {
+                let Some(open) = self.runs.get_mut(current) else {
+                    return;
+                };
+                if let Ok(Run {
+                    snapshot: Some(view),
+                    ..
+                }) = &open.run
+                {
+                    let hovered = open.timeline.last_hovered_ns;
+                    crate::blocks::blocks_ui(ui, view, &mut open.blocks, hovered);
+                }
             }
         }
     }

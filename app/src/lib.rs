@@ -4,6 +4,7 @@
 
 mod app;
 mod attribution;
+pub mod blocks;
 mod cards;
 #[cfg(not(target_arch = "wasm32"))]
 mod follow;

@@ -39,6 +39,9 @@ pub struct TimelineState {
     pub request_reset: bool,
     /// The time under the pointer, nanoseconds, while it is over the plot.
     pub hovered_ns: Option<u64>,
+    /// The last time the pointer was over the plot (kept when it leaves: the blocks view of a
+    /// snapshot offers it).
+    pub last_hovered_ns: Option<u64>,
 }
 
 impl Default for TimelineState {
@@ -52,6 +55,7 @@ impl Default for TimelineState {
             request_x: None,
             request_reset: false,
             hovered_ns: None,
+            last_hovered_ns: None,
         }
     }
 }
@@ -325,6 +329,9 @@ pub fn timeline_ui(
         pui.pointer_coordinate().map(|p| map.t_ns(p.x))
     });
     state.hovered_ns = response.inner;
+    if response.inner.is_some() {
+        state.last_hovered_ns = response.inner;
+    }
     if let Some(t_ns) = response.inner {
         response.response.on_hover_ui_at_pointer(|ui| {
             readout(

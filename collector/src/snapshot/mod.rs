@@ -872,7 +872,8 @@ impl Snapshot {
                 .push((*s, *e));
         }
         type Key<'a> = (u32, u32, Option<&'a str>);
-        let mut groups: HashMap<Key<'_>, (Vec<usize>, usize, u64)> = HashMap::new();
+        let mut groups: HashMap<Key<'_>, (std::collections::HashSet<usize>, usize, u64)> =
+            HashMap::new();
         for b in &alive {
             let Some(t) = b.allocated_us else { continue };
             let mut found = false;
@@ -883,9 +884,7 @@ impl Snapshot {
                 // The innermost occurrence containing t.
                 if let Some(i) = occ.iter().position(|(s, e)| *s <= t && t <= *e) {
                     let g = groups.entry((b.device, b.stack, Some(name))).or_default();
-                    if !g.0.contains(&i) {
-                        g.0.push(i);
-                    }
+                    g.0.insert(i);
                     g.1 += 1;
                     g.2 += b.size;
                     found = true;
@@ -896,9 +895,7 @@ impl Snapshot {
                 let g = groups.entry((b.device, b.stack, None)).or_default();
                 // Without phases, count distinct allocation times (coarsely, per millisecond).
                 let ms = usize::try_from(t / 1000).unwrap_or(0);
-                if !g.0.contains(&ms) {
-                    g.0.push(ms);
-                }
+                g.0.insert(ms);
                 g.1 += 1;
                 g.2 += b.size;
             }

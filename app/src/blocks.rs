@@ -1,0 +1,253 @@
+//! What a PyTorch memory snapshot adds: the live blocks at a chosen time (largest first, with
+//! their stacks), leak suspects, and the segments' state (fragmentation made visible).
+
+use collector::analysis::{format_bytes, format_duration};
+use collector::snapshot::{BlockState, LeakSuspect, LiveBlock, SegmentSummary, Snapshot};
+
+/// A snapshot with what the views show, computed once when it is opened.
+pub struct SnapshotView {
+    /// The snapshot.
+    pub snapshot: Snapshot,
+    /// Leak suspects, largest first.
+    pub suspects: Vec<LeakSuspect>,
+    /// The segments' state per device.
+    pub segments: Vec<SegmentSummary>,
+    /// The first and last time of the trace (µs since the epoch).
+    pub range_us: (i64, i64),
+}
+
+impl SnapshotView {
+    /// Prepares the views of a snapshot.
+    pub fn new(snapshot: Snapshot) -> Self {
+        Self {
+            suspects: snapshot.leak_suspects(),
+            segments: snapshot.segment_summary(),
+            range_us: snapshot.time_range_us().unwrap_or((0, 0)),
+            snapshot,
+        }
+    }
+}
+
+/// The blocks view's state: the time shown and the blocks alive then.
+#[derive(Default)]
+pub struct BlocksState {
+    /// Time since the trace's start, µs; `None` is the end (the snapshot itself).
+    pub at_us: Option<i64>,
+    cache: Option<(Option<i64>, Vec<LiveBlock>)>,
+}
+
+impl BlocksState {
+    /// The live blocks at the chosen time (computed when the time changes).
+    pub fn blocks<'a>(&'a mut self, view: &SnapshotView) -> &'a [LiveBlock] {
+        let at = self.at_us;
+        if self.cache.as_ref().is_none_or(|(t, _)| *t != at) {
+            let absolute = at.map_or(i64::MAX, |t| view.range_us.0.saturating_add(t));
+            self.cache = Some((at, view.snapshot.live_blocks_at(absolute, None)));
+        }
+        self.cache.as_ref().map_or(&[], |(_, b)| b)
+    }
+}
+
+/// How many block rows are listed (the largest); the total is always stated.
+const ROWS: usize = 200;
+
+/// The blocks tab. `hovered_ns`: the time last pointed at on the timeline (since its start).
+pub fn blocks_ui(
+    ui: &mut egui::Ui,
+    view: &SnapshotView,
+    state: &mut BlocksState,
+    hovered_ns: Option<u64>,
+) {
+    let s = &view.snapshot;
+    let span_us = (view.range_us.1 - view.range_us.0).max(0);
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Live blocks at");
+        let mut at_end = state.at_us.is_none();
+        let mut t = state.at_us.unwrap_or(span_us) as f64 / 1e6;
+        let slider = ui.add_enabled(
+            !at_end,
+            egui::Slider::new(&mut t, 0.0..=span_us as f64 / 1e6)
+                .suffix(" s")
+                .text("since the trace's start"),
+        );
+        if slider.changed() {
+            state.at_us = Some((t * 1e6) as i64);
+        }
+        if ui
+            .checkbox(&mut at_end, "at the snapshot (the end)")
+            .changed()
+        {
+            state.at_us = if at_end { None } else { Some(span_us) };
+        }
+        if let Some(h) = hovered_ns
+            && ui
+                .button(format!(
+                    "at the time last pointed at on the timeline ({})",
+                    format_duration(h as f64 / 1e9)
+                ))
+                .clicked()
+        {
+            state.at_us = Some((h / 1000) as i64);
+        }
+    });
+    let end_us = state
+        .at_us
+        .map_or(view.range_us.1, |t| view.range_us.0.saturating_add(t));
+    let blocks = state.blocks(view);
+    let total: u64 = blocks.iter().map(|b| b.size).sum();
+    ui.label(format!(
+        "{} blocks, {} in all; the largest first{}",
+        blocks.len(),
+        format_bytes(total as f64),
+        if blocks.len() > ROWS {
+            format!(" (the {ROWS} largest listed)")
+        } else {
+            String::new()
+        }
+    ));
+    egui::ScrollArea::vertical()
+        .id_salt("blocks")
+        .max_height(ui.available_height() * 0.55)
+        .show(ui, |ui| {
+            for (i, b) in blocks.iter().take(ROWS).enumerate() {
+                let age = b
+                    .allocated_us
+                    .map_or("since before the trace".to_owned(), |t| {
+                        format!("age {}", format_duration((end_us - t).max(0) as f64 / 1e6))
+                    });
+                let top = s
+                    .user_frames(b.stack)
+                    .first()
+                    .map_or("(no frames recorded)".to_owned(), |f| s.frame_text(f));
+                egui::CollapsingHeader::new(format!(
+                    "{:>10}   cuda:{}   {age}   {top}",
+                    format_bytes(b.size as f64),
+                    b.device
+                ))
+                .id_salt(("block", i, b.addr))
+                .show(ui, |ui| {
+                    ui.weak(format!("address 0x{:x}", b.addr));
+                    frames_ui(ui, s, b.stack);
+                });
+            }
+        });
+    ui.separator();
+    ui.columns(2, |cols| {
+        suspects_ui(&mut cols[0], view);
+        segments_ui(&mut cols[1], view);
+    });
+}
+
+/// A stack, innermost first: the Python frames (or the C++ ones outside the allocator).
+fn frames_ui(ui: &mut egui::Ui, s: &Snapshot, stack: u32) {
+    let frames = s.user_frames(stack);
+    if frames.is_empty() {
+        ui.weak("no frames recorded (record history with stacks=\"python\" or \"all\")");
+    }
+    for f in frames {
+        ui.monospace(s.frame_text(f));
+    }
+}
+
+fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
+    let s = &view.snapshot;
+    ui.heading("Leak suspects");
+    if view.suspects.is_empty() {
+        ui.label("None: no allocation site left blocks alive from several occurrences of a repeating phase.");
+        return;
+    }
+    egui::ScrollArea::vertical()
+        .id_salt("suspects")
+        .show(ui, |ui| {
+            for (i, x) in view.suspects.iter().take(50).enumerate() {
+                let within = match &x.phase {
+                    Some(p) => format!("in {p}: {} of {} occurrences", x.occurrences, x.of),
+                    None => format!("allocated at {} times, never freed", x.occurrences),
+                };
+                egui::CollapsingHeader::new(
+                    egui::RichText::new(format!(
+                        "{} in {} blocks, cuda:{}, {within}",
+                        format_bytes(x.bytes as f64),
+                        x.blocks,
+                        x.device
+                    ))
+                    .color(ui.visuals().warn_fg_color),
+                )
+                .id_salt(("suspect", i))
+                .default_open(i == 0)
+                .show(ui, |ui| frames_ui(ui, s, x.stack));
+            }
+        });
+}
+
+fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
+    ui.heading("Segments at the snapshot");
+    for g in &view.segments {
+        ui.label(format!(
+            "cuda:{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
+            g.device,
+            g.segments,
+            format_bytes(g.reserved as f64),
+            format_bytes(g.allocated as f64),
+            format_bytes(g.pending_free as f64),
+            format_bytes(g.free as f64),
+            g.free_pieces,
+            format_bytes(g.largest_free as f64)
+        ));
+    }
+    if view.segments.is_empty() {
+        ui.weak("The snapshot holds no segments.");
+        return;
+    }
+    ui.horizontal(|ui| {
+        for (state, label) in [
+            (BlockState::ActiveAllocated, "allocated"),
+            (BlockState::ActivePendingFree, "waiting to be freed"),
+            (BlockState::Inactive, "free (cached)"),
+        ] {
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+            ui.painter().rect_filled(rect, 2.0, state_color(state));
+            ui.label(label);
+        }
+    });
+    // One bar per segment, its blocks in address order, widths by size.
+    egui::ScrollArea::vertical()
+        .id_salt("segments")
+        .show(ui, |ui| {
+            for seg in view.snapshot.segments.iter().take(300) {
+                let width = ui.available_width().max(100.0);
+                let (rect, response) =
+                    ui.allocate_exact_size(egui::vec2(width, 14.0), egui::Sense::hover());
+                let painter = ui.painter();
+                painter.rect_filled(rect, 0.0, ui.visuals().extreme_bg_color);
+                let total = seg.total_size.max(1) as f64;
+                let mut x = rect.left();
+                for b in &seg.blocks {
+                    let w = (b.size as f64 / total * rect.width() as f64) as f32;
+                    let r = egui::Rect::from_min_size(
+                        egui::pos2(x, rect.top()),
+                        egui::vec2(w.max(1.0), rect.height()),
+                    );
+                    painter.rect_filled(r, 0.0, state_color(b.state));
+                    x += w;
+                }
+                response.on_hover_text(format!(
+                    "cuda:{} {} segment at 0x{:x}: {}, {} blocks",
+                    seg.device,
+                    seg.segment_type,
+                    seg.address,
+                    format_bytes(seg.total_size as f64),
+                    seg.blocks.len()
+                ));
+            }
+        });
+}
+
+fn state_color(state: BlockState) -> egui::Color32 {
+    match state {
+        BlockState::ActiveAllocated => egui::Color32::from_rgb(0xd6, 0x45, 0x45),
+        BlockState::ActivePendingFree => egui::Color32::from_rgb(0xe0, 0x9a, 0x1f),
+        BlockState::Inactive => egui::Color32::from_rgb(0x3b, 0x7d, 0xd8),
+        BlockState::Other => egui::Color32::GRAY,
+    }
+}

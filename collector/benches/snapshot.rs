@@ -1,0 +1,171 @@
+//! Importing a PyTorch memory snapshot of 1,000,000 trace entries with ~20 frames each, against
+//! Python's own `pickle.load` of the same file, and the importer's peak memory against the file's
+//! size. Budgets (issue #7): faster than `pickle.load`; peak ≤ 2× the file.
+//!
+//! `cargo bench -p tidemark-collector --bench snapshot` (`SNAPSHOT_BENCH_ENTRIES=N` for another
+//! size). The file is written once by `tests/data/snapshots/cases.py big` into `target/`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: same layout, passed through.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: same pointer and layout, passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
+                - layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        // SAFETY: same pointer and layout, passed through.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn python() -> PathBuf {
+    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
+        return path.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("snapshot: bench");
+        return;
+    }
+    let entries: u64 = std::env::var("SNAPSHOT_BENCH_ENTRIES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cases = manifest.join("tests/data/snapshots/cases.py");
+    let file = manifest.join(format!("../target/snapshot-bench-{entries}.pickle"));
+    if !file.exists() {
+        println!(
+            "writing {} ({entries} entries) with cases.py big…",
+            file.display()
+        );
+        let ok = Command::new(python())
+            .arg(&cases)
+            .arg("big")
+            .arg(&file)
+            .arg(entries.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("cases.py big failed");
+            std::process::exit(1);
+        }
+    }
+    let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "snapshot: {:.1} MB, {entries} trace entries",
+        size as f64 / 1e6
+    );
+
+    let mut ours = Vec::new();
+    for round in 0..3 {
+        let before = LIVE.load(Ordering::Relaxed);
+        PEAK.store(before, Ordering::Relaxed);
+        let start = Instant::now();
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                std::process::exit(1);
+            }
+        };
+        let snapshot = match collector::snapshot::read_snapshot(&bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                std::process::exit(1);
+            }
+        };
+        let parsed = start.elapsed();
+        drop(bytes);
+        let recording = snapshot.to_recording();
+        let total = start.elapsed();
+        let peak = PEAK.load(Ordering::Relaxed) - before;
+        let held = LIVE.load(Ordering::Relaxed) - before;
+        println!(
+            "round {round}: read + parse {:.2} s, + curves {:.2} s; peak {:.0} MB = {:.2}× the file (file bytes included); held after {:.0} MB ({} entries, {} stacks, {} allocator readings)",
+            parsed.as_secs_f64(),
+            total.as_secs_f64(),
+            peak as f64 / 1e6,
+            peak as f64 / size as f64,
+            held as f64 / 1e6,
+            snapshot.entries.len(),
+            snapshot.stack_count(),
+            recording.allocator.len()
+        );
+        ours.push(parsed.as_secs_f64());
+        drop(recording);
+        drop(snapshot);
+    }
+
+    let script = "import pickle, sys, time\n\
+        t = time.perf_counter()\n\
+        with open(sys.argv[1], 'rb') as f:\n    s = pickle.load(f)\n\
+        print(time.perf_counter() - t)\n";
+    let mut theirs = Vec::new();
+    for _ in 0..3 {
+        let out = Command::new(python())
+            .arg("-c")
+            .arg(script)
+            .arg(&file)
+            .output();
+        match out.ok().and_then(|o| String::from_utf8(o.stdout).ok()) {
+            Some(text) => {
+                if let Ok(t) = text.trim().parse::<f64>() {
+                    theirs.push(t);
+                }
+            }
+            None => eprintln!("python pickle.load failed"),
+        }
+    }
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "pickle.load (Python's C unpickler): {}",
+        theirs
+            .iter()
+            .map(|t| format!("{t:.2} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "best of 3: tidemark {:.2} s, pickle.load {:.2} s: tidemark is {:.1}× faster",
+        best(&ours),
+        best(&theirs),
+        best(&theirs) / best(&ours)
+    );
+}
