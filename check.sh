@@ -58,7 +58,8 @@ if ! $quick; then
   ls -l dist/
 
   step "the web build in headless Chromium (scripts/web-check.py)"
-  cargo run --quiet --locked -p tidemark-app --example synthetic -- target/web-check-1M.msgpack 1000000 \
+  # `cargo test` built the example (with the workspace's features: no rebuild here).
+  target/debug/examples/synthetic target/web-check-1M.msgpack 1000000 \
     || fail "writing the 1-million-sample recording"
   .venv/bin/python scripts/web-check.py dist target/web-check-1M.msgpack test-output/web \
     || fail "web check (screenshots in test-output/web/)"

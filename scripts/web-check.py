@@ -185,6 +185,10 @@ def main():
         shutil.copytree(dist, site)
         shutil.copy(CORPUS / "forward_keeps_losses.msgpack", site / "leak.msgpack")
         shutil.copy(big, site / "big.msgpack")
+        shutil.copy(ROOT / "collector/tests/data/snapshots/mini_snapshot.pickle", site / "snap.pickle")
+        extra_snapshot = os.environ.get("WEB_CHECK_SNAPSHOT")  # a big pickle to time, optional
+        if extra_snapshot:
+            shutil.copy(extra_snapshot, site / "big-snapshot.pickle")
         (site / "notes.msgpack").write_text("these are notes, not a recording\n")
         broken = Path(tmp) / "broken"  # a copy whose .wasm is damaged: the app cannot start
         shutil.copytree(dist, broken)
@@ -210,6 +214,21 @@ def main():
             urls = requested_urls(driver)
             foreign = [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
             check(len(urls) > 0 and not foreign, f"{len(urls)} requests, none elsewhere: {foreign}")
+
+            print("a PyTorch memory snapshot by ?url=")
+            name, detail, at_ms, image = open_page(driver, base, "?url=snap.pickle", out / "snapshot.png")
+            check(name == "tidemark:shown" and detail == "snap.pickle", f"shown: {name} {detail}")
+            check(count_near(image, ALLOCATED, (0, 100, w, h)) > 300, "the allocated curve is drawn")
+            errors = console_errors(driver)
+            check(not errors, f"console errors: {errors}")
+            if extra_snapshot:
+                name, detail, at_ms, image = open_page(
+                    driver, base, "?url=big-snapshot.pickle", out / "big-snapshot.png"
+                )
+                check(name == "tidemark:shown", f"big snapshot shown: {name} {detail}")
+                timings["big_snapshot_first_frame_ms"] = at_ms
+                heap = driver.execute_script("return performance.memory && performance.memory.usedJSHeapSize")
+                print(f"  {extra_snapshot}: first frame after {at_ms:.0f} ms (JS heap {heap})")
 
             print("no ?url=: the embedded example")
             name, detail, at_ms, image = open_page(driver, base, "", out / "example.png")

@@ -291,7 +291,13 @@ pub fn timeline_ui(
             phase_bands(pui, view, &map, (t0, t1), (y0, y1), width);
         }
         step_ticks(pui, view, &map, t0, t1, width);
-        for trace in &view.traces {
+        // The peak first: where it equals allocated (no free yet), allocated stays on top.
+        let order = view
+            .traces
+            .iter()
+            .filter(|t| t.kind == TraceKind::Peak)
+            .chain(view.traces.iter().filter(|t| t.kind != TraceKind::Peak));
+        for trace in order {
             if !state.is_shown(trace.kind)
                 || state
                     .device
@@ -319,7 +325,10 @@ pub fn timeline_ui(
             pui.line(
                 Line::new(trace.name(), PlotPoints::Owned(points))
                     .color(trace_color(trace.kind))
-                    .width(width),
+                    .width(width)
+                    // The points are already one minimum and one maximum per pixel column;
+                    // egui_plot's own banding would fill between far-apart columns.
+                    .allow_band(false),
             );
         }
         if let Some(overlay) = overlay {

@@ -1093,3 +1093,12 @@ pub fn report_text(snapshot: &Snapshot, limit: usize) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn trace_entries_stay_small() {
+        // A million entries is 64 MB: the README and the memory budget count on it.
+        assert_eq!(std::mem::size_of::<super::TraceEntry>(), 64);
+    }
+}
