@@ -7,21 +7,13 @@
 //! `cargo bench -p tidemark-collector --bench collector` (60 s idle run; set
 //! `TIDEMARK_BENCH_IDLE_S` for a shorter one).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
-        return path.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
+#[path = "../tests/support/python.rs"]
+mod python;
+use python::python;
 
 /// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {

@@ -5,57 +5,21 @@
 //! `cargo bench -p tidemark-collector --bench snapshot` (`SNAPSHOT_BENCH_ENTRIES=N` for another
 //! size). The file is written once by `tests/data/snapshots/cases.py big` into `target/`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK.fetch_max(live, Ordering::Relaxed);
-        // SAFETY: same layout, passed through.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same pointer and layout, passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
-            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size
-                - layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        // SAFETY: same pointer and layout, passed through.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "support/counting.rs"]
+mod counting;
+use counting::{Counting, LIVE, PEAK};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
-        return path.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
+#[path = "../tests/support/python.rs"]
+mod python;
+use python::python;
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {

@@ -448,19 +448,9 @@ proptest! {
     }
 }
 
-/// The Python interpreter with the `msgpack` package: `TIDEMARK_PYTHON`, else the workspace's
-/// `.venv` (which `.ci/run` creates), else `python3`.
-fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
-        return path.into();
-    }
-    let venv = data_path("../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
+#[path = "support/python.rs"]
+mod python;
+use python::python;
 
 /// FORMAT.md's promise: a reader in another language, from the document alone.
 #[test]

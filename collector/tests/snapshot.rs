@@ -15,17 +15,9 @@ fn data(path: &str) -> PathBuf {
         .join(path)
 }
 
-fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
-        return path.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
+#[path = "support/python.rs"]
+mod python;
+use python::python;
 
 fn cases() -> PathBuf {
     data("snapshots/cases.py")

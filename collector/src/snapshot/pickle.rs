@@ -675,11 +675,7 @@ impl<'a> Machine<'a> {
                 b'c' => {
                     let module = self.line()?;
                     let name = self.line()?;
-                    let full = format!(
-                        "{}.{}",
-                        String::from_utf8_lossy(module),
-                        String::from_utf8_lossy(name)
-                    );
+                    let full = global_name(module, name);
                     let id = self.intern(&full);
                     self.push(Value::Opaque(id))?;
                 }
@@ -721,11 +717,7 @@ impl<'a> Machine<'a> {
                     let module = self.line()?;
                     let name = self.line()?;
                     self.pop_mark(at)?;
-                    let full = format!(
-                        "{}.{}",
-                        String::from_utf8_lossy(module),
-                        String::from_utf8_lossy(name)
-                    );
+                    let full = global_name(module, name);
                     let id = self.intern(&full);
                     self.push(Value::Opaque(id))?;
                 }
@@ -1043,6 +1035,15 @@ pub(crate) struct Parts {
     pub stack_frames: Vec<u32>,
     pub stack_starts: Vec<u32>,
     pub entries: Vec<TraceEntry>,
+}
+
+/// `module.name` of a GLOBAL or INST.
+fn global_name(module: &[u8], name: &[u8]) -> String {
+    format!(
+        "{}.{}",
+        String::from_utf8_lossy(module),
+        String::from_utf8_lossy(name)
+    )
 }
 
 fn opaque_of(class: Value) -> Value {

@@ -7,24 +7,14 @@ mod lifecycle;
 mod probe;
 mod report;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use collector::recording::{Edge, Phase, Recording, read_file};
 
-/// The Python interpreter with the test packages (msgpack, torch): `TIDEMARK_PYTHON`, else the
-/// workspace's `.venv` (which `check.sh` creates), else `python3`.
-pub fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("TIDEMARK_PYTHON") {
-        return path.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
+#[path = "../support/python.rs"]
+mod python_path;
+pub use python_path::python;
 
 /// A temporary folder with a job script in it.
 pub struct Job {
