@@ -374,7 +374,10 @@ fn bad_input_gets_a_clear_error() {
             "bad_memo.pickle",
             "memo entry 7 is read before it is written",
         ),
-        ("deep.pickle", "holds a list of 1 items"),
+        (
+            "deep.pickle",
+            "holds a list of 1 item, not a memory snapshot",
+        ),
         (
             "wrong_type.pickle",
             "trace entry 1: size is a str, not a non-negative 64-bit integer",

@@ -403,15 +403,18 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 
 fn describe_top(machine: &Machine<'_>, value: Value) -> String {
     match machine.obj(value) {
-        Some(pickle::Obj::List(items)) => format!("a list of {} items", items.len()),
-        Some(pickle::Obj::Tuple(items)) => format!("a tuple of {} items", items.len()),
+        Some(pickle::Obj::List(items)) => format!("a list of {}", count(items.len(), "item")),
+        Some(pickle::Obj::Tuple(items)) => format!("a tuple of {}", count(items.len(), "item")),
         Some(pickle::Obj::Set(_)) => "a set".to_owned(),
         _ => value.describe(&machine.strings),
     }
 }
 
-fn field(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Option<Value> {
-    let _ = machine;
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+fn field(pairs: &[(Value, Value)], key: u32) -> Option<Value> {
     pairs
         .iter()
         .find(|(k, _)| *k == Value::Str(key))
@@ -419,7 +422,7 @@ fn field(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Option<Va
 }
 
 fn number(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Result<u64, String> {
-    match field(machine, pairs, key) {
+    match field(pairs, key) {
         None | Some(Value::None) => Ok(0),
         Some(v) => v.as_u64().ok_or_else(|| {
             format!(
@@ -438,12 +441,12 @@ fn read_segment(machine: &mut Machine<'_>, value: Value) -> Result<Segment, Stri
         .to_vec();
     let device = u32::try_from(number(machine, &pairs, pickle::K_DEVICE)?)
         .map_err(|_| "device is out of range".to_owned())?;
-    let segment_type = field(machine, &pairs, pickle::K_SEGMENT_TYPE)
+    let segment_type = field(&pairs, pickle::K_SEGMENT_TYPE)
         .and_then(|v| machine.str(v))
         .unwrap_or("")
         .to_owned();
     let mut blocks = Vec::new();
-    if let Some(list) = field(machine, &pairs, pickle::K_BLOCKS) {
+    if let Some(list) = field(&pairs, pickle::K_BLOCKS) {
         let items = machine
             .list(list)
             .ok_or_else(|| format!("blocks is {}, not a list", list.describe(&machine.strings)))?
@@ -468,17 +471,17 @@ fn read_block(machine: &mut Machine<'_>, value: Value) -> Result<Block, String> 
         .dict(value)
         .ok_or_else(|| format!("{}, not a dict", value.describe(&machine.strings)))?
         .to_vec();
-    let state = match field(machine, &pairs, pickle::K_STATE).and_then(|v| machine.str(v)) {
+    let state = match field(&pairs, pickle::K_STATE).and_then(|v| machine.str(v)) {
         Some("active_allocated") => BlockState::ActiveAllocated,
         Some("active_pending_free" | "active_awaiting_free") => BlockState::ActivePendingFree,
         Some("inactive") => BlockState::Inactive,
         _ => BlockState::Other,
     };
     // Frames: on the block (current PyTorch), or in the newest entry of its `history` (older).
-    let mut frames = field(machine, &pairs, pickle::K_FRAMES);
+    let mut frames = field(&pairs, pickle::K_FRAMES);
     let mut requested = number(machine, &pairs, pickle::K_REQUESTED_SIZE)?;
     if frames.is_none()
-        && let Some(history) = field(machine, &pairs, pickle::K_HISTORY)
+        && let Some(history) = field(&pairs, pickle::K_HISTORY)
     {
         let last = machine
             .list(history)
@@ -495,7 +498,7 @@ fn read_block(machine: &mut Machine<'_>, value: Value) -> Result<Block, String> 
                 .dict(last)
                 .ok_or_else(|| "history holds something that is not a dict".to_owned())?
                 .to_vec();
-            frames = field(machine, &h, pickle::K_FRAMES);
+            frames = field(&h, pickle::K_FRAMES);
             if requested == 0 {
                 requested = number(machine, &h, pickle::K_REAL_SIZE)?;
             }
@@ -518,20 +521,20 @@ fn read_annotation(machine: &Machine<'_>, value: Value) -> Result<Annotation, St
     let pairs = machine
         .dict(value)
         .ok_or_else(|| format!("{}, not a dict", value.describe(&machine.strings)))?;
-    let stage = field(machine, pairs, pickle::K_STAGE).and_then(|v| machine.str(v));
+    let stage = field(pairs, pickle::K_STAGE).and_then(|v| machine.str(v));
     let start = match stage {
         Some("START") => true,
         Some("END") => false,
         other => return Err(format!("stage is {other:?}, not START or END")),
     };
-    let name = field(machine, pairs, pickle::K_NAME)
+    let name = field(pairs, pickle::K_NAME)
         .and_then(|v| machine.str(v))
         .unwrap_or("")
         .to_owned();
-    let time_us = field(machine, pairs, pickle::K_TIME_US)
+    let time_us = field(pairs, pickle::K_TIME_US)
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    let device = field(machine, pairs, pickle::K_DEVICE)
+    let device = field(pairs, pickle::K_DEVICE)
         .and_then(Value::as_u64)
         .map_or(0, |d| u32::try_from(d).unwrap_or(0));
     Ok(Annotation {
