@@ -503,8 +503,11 @@ impl TidemarkApp {
                     ..
                 }) = &open.run
                 {
-                    let hovered = open.timeline.last_hovered_ns;
-                    crate::blocks::blocks_ui(ui, view, &mut open.blocks, hovered);
+                    let times = crate::blocks::TimelineTimes {
+                        pinned_ns: open.timeline.pinned_ns,
+                        last_hovered_ns: open.timeline.last_hovered_ns,
+                    };
+                    crate::blocks::blocks_ui(ui, view, &mut open.blocks, times);
                 }
             }
         }

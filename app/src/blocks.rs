@@ -51,12 +51,21 @@ impl BlocksState {
 /// How many block rows are listed (the largest); the total is always stated.
 const ROWS: usize = 200;
 
-/// The blocks tab. `hovered_ns`: the time last pointed at on the timeline (since its start).
+/// Times chosen on the timeline, nanoseconds since its start.
+#[derive(Clone, Copy, Default)]
+pub struct TimelineTimes {
+    /// Pinned by a click on the plot.
+    pub pinned_ns: Option<u64>,
+    /// The last time the pointer was over the plot.
+    pub last_hovered_ns: Option<u64>,
+}
+
+/// The blocks tab.
 pub fn blocks_ui(
     ui: &mut egui::Ui,
     view: &SnapshotView,
     state: &mut BlocksState,
-    hovered_ns: Option<u64>,
+    times: TimelineTimes,
 ) {
     let s = &view.snapshot;
     let span_us = (view.range_us.1 - view.range_us.0).max(0);
@@ -79,15 +88,20 @@ pub fn blocks_ui(
         {
             state.at_us = if at_end { None } else { Some(span_us) };
         }
-        if let Some(h) = hovered_ns
-            && ui
-                .button(format!(
-                    "at the time last pointed at on the timeline ({})",
-                    format_duration(h as f64 / 1e9)
-                ))
-                .clicked()
-        {
-            state.at_us = Some((h / 1000) as i64);
+        for (t, what) in [
+            (times.pinned_ns, "pinned on the timeline"),
+            (times.last_hovered_ns, "last pointed at on the timeline"),
+        ] {
+            if let Some(t) = t
+                && ui
+                    .button(format!(
+                        "at the time {what} ({})",
+                        format_duration(t as f64 / 1e9)
+                    ))
+                    .clicked()
+            {
+                state.at_us = Some((t / 1000) as i64);
+            }
         }
     });
     let end_us = state

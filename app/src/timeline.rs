@@ -42,6 +42,8 @@ pub struct TimelineState {
     /// The last time the pointer was over the plot (kept when it leaves: the blocks view of a
     /// snapshot offers it).
     pub last_hovered_ns: Option<u64>,
+    /// A time pinned by clicking on the plot (a snapshot's blocks view shows the blocks then).
+    pub pinned_ns: Option<u64>,
 }
 
 impl Default for TimelineState {
@@ -56,6 +58,7 @@ impl Default for TimelineState {
             request_reset: false,
             hovered_ns: None,
             last_hovered_ns: None,
+            pinned_ns: None,
         }
     }
 }
@@ -269,6 +272,7 @@ pub fn timeline_ui(
         state.request_reset = false;
     }
     let request_x = state.request_x.take();
+    let pinned = state.pinned_ns;
     let response = plot.show(ui, |pui| {
         if let Some((a, b)) = request_x {
             let (a, b) = (map.x((a * 1e9) as u64), map.x((b * 1e9) as u64));
@@ -335,11 +339,21 @@ pub fn timeline_ui(
             overlay_line(pui, overlay, axis, t0, t1, width, &map);
         }
         events(pui, view, &map, t0, t1);
+        if let Some(t) = pinned {
+            pui.vline(
+                VLine::new("pinned (click to move)", map.x(t))
+                    .color(Color32::from_rgb(0x20, 0xa0, 0xc0))
+                    .width(1.5),
+            );
+        }
         pui.pointer_coordinate().map(|p| map.t_ns(p.x))
     });
     state.hovered_ns = response.inner;
     if response.inner.is_some() {
         state.last_hovered_ns = response.inner;
+    }
+    if response.response.clicked() && response.inner.is_some() {
+        state.pinned_ns = response.inner;
     }
     if let Some(t_ns) = response.inner {
         response.response.on_hover_ui_at_pointer(|ui| {

@@ -240,10 +240,39 @@ fn a_pytorch_snapshot_opens_with_blocks_suspects_and_segments() {
     harness.get_by_label_contains(
         "main (/home/drisspg/meta/transformer_nuggets/transformer_nuggets/misc/attention.py:361)",
     );
-    // At the start of the trace nothing of the trace is alive yet.
+    // A click on the timeline pins a time; the Blocks tab offers it.
+    harness.get_by_label("Timeline").click();
+    harness.run();
+    let at = egui::pos2(700.0, 400.0);
+    harness.event(egui::Event::PointerMoved(at));
+    harness.run();
+    for pressed in [true, false] {
+        harness.event(egui::Event::PointerButton {
+            pos: at,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+        harness.run();
+    }
+    let pinned = harness.state().runs()[0].timeline.pinned_ns;
+    assert!(pinned.is_some(), "a click pins a time");
+    harness.get_by_label("Blocks").click();
+    harness.run();
+    harness
+        .get_by_label_contains("at the time pinned on the timeline")
+        .click();
+    harness.run();
+    assert_eq!(
+        harness.state().runs()[0].blocks.at_us,
+        pinned.map(|t| (t / 1000) as i64)
+    );
+    // Back to the snapshot itself.
     harness.get_by_label("at the snapshot (the end)").click();
     harness.run();
-    assert!(harness.state().runs()[0].blocks.at_us.is_some());
+    assert_eq!(harness.state().runs()[0].blocks.at_us, None);
+    harness.get_by_label_contains("24 blocks, 384 MiB in all");
+    // At the start of the trace nothing of the trace is alive yet.
     harness.state_mut().current_run_mut().unwrap().blocks.at_us = Some(0);
     harness.run();
     harness.get_by_label_contains("0 blocks, 0 B in all");
