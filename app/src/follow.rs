@@ -22,6 +22,9 @@ pub struct Follow {
     offset: u64,
     follower: Follower,
     last_poll: Option<Instant>,
+    /// The wait before the next poll: `POLL`, or three times the last rebuild when that took
+    /// longer (a big recording re-analysed every 250 ms would leave the window no time to draw).
+    interval: Duration,
     last_data: Option<Instant>,
     error: Option<String>,
 }
@@ -34,6 +37,7 @@ impl Follow {
             offset: 0,
             follower: Follower::new(),
             last_poll: None,
+            interval: POLL,
             last_data: None,
             error: None,
         }
@@ -64,7 +68,7 @@ impl Follow {
     /// Reads what was added to the file since the last poll (at most every 250 ms unless `now`)
     /// and rebuilds `run` when records arrived.
     pub fn poll(&mut self, run: &mut Result<Run, String>, now: bool) {
-        if self.is_done() || (!now && self.last_poll.is_some_and(|t| t.elapsed() < POLL)) {
+        if self.is_done() || (!now && self.last_poll.is_some_and(|t| t.elapsed() < self.interval)) {
             return;
         }
         self.last_poll = Some(Instant::now());
@@ -78,7 +82,8 @@ impl Follow {
         if bytes.is_empty() {
             return;
         }
-        self.last_data = Some(Instant::now());
+        let started = Instant::now();
+        self.last_data = Some(started);
         let mut recording = match std::mem::replace(run, Err(String::new())) {
             Ok(previous) => Some(previous.recording),
             Err(_) => None,
@@ -95,6 +100,7 @@ impl Follow {
                 self.path.display()
             )),
         };
+        self.interval = POLL.max(started.elapsed() * 3);
     }
 
     fn read_more(&mut self) -> std::io::Result<Vec<u8>> {
