@@ -140,6 +140,11 @@ def requested_urls(driver):
     return urls
 
 
+def elsewhere(urls):
+    """The requests that left 127.0.0.1 (data: and blob: URLs stay in the page)."""
+    return [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
+
+
 def count_near(image, colour, box=None, tolerance=40):
     """Pixels within `tolerance` (per channel) of `colour`, inside `box` (l, t, r, b)."""
     r0, g0, b0 = colour
@@ -212,7 +217,7 @@ def main():
             errors = console_errors(driver)
             check(not errors, f"console errors: {errors}")
             urls = requested_urls(driver)
-            foreign = [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
+            foreign = elsewhere(urls)
             check(len(urls) > 0 and not foreign, f"{len(urls)} requests, none elsewhere: {foreign}")
 
             print("a PyTorch memory snapshot by ?url=")
@@ -284,8 +289,7 @@ def main():
                 check(name == "tidemark:failed" and expect in detail, f"failed: {name} {detail!r}")
                 red = count_red(image, (0, 0, w, h))
                 check(red > 40, f"the error is drawn in the page: {red} red pixels")
-                urls = requested_urls(driver)
-                foreign = [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
+                foreign = elsewhere(requested_urls(driver))
                 check(not foreign, f"no request left 127.0.0.1: {foreign}")
                 driver.get_log("browser")
 

@@ -70,6 +70,19 @@ pub enum Action {
 }
 
 impl Action {
+    /// What the action changes, (allocated, reserved) in bytes, for an entry of `size` bytes;
+    /// `None` for actions that change neither.
+    fn change(self, size: u64) -> Option<(i128, i128)> {
+        let size = i128::from(size);
+        match self {
+            Self::Alloc => Some((size, 0)),
+            Self::FreeCompleted => Some((-size, 0)),
+            Self::SegmentAlloc | Self::SegmentMap => Some((0, size)),
+            Self::SegmentFree | Self::SegmentUnmap => Some((0, -size)),
+            _ => None,
+        }
+    }
+
     /// The name PyTorch uses.
     pub fn name<'a>(&self, snapshot: &'a Snapshot) -> &'a str {
         match self {
@@ -634,21 +647,17 @@ impl Snapshot {
         }
         let mut net: BTreeMap<u32, (i128, i128)> = BTreeMap::new();
         for e in &self.entries {
-            let n = net.entry(e.device).or_default();
-            let size = i128::from(e.size);
-            match e.action {
-                Action::Alloc => n.0 += size,
-                Action::FreeCompleted => n.0 -= size,
-                Action::SegmentAlloc | Action::SegmentMap => n.1 += size,
-                Action::SegmentFree | Action::SegmentUnmap => n.1 -= size,
-                _ => {}
+            if let Some((a, r)) = e.action.change(e.size) {
+                let n = net.entry(e.device).or_default();
+                n.0 += a;
+                n.1 += r;
             }
         }
+        let known = !self.segments.is_empty();
         let mut base = BTreeMap::new();
         for device in end.keys().chain(net.keys()) {
             let (ea, er) = end.get(device).copied().unwrap_or_default();
             let (na, nr) = net.get(device).copied().unwrap_or_default();
-            let known = !self.segments.is_empty();
             let a = if known { (ea - na).max(0) } else { 0 };
             let r = if known { (er - nr).max(0) } else { 0 };
             base.insert(*device, (a, r));
@@ -725,31 +734,28 @@ impl Snapshot {
         recording.allocator.reserve(self.entries.len());
         for e in &self.entries {
             let l = level.entry(e.device).or_default();
-            let size = i128::from(e.size);
-            match e.action {
-                Action::Alloc => l.0 += size,
-                Action::FreeCompleted => l.0 -= size,
-                Action::SegmentAlloc | Action::SegmentMap => l.1 += size,
-                Action::SegmentFree | Action::SegmentUnmap => l.1 -= size,
-                Action::Oom => {
-                    recording.push(Record::Oom(Oom {
-                        t_ns: t_ns(e.time_us),
-                        device: Some(e.device),
-                        rank: None,
-                        tried_bytes: Some(e.size),
-                        capacity_bytes: None,
-                        free_bytes: Some(e.device_free),
-                        allocated_bytes: u64::try_from(l.0).ok(),
-                        reserved_unallocated_bytes: u64::try_from(l.1 - l.0).ok(),
-                        message: format!(
-                            "out of memory on cuda:{}: tried to allocate {} bytes with {} bytes free",
-                            e.device, e.size, e.device_free
-                        ),
-                    }));
-                    continue;
-                }
-                _ => continue,
+            if e.action == Action::Oom {
+                recording.push(Record::Oom(Oom {
+                    t_ns: t_ns(e.time_us),
+                    device: Some(e.device),
+                    rank: None,
+                    tried_bytes: Some(e.size),
+                    capacity_bytes: None,
+                    free_bytes: Some(e.device_free),
+                    allocated_bytes: u64::try_from(l.0).ok(),
+                    reserved_unallocated_bytes: u64::try_from(l.1 - l.0).ok(),
+                    message: format!(
+                        "out of memory on cuda:{}: tried to allocate {} bytes with {} bytes free",
+                        e.device, e.size, e.device_free
+                    ),
+                }));
+                continue;
             }
+            let Some((a, r)) = e.action.change(e.size) else {
+                continue;
+            };
+            l.0 += a;
+            l.1 += r;
             l.2 = l.2.max(l.0);
             let clamp = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
             recording.allocator.push(AllocatorSample {
@@ -957,14 +963,6 @@ impl Snapshot {
             *counts.entry(e.action.name(self).to_owned()).or_insert(0) += 1;
         }
         counts
-    }
-
-    /// Bytes held (an estimate of the heap this snapshot uses).
-    pub fn heap_bytes(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<TraceEntry>()
-            + self.frames.capacity() * std::mem::size_of::<Frame>()
-            + (self.stack_frames.capacity() + self.stack_starts.capacity()) * 4
-            + self.strings.iter().map(|s| s.len() + 16).sum::<usize>()
     }
 }
 
