@@ -284,6 +284,28 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     }
     let mut machine = Machine::new(bytes);
     let top = machine.run()?;
+    // `pickle.dump(torch.cuda.memory_snapshot())` writes the segments alone, as a list.
+    if let Some(items) = machine.list(top)
+        && items.iter().all(|item| {
+            machine
+                .dict(*item)
+                .is_some_and(|pairs| field(pairs, pickle::K_TOTAL_SIZE).is_some())
+        })
+    {
+        let items = items.to_vec();
+        let segments = read_segments(&mut machine, &items)?;
+        let devices = segments.iter().map(|s| s.device + 1).max().unwrap_or(1);
+        let parts = machine.into_parts();
+        return Ok(Snapshot {
+            strings: parts.strings,
+            frames: parts.frames,
+            stack_frames: parts.stack_frames,
+            stack_starts: parts.stack_starts,
+            segments,
+            devices,
+            ..Snapshot::default()
+        });
+    }
     let Some(pairs) = machine.dict(top) else {
         return Err(SnapshotError::Schema(format!(
             "the pickle holds {}, not a memory snapshot (a dict with segments and device_traces)",
@@ -335,8 +357,8 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
                 ))
             })?;
             for item in items {
-                match item {
-                    Value::Entry(e) => device_of.push((*e, device as u32)),
+                match machine.resolve(*item) {
+                    Value::Entry(e) => device_of.push((e, device as u32)),
                     other => {
                         return Err(SnapshotError::Schema(format!(
                             "device_traces[{device}] holds {}, not a trace entry (a dict with action)",
@@ -359,12 +381,11 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
                 ))
             })?
             .to_vec();
-        for (i, item) in items.into_iter().enumerate() {
-            let segment = read_segment(&mut machine, item)
-                .map_err(|e| SnapshotError::Schema(format!("segments[{i}]: {e}")))?;
-            devices = devices.max(segment.device + 1);
-            segments.push(segment);
-        }
+        segments = read_segments(&mut machine, &items)?;
+        devices = segments
+            .iter()
+            .map(|s| s.device + 1)
+            .fold(devices, u32::max);
     }
 
     let mut annotations = Vec::new();
@@ -447,6 +468,25 @@ fn number(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Result<u
     }
 }
 
+fn read_segments(machine: &mut Machine<'_>, items: &[Value]) -> Result<Vec<Segment>, SnapshotError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            read_segment(machine, *item)
+                .map_err(|e| SnapshotError::Schema(format!("segments[{i}]: {e}")))
+        })
+        .collect()
+}
+
+/// A number the schema requires.
+fn required(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Result<u64, String> {
+    if field(pairs, key).is_none() {
+        return Err(format!("{} is missing", pickle::KEYS[key as usize]));
+    }
+    number(machine, pairs, key)
+}
+
 fn read_segment(machine: &mut Machine<'_>, value: Value) -> Result<Segment, String> {
     let pairs = machine
         .dict(value)
@@ -458,20 +498,27 @@ fn read_segment(machine: &mut Machine<'_>, value: Value) -> Result<Segment, Stri
         .and_then(|v| machine.str(v))
         .unwrap_or("")
         .to_owned();
+    let address = number(machine, &pairs, pickle::K_ADDRESS)?;
     let mut blocks = Vec::new();
     if let Some(list) = field(&pairs, pickle::K_BLOCKS) {
         let items = machine
             .list(list)
             .ok_or_else(|| format!("blocks is {}, not a list", list.describe(&machine.strings)))?
             .to_vec();
+        // Blocks tile their segment in address order; older snapshots give no address (or
+        // only in `history`), so a block without one starts where the one before it ends.
+        let mut next = address;
         for (i, item) in items.into_iter().enumerate() {
-            blocks.push(read_block(machine, item).map_err(|e| format!("blocks[{i}]: {e}"))?);
+            let block =
+                read_block(machine, item, next).map_err(|e| format!("blocks[{i}]: {e}"))?;
+            next = block.address.saturating_add(block.size);
+            blocks.push(block);
         }
     }
     Ok(Segment {
         device,
-        address: number(machine, &pairs, pickle::K_ADDRESS)?,
-        total_size: number(machine, &pairs, pickle::K_TOTAL_SIZE)?,
+        address,
+        total_size: required(machine, &pairs, pickle::K_TOTAL_SIZE)?,
         allocated_size: number(machine, &pairs, pickle::K_ALLOCATED_SIZE)?,
         segment_type,
         stream: number(machine, &pairs, pickle::K_STREAM).unwrap_or(0),
@@ -479,7 +526,8 @@ fn read_segment(machine: &mut Machine<'_>, value: Value) -> Result<Segment, Stri
     })
 }
 
-fn read_block(machine: &mut Machine<'_>, value: Value) -> Result<Block, String> {
+/// `next`: where the block starts if it names no address.
+fn read_block(machine: &mut Machine<'_>, value: Value, next: u64) -> Result<Block, String> {
     let pairs = machine
         .dict(value)
         .ok_or_else(|| format!("{}, not a dict", value.describe(&machine.strings)))?
@@ -493,6 +541,10 @@ fn read_block(machine: &mut Machine<'_>, value: Value) -> Result<Block, String> 
     // Frames: on the block (current PyTorch), or in the newest entry of its `history` (older).
     let mut frames = field(&pairs, pickle::K_FRAMES);
     let mut requested = number(machine, &pairs, pickle::K_REQUESTED_SIZE)?;
+    let mut address = field(&pairs, pickle::K_ADDRESS)
+        .is_some()
+        .then(|| number(machine, &pairs, pickle::K_ADDRESS))
+        .transpose()?;
     if frames.is_none()
         && let Some(history) = field(&pairs, pickle::K_HISTORY)
     {
@@ -515,6 +567,9 @@ fn read_block(machine: &mut Machine<'_>, value: Value) -> Result<Block, String> 
             if requested == 0 {
                 requested = number(machine, &h, pickle::K_REAL_SIZE)?;
             }
+            if address.is_none() && field(&h, pickle::K_ADDR).is_some() {
+                address = Some(number(machine, &h, pickle::K_ADDR).map_err(|e| format!("history: {e}"))?);
+            }
         }
     }
     let stack = machine.stack_of(0, frames).map_err(|e| match e {
@@ -522,8 +577,8 @@ fn read_block(machine: &mut Machine<'_>, value: Value) -> Result<Block, String> 
         other => other.to_string(),
     })?;
     Ok(Block {
-        address: number(machine, &pairs, pickle::K_ADDRESS)?,
-        size: number(machine, &pairs, pickle::K_SIZE)?,
+        address: address.unwrap_or(next),
+        size: required(machine, &pairs, pickle::K_SIZE)?,
         requested_size: requested,
         state,
         stack,

@@ -48,7 +48,9 @@ impl Value {
         match self {
             Self::None => "None".to_owned(),
             Self::Bool(_) => "a bool".to_owned(),
-            Self::Int(_) | Self::U64(_) | Self::Huge(_) => "an integer".to_owned(),
+            Self::Int(v) => format!("the integer {v}"),
+            Self::U64(v) => format!("the integer {v}"),
+            Self::Huge(v) => format!("an integer of about {v:.3e}"),
             Self::Float(_) => "a float".to_owned(),
             Self::Str(_) => "a str".to_owned(),
             Self::Bytes(_) => "bytes".to_owned(),
@@ -89,6 +91,9 @@ pub(crate) enum Obj {
     Tuple(Vec<Value>),
     Dict(Vec<(Value, Value)>),
     Set(Vec<Value>),
+    /// A container made compact while something else may still refer to it: what it became.
+    /// Always a compact value (a frame, a stack, a trace entry), never another container.
+    Forward(Value),
     /// A reused slot's placeholder.
     Free,
 }
@@ -98,8 +103,11 @@ struct Slot {
     obj: Obj,
     /// The memo index that refers to this container, if exactly one does.
     memo: Option<u32>,
-    /// Something other than the memo may refer to it (a DUP, a second PUT): never convert it.
-    pinned: bool,
+    /// Something other than its one memo entry may refer to it: it was read back from the memo
+    /// (GET), duplicated (DUP) or memoized twice. Such a slot is never reused: when it is made
+    /// compact it keeps a [`Obj::Forward`] to what it became, so every reference, earlier or
+    /// later, reads the same value.
+    shared: bool,
 }
 
 /// A frame of a stack trace: interned strings and a line number.
@@ -332,7 +340,7 @@ impl<'a> Machine<'a> {
         let slot = Slot {
             obj,
             memo: None,
-            pinned: false,
+            shared: false,
         };
         if let Some(index) = self.free.pop() {
             self.arena[index as usize] = slot;
@@ -350,8 +358,17 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn memo_get(&self, at: usize, index: u32) -> Result<Value, SnapshotError> {
-        self.memo
+    /// The value itself, or what a container that was made compact became.
+    pub(crate) fn resolve(&self, value: Value) -> Value {
+        match self.obj(value) {
+            Some(Obj::Forward(compact)) => *compact,
+            _ => value,
+        }
+    }
+
+    fn memo_get(&mut self, at: usize, index: u32) -> Result<Value, SnapshotError> {
+        let value = self
+            .memo
             .get(index as usize)
             .or_else(|| self.sparse_memo.get(&index))
             .copied()
@@ -360,7 +377,18 @@ impl<'a> Machine<'a> {
                     at,
                     format!("memo entry {index} is read before it is written (corrupt opcodes)"),
                 )
-            })
+            })?;
+        self.mark_shared(value);
+        Ok(value)
+    }
+
+    /// A second reference to `value` now exists (a GET or a DUP).
+    fn mark_shared(&mut self, value: Value) {
+        if let Value::Obj(i) = value
+            && let Some(slot) = self.arena.get_mut(i as usize)
+        {
+            slot.shared = true;
+        }
     }
 
     fn memo_put(&mut self, index: u32, value: Value) {
@@ -368,7 +396,7 @@ impl<'a> Machine<'a> {
             && let Some(slot) = self.arena.get_mut(i as usize)
         {
             if slot.memo.is_some() {
-                slot.pinned = true;
+                slot.shared = true;
             }
             slot.memo = Some(index);
         }
@@ -383,18 +411,20 @@ impl<'a> Machine<'a> {
     }
 
     /// Replaces a finished container by its compact form everywhere it is referred to (the memo
-    /// and the stack position `at_stack`), and frees its slot.
+    /// and the stack position `at_stack`). Its slot is reused when nothing else can refer to it;
+    /// a shared one keeps a forward to the compact form instead (its items are dropped either way).
     fn replace(&mut self, index: u32, at_stack: usize, compact: Value) {
         let Some(slot) = self.arena.get_mut(index as usize) else {
             return;
         };
-        if slot.pinned {
-            return;
-        }
         let memo = slot.memo;
-        slot.obj = Obj::Free;
         slot.memo = None;
-        self.free.push(index);
+        if slot.shared {
+            slot.obj = Obj::Forward(compact);
+        } else {
+            slot.obj = Obj::Free;
+            self.free.push(index);
+        }
         if let Some(m) = memo {
             if let Some(v) = self.memo.get_mut(m as usize) {
                 *v = compact;
@@ -452,11 +482,7 @@ impl<'a> Machine<'a> {
                 }
                 b'2' => {
                     let top = self.top(at)?;
-                    if let Value::Obj(i) = top
-                        && let Some(slot) = self.arena.get_mut(i as usize)
-                    {
-                        slot.pinned = true;
-                    }
+                    self.mark_shared(top);
                     self.push(top)?;
                 }
                 b'N' => self.push(Value::None)?,
@@ -949,7 +975,7 @@ impl<'a> Machine<'a> {
     ) -> Result<u32, SnapshotError> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let list = match frames {
+        let list = match frames.map(|v| self.resolve(v)) {
             None | Some(Value::None) => return Ok(0),
             Some(Value::Stack(id)) => return Ok(id),
             Some(v) => match self.obj(v) {
@@ -967,8 +993,8 @@ impl<'a> Machine<'a> {
             },
         };
         for item in list {
-            match item {
-                Value::Frame(f) => scratch.push(*f),
+            match self.resolve(*item) {
+                Value::Frame(f) => scratch.push(f),
                 other => {
                     let what = other.describe(&self.strings);
                     self.scratch = scratch;
@@ -995,7 +1021,7 @@ impl<'a> Machine<'a> {
 
     /// The items of a dict value, if it is one.
     pub(crate) fn dict(&self, value: Value) -> Option<&[(Value, Value)]> {
-        match self.obj(value) {
+        match self.obj(self.resolve(value)) {
             Some(Obj::Dict(pairs)) => Some(pairs),
             _ => None,
         }
@@ -1003,7 +1029,7 @@ impl<'a> Machine<'a> {
 
     /// The items of a list or tuple value, if it is one.
     pub(crate) fn list(&self, value: Value) -> Option<&[Value]> {
-        match self.obj(value) {
+        match self.obj(self.resolve(value)) {
             Some(Obj::List(items) | Obj::Tuple(items)) => Some(items),
             _ => None,
         }
