@@ -40,11 +40,12 @@ fn generated() -> &'static Path {
     .path()
 }
 
-fn facts(path: &Path) -> serde_json::Value {
+/// What Python's pickle reads from each file (one interpreter for all of them).
+fn facts_of(paths: &[PathBuf]) -> Vec<serde_json::Value> {
     let out = Command::new(python())
         .arg(cases())
         .arg("facts")
-        .arg(path)
+        .args(paths)
         .output()
         .unwrap();
     assert!(
@@ -52,7 +53,11 @@ fn facts(path: &Path) -> serde_json::Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| serde_json::from_slice(line).unwrap())
+        .collect()
 }
 
 fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
@@ -61,7 +66,11 @@ fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
 
 /// Everything Python reports about `path`, compared with what the importer read.
 fn agrees_with_python(path: &Path) -> Snapshot {
-    let expected = facts(path);
+    let expected = facts_of(&[path.to_path_buf()]).remove(0);
+    agrees(path, &expected)
+}
+
+fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
     let snapshot = read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let name = path.display();
     assert_eq!(
@@ -117,9 +126,18 @@ fn agrees_with_python(path: &Path) -> Snapshot {
                     "{name}: reserved at the end, device {device}"
                 );
             }
-            None => assert_eq!(
-                (allocated, reserved),
-                (0, 0),
+            // No reading without a trace entry that changes memory.
+            None => assert!(
+                snapshot.entries.iter().all(|e| e.device != device
+                    || !matches!(
+                        e.action,
+                        Action::Alloc
+                            | Action::FreeCompleted
+                            | Action::SegmentAlloc
+                            | Action::SegmentFree
+                            | Action::SegmentMap
+                            | Action::SegmentUnmap
+                    )),
                 "{name}: no curve for device {device}"
             ),
         }
@@ -136,6 +154,82 @@ fn agrees_with_python(path: &Path) -> Snapshot {
             .collect();
         assert_eq!(&ours, first, "{name}: the first entry's frames");
     }
+    // Every block and every entry, field by field, with a digest of its frames.
+    let blocks: Vec<serde_json::Value> = snapshot
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter().map(move |b| (s.device, b)))
+        .map(|(device, b)| {
+            serde_json::json!([
+                device,
+                b.address.to_string(),
+                b.size,
+                state_name(b.state),
+                snapshot.stack(b.stack).count(),
+                fnv(&snapshot, b.stack)
+            ])
+        })
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        expected["block_list"].as_array().unwrap().len(),
+        "{name}: blocks"
+    );
+    for (i, (ours, theirs)) in blocks
+        .iter()
+        .zip(expected["block_list"].as_array().unwrap())
+        .enumerate()
+    {
+        assert_eq!(
+            ours, theirs,
+            "{name}: block {i} [device, address, size, state, frames, digest]"
+        );
+    }
+    let entries: Vec<serde_json::Value> = snapshot
+        .entries
+        .iter()
+        .map(|e| {
+            serde_json::json!([
+                e.device,
+                e.action.name(&snapshot),
+                e.addr.to_string(),
+                e.size,
+                e.stream.to_string(),
+                e.time_us,
+                snapshot.stack(e.stack).count(),
+                fnv(&snapshot, e.stack)
+            ])
+        })
+        .collect();
+    for (i, (ours, theirs)) in entries
+        .iter()
+        .zip(expected["entry_list"].as_array().unwrap())
+        .enumerate()
+    {
+        assert_eq!(
+            ours, theirs,
+            "{name}: trace entry {i} [device, action, addr, size, stream, time_us, frames, digest]"
+        );
+    }
+    let live: BTreeMap<String, u64> = snapshot
+        .segment_summary()
+        .iter()
+        .filter(|s| s.allocated + s.pending_free > 0)
+        .map(|s| (s.device.to_string(), s.allocated + s.pending_free))
+        .collect();
+    let expected_live: BTreeMap<String, u64> = expected["live_bytes"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(live, expected_live, "{name}: live bytes per device");
+    assert_eq!(
+        snapshot.annotations.len() as u64,
+        expected["annotations"],
+        "{name}: annotations"
+    );
+
     let mut distinct = std::collections::HashSet::new();
     for e in &snapshot.entries {
         for f in snapshot.stack(e.stack) {
@@ -148,6 +242,163 @@ fn agrees_with_python(path: &Path) -> Snapshot {
         "{name}: distinct frames"
     );
     snapshot
+}
+
+fn state_name(state: BlockState) -> &'static str {
+    match state {
+        BlockState::ActiveAllocated => "active_allocated",
+        BlockState::ActivePendingFree => "active_pending_free",
+        BlockState::Inactive => "inactive",
+        BlockState::Other => "other",
+    }
+}
+
+/// FNV-1a (64 bits) of a stack, as `cases.py` computes it.
+fn fnv(snapshot: &Snapshot, stack: u32) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in snapshot.stack(stack) {
+        let line = f.line.to_string();
+        for part in [snapshot.string(f.name), snapshot.string(f.filename), &line] {
+            for &b in part.as_bytes().iter().chain(&[0u8]) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+    }
+    h.to_string()
+}
+
+/// The real snapshots in `tests/data/snapshots/real/` (see its README), each as Python reads it.
+#[test]
+fn real_snapshots_from_other_projects_read_as_python_reads_them() {
+    let dir = data("snapshots/real");
+    let training = agrees_with_python(&dir.join("bcrafton_cs336_training_step.pickle"));
+    // What the fixtures' README says, independently of Python.
+    assert_eq!(training.segments.len(), 96);
+    assert_eq!(training.entries.len(), 6486);
+    let active = |s: &Snapshot| {
+        s.segments
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .count()
+    };
+    assert_eq!(active(&training), 447);
+    assert_eq!(training.annotations.len(), 2);
+    // A live block and the alloc entry that made it share one frames list in the file.
+    let block = training
+        .segments
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .find(|b| b.state == BlockState::ActiveAllocated && b.stack != 0)
+        .unwrap();
+    let alloc = training
+        .entries
+        .iter()
+        .rev()
+        .find(|e| e.action == Action::Alloc && e.addr == block.address)
+        .unwrap();
+    assert_eq!(alloc.stack, block.stack);
+    assert!(
+        training
+            .stack(block.stack)
+            .any(|f| training.string(f.filename) == "??")
+    );
+
+    let rollout = agrees_with_python(&dir.join("verl_rollout_state.pickle"));
+    assert_eq!(rollout.segments.len(), 127);
+    assert_eq!(active(&rollout), 534);
+    assert!(rollout.entries.is_empty());
+    assert_eq!(
+        rollout
+            .segments
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .filter(|b| b.state == BlockState::ActivePendingFree)
+            .count(),
+        9
+    );
+
+    let legacy = agrees_with_python(&dir.join("flexgen_oom_legacy_history.pickle"));
+    assert_eq!(legacy.entries.len(), 1);
+    assert_eq!(legacy.entries[0].action, Action::Snapshot);
+    assert_eq!(legacy.entries[0].time_us, 0);
+    // Legacy blocks: addresses from `history`, frames from its newest entry.
+    assert_eq!(legacy.live_blocks_at(i64::MAX, None).len(), 460);
+}
+
+/// PyTorch-style sharing (one frames list per allocation in the block, its alloc entry and the
+/// frees; shared frame dicts; segments before or after the traces), for protocols 2–5, and the
+/// other shapes real files have.
+#[test]
+fn shared_objects_read_the_same_wherever_they_appear() {
+    let dir = generated();
+    let mut all = Vec::new();
+    for protocol in 2..=5 {
+        for name in ["shared", "shared_last"] {
+            all.push(agrees_with_python(
+                &dir.join(format!("{name}_p{protocol}.pickle")),
+            ));
+        }
+    }
+    // Strings are interned in the order they appear, so compare what the ids name.
+    let metadata = |s: &Snapshot| -> Vec<Option<String>> {
+        s.entries
+            .iter()
+            .map(|e| e.user_metadata.map(|m| s.string(m).to_owned()))
+            .collect()
+    };
+    let plain = |s: &Snapshot| -> Vec<collector::snapshot::TraceEntry> {
+        s.entries
+            .iter()
+            .map(|e| collector::snapshot::TraceEntry {
+                user_metadata: None,
+                ..*e
+            })
+            .collect()
+    };
+    for other in &all[1..] {
+        assert_eq!(plain(other), plain(&all[0]));
+        assert_eq!(metadata(other), metadata(&all[0]));
+        assert_eq!(other.segments, all[0].segments);
+    }
+    let s = &all[0];
+    assert_eq!(s.devices, 3, "devices with empty traces count");
+    assert_eq!(s.annotations.len(), 3000);
+    assert!(s.entries.iter().all(|e| e.stream == 0x55D5_1E6F_0A00));
+    assert!(s.entries.iter().any(|e| e.action == Action::SegmentMap));
+    let oom = s.entries.iter().find(|e| e.action == Action::Oom).unwrap();
+    assert_eq!((oom.addr, oom.device_free), (0, 3 << 20));
+    assert_eq!(oom.stack, s.segments[0].blocks[0].stack);
+    assert!(s.entries.iter().any(|e| e.time_us == 0));
+    // The segments alone, as `pickle.dump(torch.cuda.memory_snapshot())` writes them.
+    let list = agrees_with_python(&dir.join("segments_list.pickle"));
+    assert_eq!(list.segments, s.segments);
+    assert!(list.entries.is_empty());
+}
+
+/// Random snapshot-shaped objects with random sharing (lists, frame dicts, whole blocks and
+/// entries, in any order, protocols 2–5): the importer and Python's pickle must agree on every one.
+#[test]
+fn random_sharing_reads_as_python_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 300;
+    let status = Command::new(python())
+        .arg(cases())
+        .args([
+            "random",
+            &dir.path().display().to_string(),
+            &n.to_string(),
+            "2026",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success(), "cases.py random failed");
+    let paths: Vec<PathBuf> = (0..n)
+        .map(|i| dir.path().join(format!("random_{i}.pickle")))
+        .collect();
+    for (path, expected) in paths.iter().zip(facts_of(&paths)) {
+        agrees(path, &expected);
+    }
 }
 
 #[test]
@@ -381,6 +632,14 @@ fn bad_input_gets_a_clear_error() {
         (
             "wrong_type.pickle",
             "trace entry 1: size is a str, not a non-negative 64-bit integer",
+        ),
+        (
+            "block_without_size.pickle",
+            "segments[0]: blocks[2]: size is missing",
+        ),
+        (
+            "negative_address.pickle",
+            "segments[0]: blocks[1]: address is the integer -4096, not a non-negative",
         ),
     ];
     for (file, expected) in cases {

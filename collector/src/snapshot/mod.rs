@@ -294,7 +294,7 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     {
         let items = items.to_vec();
         let segments = read_segments(&mut machine, &items)?;
-        let devices = segments.iter().map(|s| s.device + 1).max().unwrap_or(1);
+        let devices = segments.iter().map(|s| s.device + 1).max().unwrap_or(0);
         let parts = machine.into_parts();
         return Ok(Snapshot {
             strings: parts.strings,
@@ -416,11 +416,27 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 
     let parts = machine.into_parts();
     let mut entries = parts.entries;
-    for (e, device) in device_of {
-        if let Some(entry) = entries.get_mut(e as usize) {
-            entry.device = device;
+    let in_order = device_of.len() == entries.len()
+        && device_of
+            .iter()
+            .enumerate()
+            .all(|(i, (e, _))| *e as usize == i);
+    if in_order {
+        for (entry, (_, device)) in entries.iter_mut().zip(&device_of) {
+            entry.device = *device;
         }
+    } else {
+        // An entry object listed twice (or out of order): the traces as they list them.
+        entries = device_of
+            .iter()
+            .filter_map(|&(e, device)| {
+                entries
+                    .get(e as usize)
+                    .map(|entry| TraceEntry { device, ..*entry })
+            })
+            .collect();
     }
+    drop(device_of);
     entries.shrink_to_fit();
     Ok(Snapshot {
         strings: parts.strings,
@@ -468,7 +484,10 @@ fn number(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Result<u
     }
 }
 
-fn read_segments(machine: &mut Machine<'_>, items: &[Value]) -> Result<Vec<Segment>, SnapshotError> {
+fn read_segments(
+    machine: &mut Machine<'_>,
+    items: &[Value],
+) -> Result<Vec<Segment>, SnapshotError> {
     items
         .iter()
         .enumerate()
@@ -509,8 +528,7 @@ fn read_segment(machine: &mut Machine<'_>, value: Value) -> Result<Segment, Stri
         // only in `history`), so a block without one starts where the one before it ends.
         let mut next = address;
         for (i, item) in items.into_iter().enumerate() {
-            let block =
-                read_block(machine, item, next).map_err(|e| format!("blocks[{i}]: {e}"))?;
+            let block = read_block(machine, item, next).map_err(|e| format!("blocks[{i}]: {e}"))?;
             next = block.address.saturating_add(block.size);
             blocks.push(block);
         }
@@ -568,7 +586,8 @@ fn read_block(machine: &mut Machine<'_>, value: Value, next: u64) -> Result<Bloc
                 requested = number(machine, &h, pickle::K_REAL_SIZE)?;
             }
             if address.is_none() && field(&h, pickle::K_ADDR).is_some() {
-                address = Some(number(machine, &h, pickle::K_ADDR).map_err(|e| format!("history: {e}"))?);
+                address =
+                    Some(number(machine, &h, pickle::K_ADDR).map_err(|e| format!("history: {e}"))?);
             }
         }
     }
@@ -639,7 +658,7 @@ impl Snapshot {
     /// A frame as `name (file:line)`.
     pub fn frame_text(&self, frame: &Frame) -> String {
         let file = self.string(frame.filename);
-        if frame.line > 0 {
+        if frame.line > 0 && frame.line < u64::from(u32::MAX) {
             format!("{} ({file}:{})", self.string(frame.name), frame.line)
         } else if file.is_empty() || file == "??" {
             self.string(frame.name).to_owned()

@@ -117,8 +117,8 @@ pub struct Frame {
     pub name: u32,
     /// The file (an index into the strings).
     pub filename: u32,
-    /// The line, 0 when unknown.
-    pub line: u32,
+    /// The line as PyTorch wrote it: 0, or `u64::MAX` (-1 as unsigned), when unknown.
+    pub line: u64,
 }
 
 /// The keys the machine recognises, interned first so that they have fixed ids.
@@ -878,9 +878,7 @@ impl<'a> Machine<'a> {
             else {
                 return Ok(()); // not a frame after all: left as a dict
             };
-            let line = key(K_LINE)
-                .and_then(Value::as_u64)
-                .map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX));
+            let line = key(K_LINE).and_then(Value::as_u64).unwrap_or(0);
             let frame = Frame {
                 name,
                 filename,

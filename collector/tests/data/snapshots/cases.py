@@ -2,7 +2,9 @@
 
   python3 cases.py generate DIR      writes the edge cases (protocols 2, 3, 4, 5) into DIR
   python3 cases.py facts FILE...     prints, per file, what pickle.load finds (JSON lines)
-  python3 cases.py big FILE N        writes a snapshot of N trace entries with ~20 frames each
+  python3 cases.py random DIR N SEED writes N random snapshot-shaped pickles with random sharing
+  python3 cases.py big FILE N        writes a snapshot of N trace entries with ~20 frames each,
+                                     shared the way PyTorch shares them
 
 Only the standard library: the files are what torch.cuda.memory._dump_snapshot writes (a dict of
 lists and dicts), made without a GPU.
@@ -118,6 +120,142 @@ def edge_snapshot(state_spelling="active_pending_free", legacy_history=False, wi
     return snapshot
 
 
+def shared_snapshot(segments_first=True, devices=3):
+    """Objects shared the way PyTorch shares them: one frames list per allocation, handed to the
+    live block, to its alloc entry and to the entries that free it (and a segment shares its
+    first block's list); frame dicts shared by every stack that passes through them. Also the
+    other shapes real files have: entries without time_us, segment_alloc without frames, oom
+    without addr, non-zero streams, devices with empty traces, expandable segments, thousands
+    of annotations, C++ frames in ``??``."""
+    t = 1_771_267_191_000_000
+    cpp = [frame("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc", "??", 0),
+           frame("at::empty_strided", "??", 0)]
+    fwd = frame("forward", "/work/model.py", 42)
+    keep = frame("remember", "/work/train.py", 88)
+    loop = frame("<module>", "/work/train.py", 12)
+    traces = [[] for _ in range(devices)]
+    segments = []
+    stream = 0x55D5_1E6F_0A00  # a real cudaStream_t handle
+    seg = 0x7F00_0000_0000
+    segment_frames = cpp + [fwd, loop]
+    trace = traces[0]
+    trace.append({"action": "segment_alloc", "addr": seg, "size": 64 * MIB, "stream": stream,
+                  "time_us": t})  # no frames key
+    blocks = []
+    addr = seg
+    for step in range(12):
+        kept = cpp + [keep, fwd, loop] if step % 3 else segment_frames  # one list per allocation
+        e = {"action": "alloc", "addr": addr, "size": MIB, "stream": stream, "time_us": t + 10 * step + 1,
+             "frames": kept, "compile_context": "N/A", "user_metadata": "forward"}
+        trace.append(e)
+        blocks.append({"address": addr, "size": MIB, "requested_size": MIB, "state": "active_allocated",
+                       "frames": kept})
+        tmp = cpp + [fwd, loop]
+        for action in ("alloc", "free_requested", "free_completed"):
+            trace.append({"action": action, "addr": seg + 40 * MIB, "size": 2 * MIB, "stream": stream,
+                          "time_us": t + 10 * step + 2, "frames": tmp, "user_metadata": "forward"})
+        addr += MIB
+    blocks.append({"address": addr, "size": 64 * MIB - 12 * MIB, "requested_size": 0, "state": "inactive",
+                   "frames": []})
+    trace.append({"action": "segment_map", "addr": seg + 64 * MIB, "size": 2 * MIB, "stream": stream,
+                  "time_us": t + 200, "frames": segment_frames})
+    trace.append({"action": "segment_unmap", "addr": seg + 64 * MIB, "size": 2 * MIB, "stream": stream,
+                  "time_us": t + 201, "frames": segment_frames})
+    trace.append({"action": "oom", "size": 80 * 1024 * MIB, "device_free": 3 * MIB, "stream": stream,
+                  "time_us": t + 202, "frames": blocks[0]["frames"]})  # no addr
+    trace.append({"action": "free_completed", "addr": seg + 50 * MIB, "size": MIB, "stream": stream,
+                  "frames": []})  # no time_us
+    segments.append({"device": 0, "address": seg, "total_size": 64 * MIB, "allocated_size": 12 * MIB,
+                     "active_size": 12 * MIB, "requested_size": 12 * MIB, "stream": stream,
+                     "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": True,
+                     "frames": segment_frames, "blocks": blocks})
+    annotations = [{"stage": stage, "name": f"forward#{i % 7}", "device": 0, "time_us": t + i + d}
+                   for i in range(1500) for stage, d in (("START", 0), ("END", 1))]
+    snapshot = {}
+    order = ["segments", "device_traces", "allocator_settings", "external_annotations"]
+    if not segments_first:
+        order = ["external_annotations", "device_traces", "allocator_settings", "segments"]
+    values = {"segments": segments, "device_traces": traces,
+              "allocator_settings": {"expandable_segments": True}, "external_annotations": annotations}
+    for key in order:
+        snapshot[key] = values[key]
+    return snapshot
+
+
+def random_snapshot(rng):
+    """A snapshot-shaped object with random sharing of lists, frame dicts, strings and blocks."""
+    frames = [frame(rng.choice(["f", "g", "forward", "h" * rng.randrange(1, 5)]),
+                    rng.choice(["??", "/a.py", "/b/c.py"]), rng.randrange(0, 3000)) for _ in range(rng.randrange(1, 12))]
+    lists = [[rng.choice(frames) for _ in range(rng.randrange(0, 8))] for _ in range(rng.randrange(1, 10))]
+
+    def some_frames():
+        r = rng.random()
+        if r < 0.6:
+            return rng.choice(lists)  # shared object
+        if r < 0.8:
+            return [rng.choice(frames) for _ in range(rng.randrange(0, 5))]
+        return list(rng.choice(lists))  # equal, not shared
+
+    devices = rng.randrange(1, 4)
+    traces = [[] for _ in range(devices)]
+    entries = []
+    for device in range(devices):
+        for _ in range(rng.randrange(0, 30)):
+            if entries and rng.random() < 0.1:
+                traces[device].append(rng.choice(entries))  # a whole entry shared
+                continue
+            e = {"action": rng.choice(["alloc", "free_requested", "free_completed", "segment_alloc",
+                                       "segment_free", "segment_map", "segment_unmap", "oom", "snapshot"]),
+                 "size": rng.randrange(0, 1 << 34)}
+            for key, value in (("addr", rng.randrange(0, 1 << 64)), ("stream", rng.randrange(0, 1 << 48)),
+                               ("time_us", rng.randrange(1 << 50, 1 << 51)), ("frames", None),
+                               ("user_metadata", rng.choice(["", "fwd", "bwd"])), ("compile_context", "N/A"),
+                               ("device_free", rng.randrange(0, 1 << 30))):
+                if rng.random() < 0.8:
+                    e[key] = some_frames() if key == "frames" else value
+            entries.append(e)
+            traces[device].append(e)
+    segments = []
+    all_blocks = []
+    for _ in range(rng.randrange(0, 6)):
+        blocks = []
+        for _ in range(rng.randrange(0, 6)):
+            if all_blocks and rng.random() < 0.1:
+                blocks.append(rng.choice(all_blocks))
+                continue
+            b = {"size": rng.randrange(1, 1 << 30), "state": rng.choice(["active_allocated", "inactive", "active_pending_free"])}
+            if rng.random() < 0.8:
+                b["address"] = rng.randrange(0, 1 << 63)
+            if rng.random() < 0.2:
+                b["history"] = [{"addr": rng.randrange(0, 1 << 40), "real_size": 5, "frames": some_frames()}
+                                for _ in range(rng.randrange(1, 3))]
+            elif rng.random() < 0.9:
+                b["frames"] = some_frames()
+            blocks.append(b)
+            all_blocks.append(b)
+        seg = {"device": rng.randrange(devices), "address": rng.randrange(0, 1 << 63),
+               "total_size": rng.randrange(0, 1 << 36), "stream": rng.randrange(0, 1 << 48),
+               "segment_type": rng.choice(["small", "large"]), "blocks": blocks}
+        if rng.random() < 0.5:
+            seg["frames"] = blocks[0].get("frames", []) if blocks else some_frames()
+        segments.append(seg)
+    if rng.random() < 0.1:
+        return segments  # the segments alone, as memory_snapshot() returns them
+    items = [("segments", segments), ("device_traces", traces)]
+    if rng.random() < 0.5:
+        items.reverse()
+    return dict(items)
+
+
+def generate_random(directory, n, seed):
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for i in range(n):
+        protocol = rng.randrange(2, 6)
+        (directory / f"random_{i}.pickle").write_bytes(pickle.dumps(random_snapshot(rng), protocol=protocol))
+
+
 def generate(directory):
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -126,6 +264,17 @@ def generate(directory):
     (directory / "awaiting_free.pickle").write_bytes(pickle.dumps(edge_snapshot("active_awaiting_free"), protocol=4))
     (directory / "legacy_history.pickle").write_bytes(pickle.dumps(edge_snapshot(legacy_history=True), protocol=2))
     (directory / "minimal.pickle").write_bytes(pickle.dumps(edge_snapshot(with_optional=False), protocol=5))
+    for protocol in (2, 3, 4, 5):
+        (directory / f"shared_p{protocol}.pickle").write_bytes(pickle.dumps(shared_snapshot(), protocol=protocol))
+        (directory / f"shared_last_p{protocol}.pickle").write_bytes(
+            pickle.dumps(shared_snapshot(segments_first=False), protocol=protocol))
+    (directory / "segments_list.pickle").write_bytes(pickle.dumps(shared_snapshot()["segments"], protocol=4))
+    no_size = shared_snapshot()
+    del no_size["segments"][0]["blocks"][2]["size"]
+    (directory / "block_without_size.pickle").write_bytes(pickle.dumps(no_size, protocol=4))
+    negative = shared_snapshot()
+    negative["segments"][0]["blocks"][1]["address"] = -4096
+    (directory / "negative_address.pickle").write_bytes(pickle.dumps(negative, protocol=4))
     (directory / "empty_trace.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}, protocol=4))
     whole = pickle.dumps(edge_snapshot(), protocol=4)
     (directory / "truncated.pickle").write_bytes(whole[: len(whole) // 2])
@@ -154,9 +303,28 @@ def generate(directory):
     (directory / "wrong_type.pickle").write_bytes(pickle.dumps(bad, protocol=4))
 
 
+def fnv(frames):
+    """FNV-1a (64 bits) of a stack: name, filename and line of each frame, each ended by a NUL."""
+    h = 0xCBF29CE484222325
+    for fr in frames or []:
+        for part in (fr["name"], fr["filename"], str(fr["line"])):
+            for b in part.encode() + b"\0":
+                h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return str(h)
+
+
+def block_frames(b):
+    if "frames" in b:
+        return b["frames"]
+    history = b.get("history") or []
+    return history[-1].get("frames", []) if history else []
+
+
 def facts(path):
     with open(path, "rb") as f:
         s = pickle.load(f)
+    if isinstance(s, list):  # pickle.dump(torch.cuda.memory_snapshot()): the segments alone
+        s = {"segments": s, "device_traces": []}
     actions = {}
     devices = max(len(s.get("device_traces", [])), max((g["device"] + 1 for g in s["segments"]), default=0))
     final = {}
@@ -189,8 +357,31 @@ def facts(path):
         if trace:
             first = [[fr["name"], fr["filename"], fr["line"]] for fr in trace[0].get("frames", [])]
             break
+    # Every block and every trace entry, with a digest of its frames: any object read from the
+    # wrong place shows here.
+    blocks = []
+    live = {}
+    for g in s["segments"]:
+        nxt = g.get("address", 0)
+        for b in g["blocks"]:
+            history = b.get("history") or []
+            addr = b.get("address", history[-1].get("addr") if history and "addr" in history[-1] else nxt)
+            nxt = addr + b["size"]
+            state = {"active_awaiting_free": "active_pending_free"}.get(b["state"], b["state"])
+            blocks.append([g["device"], str(addr), b["size"], state, len(block_frames(b)), fnv(block_frames(b))])
+            if b["state"] != "inactive":
+                live[str(g["device"])] = live.get(str(g["device"]), 0) + b["size"]
+    entries = []
+    for device, trace in enumerate(s.get("device_traces", [])):
+        for e in trace:
+            entries.append([device, e["action"], str(e.get("addr", 0)), e.get("size", 0), str(e.get("stream", 0)),
+                            e.get("time_us", 0), len(e.get("frames", [])), fnv(e.get("frames"))])
     return {
         "file": str(path),
+        "block_list": blocks,
+        "entry_list": entries,
+        "live_bytes": live,
+        "annotations": len(s.get("external_annotations", [])),
         "segments": len(s["segments"]),
         "blocks": sum(len(g["blocks"]) for g in s["segments"]),
         "entries": sum(len(t) for t in s.get("device_traces", [])),
@@ -236,6 +427,8 @@ if __name__ == "__main__":
     elif command == "facts":
         for p in sys.argv[2:]:
             print(json.dumps(facts(p)))
+    elif command == "random":
+        generate_random(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif command == "big":
         big(sys.argv[2], int(sys.argv[3]))
     else:
