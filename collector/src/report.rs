@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use collector::analysis::{Analysis, FindingKind, analyze, format_bytes, format_duration};
 use collector::recording::{Recording, read_file};
-use collector::snapshot::{Snapshot, read_snapshot_file};
+use collector::snapshot::{Snapshot, SnapshotVerdict, read_snapshot_file};
 use serde::Serialize;
 
 /// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
@@ -95,6 +95,8 @@ struct JsonReport<'a> {
 /// What a snapshot adds to the JSON report.
 #[derive(Serialize)]
 struct SnapshotJson {
+    /// What the snapshot answers first: out of memory, what is held and by whom, fragmentation.
+    verdict: SnapshotVerdict,
     trace_entries: usize,
     entries_by_action: std::collections::BTreeMap<String, usize>,
     live_blocks_at_end: usize,
@@ -127,15 +129,16 @@ struct SegmentJson {
 }
 
 impl SnapshotJson {
-    fn new(s: &Snapshot) -> Self {
+    fn new(s: &Snapshot, verdict: SnapshotVerdict) -> Self {
         let live = s.live_blocks_at(i64::MAX, None);
         Self {
+            verdict,
             trace_entries: s.entries.len(),
             entries_by_action: s.action_counts(),
             live_blocks_at_end: live.len(),
             live_bytes_at_end: live.iter().map(|b| b.size).sum(),
             leak_suspects: s
-                .leak_suspects()
+                .leak_suspects_among(&live)
                 .into_iter()
                 .map(|x| SuspectJson {
                     frames: s
@@ -270,6 +273,9 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         Err(code) => return code,
     };
     let analysis = analyze(&recording);
+    let verdict = snapshot
+        .as_ref()
+        .map(|s| SnapshotVerdict::new(s, &analysis));
     if args.json {
         let report = JsonReport {
             schema: REPORT_SCHEMA,
@@ -282,7 +288,10 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             dropped_probe_messages: recording.dropped_total(),
             ooms: recording.ooms.len(),
             analysis: &analysis,
-            snapshot: snapshot.as_ref().map(SnapshotJson::new),
+            snapshot: snapshot
+                .as_ref()
+                .zip(verdict)
+                .map(|(s, v)| SnapshotJson::new(s, v)),
         };
         match serde_json::to_string_pretty(&report) {
             Ok(json) => println!("{json}"),
@@ -292,7 +301,10 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             }
         }
     } else {
-        print!("{}", text(&args.file, &recording, &analysis));
+        print!(
+            "{}",
+            text(&args.file, &recording, &analysis, verdict.as_ref())
+        );
         if let Some(snapshot) = &snapshot {
             print!("\n{}", collector::snapshot::report_text(snapshot, 10));
         }
@@ -338,8 +350,14 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// The text report: the verdict first, then the phase table, then the evidence.
-pub fn text(file: &Path, recording: &Recording, analysis: &Analysis) -> String {
+/// The text report: the verdict first (a snapshot's own verdict before the trace's), then the
+/// phase table, then the evidence.
+pub fn text(
+    file: &Path,
+    recording: &Recording,
+    analysis: &Analysis,
+    snapshot: Option<&SnapshotVerdict>,
+) -> String {
     let mut out = String::new();
     let header = &recording.header;
     let unit = if analysis.by_step {
@@ -363,15 +381,25 @@ pub fn text(file: &Path, recording: &Recording, analysis: &Analysis) -> String {
         analysis.step_series.values.len()
     );
     let _ = writeln!(out, "VERDICT");
-    if !analysis.findings.iter().any(|f| f.kind.is_problem()) {
-        let verdict = if analysis.finding(FindingKind::NotEnoughData).is_some() {
-            "  ? Cannot tell yet"
-        } else {
-            "  ✓ No leak: memory at the same point of every step does not rise"
-        };
-        let _ = writeln!(out, "{verdict}");
+    if let Some(verdict) = snapshot {
+        let mark = if verdict.problem { "✗" } else { "•" };
+        let _ = writeln!(out, "  {mark} {}", verdict.headline);
+        for line in &verdict.evidence {
+            let _ = writeln!(out, "      {line}");
+        }
+    } else {
+        let (line, problem) = collector::analysis::headline(analysis);
+        if problem != Some(true) {
+            let mark = if problem.is_none() { "?" } else { "✓" };
+            let _ = writeln!(out, "  {mark} {line}");
+        }
     }
-    for finding in &analysis.findings {
+    // A snapshot says what the trace is too short for in its own evidence.
+    let findings = analysis
+        .findings
+        .iter()
+        .filter(|f| snapshot.is_none() || f.kind != FindingKind::NotEnoughData);
+    for finding in findings {
         let mark = if finding.kind.is_problem() {
             "✗"
         } else {

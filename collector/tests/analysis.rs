@@ -515,3 +515,32 @@ fn non_pytorch_memory_other_processes_and_a_nearly_full_device_are_reported_with
     assert_eq!(full.title, "GPU 0 ran at 98% of its memory");
     assert!(analysis.finding(FindingKind::Leak).is_none());
 }
+
+#[test]
+fn no_projection_without_a_device_capacity() {
+    let run = Run {
+        steps: 60,
+        leak_forward: 4 * MIB,
+        ..Run::default()
+    };
+    let mut recording = synthesize(&run);
+    let with = analyze(&recording);
+    assert!(with.finding(FindingKind::Leak).is_some());
+    assert_eq!(with.projection.as_ref().unwrap().capacity_bytes, 80 * GIB);
+    // As in an imported snapshot: the device is known, its capacity is not.
+    for device in &mut recording.header.devices {
+        device.total_bytes = 0;
+    }
+    let without = analyze(&recording);
+    assert!(without.finding(FindingKind::Leak).is_some());
+    assert_eq!(without.projection, None);
+    assert!(without.finding(FindingKind::CapacityPressure).is_none());
+    assert!(
+        without
+            .lacks
+            .iter()
+            .any(|l| l.starts_with("no device capacity")),
+        "{:?}",
+        without.lacks
+    );
+}

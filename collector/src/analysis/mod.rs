@@ -201,6 +201,21 @@ impl Analysis {
     }
 }
 
+/// The verdict in one sentence, as the report and the viewer lead with it, and whether it names
+/// a problem (`Some(true)`), says all is well (`Some(false)`) or cannot tell yet (`None`).
+pub fn headline(analysis: &Analysis) -> (String, Option<bool>) {
+    if let Some(finding) = analysis.findings.iter().find(|f| f.kind.is_problem()) {
+        return (finding.title.clone(), Some(true));
+    }
+    if let Some(f) = analysis.finding(FindingKind::NotEnoughData) {
+        return (format!("Cannot tell yet — {}", f.title), None);
+    }
+    (
+        "No leak: memory at the same point of every step does not rise".to_owned(),
+        Some(false),
+    )
+}
+
 /// Formats bytes in binary units with three significant digits (`1.23 GiB`, `-512 KiB`).
 pub fn format_bytes(bytes: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -430,6 +445,9 @@ fn judge(
                 &analysis.phases,
             ));
             analysis.projection = projection(recording, allocator, analysis, t);
+            if analysis.projection.is_none() && basis != Basis::HostRss {
+                analysis.lacks.push("no device capacity: the device's total memory was not recorded (NVML), so there is no projection to an out-of-memory error".to_owned());
+            }
         }
     }
     analysis.trend = trend;
@@ -715,6 +733,9 @@ fn projection(
         .iter()
         .find(|d| d.index == device)?
         .total_bytes;
+    if capacity == 0 {
+        return None; // unknown: said in `lacks`
+    }
     let series = &analysis.step_series;
     let level = *series.values.last()?;
     let last_step = *series.steps.last()?;

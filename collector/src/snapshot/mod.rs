@@ -12,6 +12,7 @@
 //! ```
 
 mod pickle;
+mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::recording::{
 };
 pub use pickle::Frame;
 use pickle::{Machine, Value};
+pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};
 
 /// Why a snapshot cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -460,8 +462,13 @@ fn describe_top(machine: &Machine<'_>, value: Value) -> String {
     }
 }
 
+/// `1 block`, `3 blocks`, `2 entries`.
 fn count(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+    match (n, what.strip_suffix('y')) {
+        (1, _) => format!("1 {what}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        _ => format!("{n} {what}s"),
+    }
 }
 
 fn field(pairs: &[(Value, Value)], key: u32) -> Option<Value> {
@@ -944,7 +951,11 @@ impl Snapshot {
     /// the end — from several occurrences of that phase. Without phases: sites that left blocks
     /// alive at three or more different times. Largest first.
     pub fn leak_suspects(&self) -> Vec<LeakSuspect> {
-        let alive = self.live_blocks_at(i64::MAX, None);
+        self.leak_suspects_among(&self.live_blocks_at(i64::MAX, None))
+    }
+
+    /// [`Snapshot::leak_suspects`] among blocks already found alive at the end.
+    pub fn leak_suspects_among(&self, alive: &[LiveBlock]) -> Vec<LeakSuspect> {
         let spans = self.phase_spans();
         // Occurrences per (device, phase name), in time order.
         let mut occurrences: BTreeMap<(u32, &str), Vec<(i64, i64)>> = BTreeMap::new();
@@ -957,7 +968,7 @@ impl Snapshot {
         type Key<'a> = (u32, u32, Option<&'a str>);
         let mut groups: HashMap<Key<'_>, (std::collections::HashSet<usize>, usize, u64)> =
             HashMap::new();
-        for b in &alive {
+        for b in alive {
             let Some(t) = b.allocated_us else { continue };
             let mut found = false;
             for ((d, name), occ) in &occurrences {

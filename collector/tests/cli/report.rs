@@ -152,6 +152,91 @@ fn report_reads_a_pytorch_snapshot() {
     assert_eq!(json["snapshot"]["segments"][0]["free_pieces"], 14);
 }
 
+fn real_snapshot(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/snapshots/real")
+        .join(name)
+}
+
+/// The verdict of a real snapshot leads with what a snapshot answers, not with "record longer".
+#[test]
+fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
+    let rollout = real_snapshot("verl_rollout_state.pickle");
+    let output = collector(&["report"], &rollout);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    let verdict = text
+        .split("VERDICT\n")
+        .nth(1)
+        .and_then(|v| v.lines().next())
+        .unwrap();
+    assert!(
+        verdict.starts_with("  • At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by _allocate_kv_cache (/usr/local/lib/python3.10/dist-packages/vllm/worker/cache_engine.py:83) (20.3 GiB in 24 blocks)"),
+        "{verdict}"
+    );
+    assert!(!text.contains("Cannot tell"), "{text}");
+    assert!(!text.contains("record a longer run"), "{text}");
+    assert!(
+        text.contains("no trace: the snapshot holds the segments only"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fragmented on cuda:0: the largest free piece is 260 MiB of 645 MiB free"),
+        "{text}"
+    );
+
+    let output = collector(&["report", "--json"], &rollout);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["schema"], 1);
+    let v = &json["snapshot"]["verdict"];
+    assert_eq!(v["problem"], false);
+    assert_eq!(v["taken_at_oom"], serde_json::Value::Null);
+    assert_eq!(v["top_sites"][0]["blocks"], 24);
+    assert_eq!(v["top_sites"][0]["bytes"], 24u64 * 908_066_816);
+    assert_eq!(v["fragmentation"][0]["largest_free_bytes"], 272_629_760);
+    assert_eq!(json["snapshot"]["live_blocks_at_end"], 543);
+
+    // Taken at an out-of-memory error: that comes first, with the numbers.
+    let dir = tempfile::tempdir().unwrap();
+    let oom = dir.path().join("oom.pickle");
+    let status = std::process::Command::new(crate::python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshots/cases.py"))
+        .arg("generate")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::rename(dir.path().join("shared_p4.pickle"), &oom).unwrap();
+    let output = collector(&["report", "--json"], &oom);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let v = &json["snapshot"]["verdict"];
+    assert_eq!(v["problem"], true);
+    assert_eq!(v["taken_at_oom"]["requested_bytes"], 80u64 << 30);
+    assert_eq!(v["taken_at_oom"]["device_free_bytes"], 3u64 << 20);
+    assert!(
+        v["headline"]
+            .as_str()
+            .unwrap()
+            .starts_with("Out of memory on cuda:0 asking for 80.0 GiB with 3.00 MiB free"),
+        "{v}"
+    );
+    // No device capacity in a snapshot: no projection, and the report says why.
+    assert_eq!(json["analysis"]["projection"], serde_json::Value::Null);
+
+    // The legacy schema, taken from an out-of-memory handler: blocks from `history`.
+    let legacy = real_snapshot("flexgen_oom_legacy_history.pickle");
+    let output = collector(&["report"], &legacy);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains("the trace ends with a `snapshot` entry"),
+        "{text}"
+    );
+    assert!(
+        text.contains("LIVE BLOCKS AT THE END (460 blocks, 11.0 GiB"),
+        "{text}"
+    );
+}
+
 #[test]
 fn import_writes_a_recording_that_reports_the_same() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,372 @@
+//! What a snapshot answers, in the order a person asks: did it die of an out-of-memory error,
+//! what is held (and by whom), is the cache fragmented, which sites leak — and only then the
+//! trend, when the trace is long enough to have one.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::{Action, LeakSuspect, SegmentSummary, Snapshot, count};
+use crate::analysis::{Analysis, FindingKind, format_bytes};
+
+/// The out-of-memory error a snapshot was taken at (its last `oom` trace entry).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OomAtSnapshot {
+    /// The device.
+    pub device: u32,
+    /// Bytes asked for.
+    pub requested_bytes: u64,
+    /// Bytes the device had free (`device_free`).
+    pub device_free_bytes: u64,
+    /// When, µs since the epoch (0: unknown).
+    pub time_us: i64,
+}
+
+/// An allocation site and the live memory it holds at the snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Site {
+    /// The device.
+    pub device: u32,
+    /// The stack (index into the snapshot's stacks).
+    #[serde(skip)]
+    pub stack: u32,
+    /// How many live blocks.
+    pub blocks: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The frames a person reads first (Python frames when there are any), innermost first.
+    pub frames: Vec<String>,
+}
+
+/// Free memory inside the segments against what the job asks for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fragmentation {
+    /// The device.
+    pub device: u32,
+    /// Bytes free inside segments (cached, reusable).
+    pub free_bytes: u64,
+    /// How many free pieces.
+    pub free_pieces: usize,
+    /// The largest free piece: the largest tensor that fits without a new `cudaMalloc`.
+    pub largest_free_bytes: u64,
+    /// The largest request in the trace (an allocation or an out-of-memory request), if any.
+    pub largest_request_bytes: Option<u64>,
+    /// Whether the free memory is scattered: a request that fits in the free total does not fit
+    /// in any piece, or the largest piece is under half of the free total.
+    pub fragmented: bool,
+}
+
+/// The verdict on a snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SnapshotVerdict {
+    /// One sentence: what a person reads first.
+    pub headline: String,
+    /// Whether the headline names a problem (an out-of-memory error, a leak suspect,
+    /// fragmentation) rather than a description.
+    pub problem: bool,
+    /// The out-of-memory error it was taken at.
+    pub taken_at_oom: Option<OomAtSnapshot>,
+    /// Whether the trace ends with a `snapshot` entry (older PyTorch writes one when the
+    /// snapshot is taken, e.g. from an out-of-memory handler).
+    pub legacy_snapshot_entry: bool,
+    /// What is held per device: reserved, allocated, waiting to be freed, free.
+    #[serde(skip)]
+    pub held: Vec<SegmentSummary>,
+    /// The allocation sites holding the most live memory, largest first.
+    pub top_sites: Vec<Site>,
+    /// Per device: the free memory's pieces against the largest request.
+    pub fragmentation: Vec<Fragmentation>,
+    /// Sites whose blocks, from several occurrences of a repeating phase, are still alive.
+    #[serde(skip)]
+    pub suspects: Vec<LeakSuspect>,
+    /// The evidence, one sentence each, in the order of the headline's questions.
+    pub evidence: Vec<String>,
+}
+
+/// How many allocation sites the verdict lists.
+pub const TOP_SITES: usize = 10;
+
+impl SnapshotVerdict {
+    /// Judges a snapshot; `analysis` is the analysis of its trace as a recording.
+    pub fn new(snapshot: &Snapshot, analysis: &Analysis) -> Self {
+        let held = snapshot.segment_summary();
+        let live = snapshot.live_blocks_at(i64::MAX, None);
+        let suspects = snapshot.leak_suspects_among(&live);
+        let top_sites = sites(snapshot, &live);
+        let taken_at_oom = snapshot
+            .entries
+            .iter()
+            .rev()
+            .find(|e| e.action == Action::Oom)
+            .map(|e| OomAtSnapshot {
+                device: e.device,
+                requested_bytes: e.size,
+                device_free_bytes: e.device_free,
+                time_us: e.time_us,
+            });
+        let legacy_snapshot_entry = snapshot
+            .entries
+            .last()
+            .is_some_and(|e| e.action == Action::Snapshot);
+        let mut largest_request: HashMap<u32, u64> = HashMap::new();
+        for e in &snapshot.entries {
+            if matches!(e.action, Action::Alloc | Action::Oom) {
+                let r = largest_request.entry(e.device).or_default();
+                *r = (*r).max(e.size);
+            }
+        }
+        let fragmentation: Vec<Fragmentation> = held
+            .iter()
+            .map(|h| {
+                let request = largest_request.get(&h.device).copied();
+                let fits_total_not_piece =
+                    request.is_some_and(|r| r > h.largest_free && r <= h.free);
+                Fragmentation {
+                    device: h.device,
+                    free_bytes: h.free,
+                    free_pieces: h.free_pieces,
+                    largest_free_bytes: h.largest_free,
+                    largest_request_bytes: request,
+                    fragmented: h.free > 0 && (fits_total_not_piece || h.largest_free < h.free / 2),
+                }
+            })
+            .collect();
+
+        let mut evidence = Vec::new();
+        if let Some(oom) = &taken_at_oom {
+            evidence.push(format!(
+                "taken at an out-of-memory error on cuda:{}: {} asked for, {} free on the device",
+                oom.device,
+                format_bytes(oom.requested_bytes as f64),
+                format_bytes(oom.device_free_bytes as f64)
+            ));
+        } else if legacy_snapshot_entry {
+            evidence.push(
+                "the trace ends with a `snapshot` entry: older PyTorch writes one when the snapshot is taken (an out-of-memory handler is the usual caller); no `oom` entry says why".to_owned(),
+            );
+        }
+        for h in &held {
+            evidence.push(format!(
+                "held on cuda:{}: {} reserved in {} — {} allocated, {} waiting to be freed, {} free in {}",
+                h.device,
+                format_bytes(h.reserved as f64),
+                count(h.segments, "segment"),
+                format_bytes(h.allocated as f64),
+                format_bytes(h.pending_free as f64),
+                format_bytes(h.free as f64),
+                count(h.free_pieces, "piece")
+            ));
+        }
+        for site in top_sites.iter().take(3) {
+            evidence.push(format!(
+                "{} in {} on cuda:{} from {}",
+                format_bytes(site.bytes as f64),
+                count(site.blocks, "live block"),
+                site.device,
+                site.frames.first().map_or("(no frames recorded)", |f| f)
+            ));
+        }
+        for f in fragmentation.iter().filter(|f| f.fragmented) {
+            let request = f.largest_request_bytes.map_or(String::new(), |r| {
+                format!(
+                    "; the largest request in the trace was {}",
+                    format_bytes(r as f64)
+                )
+            });
+            evidence.push(format!(
+                "fragmented on cuda:{}: the largest free piece is {} of {} free ({:.0}%){request}",
+                f.device,
+                format_bytes(f.largest_free_bytes as f64),
+                format_bytes(f.free_bytes as f64),
+                100.0 * f.largest_free_bytes as f64 / f.free_bytes.max(1) as f64
+            ));
+        }
+        for s in suspects.iter().take(3) {
+            evidence.push(suspect_sentence(snapshot, s));
+        }
+        if snapshot.entries.is_empty() {
+            evidence.push("no trace: the snapshot holds the segments only, so there is no timeline; call `torch.cuda.memory._record_memory_history()` before the snapshot for one".to_owned());
+        } else if analysis.finding(FindingKind::NotEnoughData).is_some() {
+            evidence.push(format!(
+                "the trace ({}) is too short for a trend: {}, at least {} are needed",
+                count(snapshot.entries.len(), "entry"),
+                count(analysis.step_series.values.len(), "point"),
+                crate::analysis::MIN_STEPS
+            ));
+        }
+
+        let (headline, problem) = headline(
+            snapshot,
+            &held,
+            &top_sites,
+            &fragmentation,
+            &suspects,
+            taken_at_oom.as_ref(),
+            analysis,
+        );
+        Self {
+            headline,
+            problem,
+            taken_at_oom,
+            legacy_snapshot_entry,
+            held,
+            top_sites,
+            fragmentation,
+            suspects,
+            evidence,
+        }
+    }
+}
+
+/// Live blocks grouped by allocation site, largest first.
+fn sites(snapshot: &Snapshot, live: &[super::LiveBlock]) -> Vec<Site> {
+    let mut groups: HashMap<(u32, u32), (usize, u64)> = HashMap::new();
+    for b in live {
+        let g = groups.entry((b.device, b.stack)).or_default();
+        g.0 += 1;
+        g.1 += b.size;
+    }
+    let mut sites: Vec<Site> = groups
+        .into_iter()
+        .map(|((device, stack), (blocks, bytes))| Site {
+            device,
+            stack,
+            blocks,
+            bytes,
+            frames: snapshot
+                .user_frames(stack)
+                .iter()
+                .take(6)
+                .map(|f| snapshot.frame_text(f))
+                .collect(),
+        })
+        .collect();
+    sites.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.device.cmp(&b.device))
+            .then(a.stack.cmp(&b.stack))
+    });
+    sites.truncate(TOP_SITES);
+    sites
+}
+
+fn suspect_sentence(snapshot: &Snapshot, s: &LeakSuspect) -> String {
+    let site = snapshot
+        .user_frames(s.stack)
+        .first()
+        .map_or("(no frames recorded)".to_owned(), |f| {
+            snapshot.frame_text(f)
+        });
+    match &s.phase {
+        Some(p) => format!(
+            "leak suspect: {} in {} on cuda:{} from {site}, left alive by {} of {} occurrences of {p}",
+            format_bytes(s.bytes as f64),
+            count(s.blocks, "block"),
+            s.device,
+            s.occurrences,
+            s.of
+        ),
+        None => format!(
+            "leak suspect: {} in {} on cuda:{} from {site}, allocated at {} different times and never freed",
+            format_bytes(s.bytes as f64),
+            count(s.blocks, "block"),
+            s.device,
+            s.occurrences
+        ),
+    }
+}
+
+fn headline(
+    snapshot: &Snapshot,
+    held: &[SegmentSummary],
+    sites: &[Site],
+    fragmentation: &[Fragmentation],
+    suspects: &[LeakSuspect],
+    oom: Option<&OomAtSnapshot>,
+    analysis: &Analysis,
+) -> (String, bool) {
+    if let Some(oom) = oom {
+        let h = held.iter().find(|h| h.device == oom.device);
+        let cached = h.map_or(0, |h| h.free);
+        let largest = h.map_or(0, |h| h.largest_free);
+        let cause = if cached >= oom.requested_bytes && largest < oom.requested_bytes {
+            format!(
+                "fragmentation: {} is free in the cache but its largest piece is {}",
+                format_bytes(cached as f64),
+                format_bytes(largest as f64)
+            )
+        } else {
+            format!(
+                "{} allocated by tensors, {} cached",
+                format_bytes(h.map_or(0, |h| h.allocated) as f64),
+                format_bytes(cached as f64)
+            )
+        };
+        return (
+            format!(
+                "Out of memory on cuda:{} asking for {} with {} free — {cause}",
+                oom.device,
+                format_bytes(oom.requested_bytes as f64),
+                format_bytes(oom.device_free_bytes as f64)
+            ),
+            true,
+        );
+    }
+    if let Some(leak) = analysis.finding(FindingKind::Leak) {
+        return (leak.title.clone(), true);
+    }
+    // A suspect leads only with a repeating phase behind it: most of its occurrences left blocks.
+    if let Some(s) = suspects
+        .iter()
+        .find(|s| s.phase.is_some() && s.occurrences >= 3 && 2 * s.occurrences >= s.of)
+    {
+        let mut text = suspect_sentence(snapshot, s);
+        if let Some(first) = text.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        return (text, true);
+    }
+    if let Some(f) = fragmentation.iter().find(|f| {
+        f.largest_request_bytes
+            .is_some_and(|r| r > f.largest_free_bytes && r <= f.free_bytes)
+    }) {
+        return (
+            format!(
+                "Fragmented on cuda:{}: {} is free in {}, but the largest is {} — smaller than the largest request ({})",
+                f.device,
+                format_bytes(f.free_bytes as f64),
+                count(f.free_pieces, "piece"),
+                format_bytes(f.largest_free_bytes as f64),
+                format_bytes(f.largest_request_bytes.unwrap_or(0) as f64)
+            ),
+            true,
+        );
+    }
+    let Some(h) = held.iter().max_by_key(|h| h.reserved) else {
+        return (
+            "An empty snapshot: no segments and no trace".to_owned(),
+            false,
+        );
+    };
+    let holder = sites
+        .iter()
+        .find(|s| s.device == h.device)
+        .map_or(String::new(), |s| {
+            format!(
+                "; the most by {} ({} in {})",
+                s.frames.first().map_or("(no frames recorded)", |f| f),
+                format_bytes(s.bytes as f64),
+                count(s.blocks, "block")
+            )
+        });
+    (
+        format!(
+            "At the snapshot: {} allocated of {} reserved on cuda:{}{holder}",
+            format_bytes((h.allocated + h.pending_free) as f64),
+            format_bytes(h.reserved as f64),
+            h.device
+        ),
+        false,
+    )
+}
