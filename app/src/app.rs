@@ -59,7 +59,7 @@ impl Run {
             let snapshot = collector::snapshot::read_snapshot(bytes)
                 .map_err(|err| format!("{name}: {err}"))?;
             let mut run = Self::new(snapshot.to_recording());
-            run.snapshot = Some(crate::blocks::SnapshotView::new(snapshot));
+            run.snapshot = Some(crate::blocks::SnapshotView::new(snapshot, &run.analysis));
             return Ok(run);
         }
         read_recording(bytes)
@@ -274,6 +274,15 @@ impl TidemarkApp {
             self.runs.clear();
             self.compare = None;
         }
+        // A snapshot without a trace has no timeline: open it on what it has.
+        if let Ok(Run {
+            snapshot: Some(view),
+            ..
+        }) = &run.run
+            && !view.has_timeline()
+        {
+            self.tab = Tab::Blocks;
+        }
         self.runs.push(run);
         self.current = self.runs.len() - 1;
     }
@@ -329,13 +338,8 @@ impl TidemarkApp {
                         self.tab = Tab::Timeline;
                     }
                     ui.separator();
-                    let problem = run.analysis.findings.iter().any(|f| f.kind.is_problem());
-                    let color = if problem {
-                        ui.visuals().error_fg_color
-                    } else {
-                        egui::Color32::from_rgb(0x2f, 0xa3, 0x6b)
-                    };
-                    ui.colored_label(color, crate::cards::headline(&run.analysis));
+                    let (text, color) = crate::cards::headline(ui, run);
+                    ui.colored_label(color, text);
                 });
             });
         }
@@ -486,7 +490,7 @@ impl TidemarkApp {
             }
             Tab::Verdict => {
                 egui::ScrollArea::vertical().show(ui, |ui| {
-                    crate::cards::verdict_ui(ui, &run.analysis);
+                    crate::cards::verdict_ui(ui, run);
                 });
             }
             Tab::Info => {

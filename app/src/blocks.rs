@@ -1,13 +1,17 @@
 //! What a PyTorch memory snapshot adds: the live blocks at a chosen time (largest first, with
 //! their stacks), leak suspects, and the segments' state (fragmentation made visible).
 
-use collector::analysis::{format_bytes, format_duration};
-use collector::snapshot::{BlockState, LeakSuspect, LiveBlock, SegmentSummary, Snapshot};
+use collector::analysis::{Analysis, format_bytes, format_duration};
+use collector::snapshot::{
+    BlockState, LeakSuspect, LiveBlock, SegmentSummary, Snapshot, SnapshotVerdict,
+};
 
 /// A snapshot with what the views show, computed once when it is opened.
 pub struct SnapshotView {
     /// The snapshot.
     pub snapshot: Snapshot,
+    /// What the snapshot answers first (the headline the app shows).
+    pub verdict: SnapshotVerdict,
     /// Leak suspects, largest first.
     pub suspects: Vec<LeakSuspect>,
     /// The segments' state per device.
@@ -17,15 +21,34 @@ pub struct SnapshotView {
 }
 
 impl SnapshotView {
-    /// Prepares the views of a snapshot.
-    pub fn new(snapshot: Snapshot) -> Self {
+    /// Prepares the views of a snapshot; `analysis` is that of its trace.
+    pub fn new(snapshot: Snapshot, analysis: &Analysis) -> Self {
+        let verdict = SnapshotVerdict::new(&snapshot, analysis);
         Self {
-            suspects: snapshot.leak_suspects(),
-            segments: snapshot.segment_summary(),
+            suspects: verdict.suspects.clone(),
+            segments: verdict.held.clone(),
             range_us: snapshot.time_range_us().unwrap_or((0, 0)),
+            verdict,
             snapshot,
         }
     }
+
+    /// Whether the snapshot has a trace with times (a timeline to show).
+    pub fn has_timeline(&self) -> bool {
+        self.range_us.1 > self.range_us.0
+    }
+}
+
+/// Live blocks from one allocation site.
+pub struct SiteRow {
+    /// The device.
+    pub device: u32,
+    /// The allocation site.
+    pub stack: u32,
+    /// The blocks' indices in the live list, largest first.
+    pub blocks: Vec<usize>,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 /// The blocks view's state: the time shown and the blocks alive then.
@@ -33,22 +56,49 @@ impl SnapshotView {
 pub struct BlocksState {
     /// Time since the trace's start, µs; `None` is the end (the snapshot itself).
     pub at_us: Option<i64>,
-    cache: Option<(Option<i64>, Vec<LiveBlock>)>,
+    cache: Option<(Option<i64>, Vec<LiveBlock>, Vec<SiteRow>)>,
 }
 
 impl BlocksState {
-    /// The live blocks at the chosen time (computed when the time changes).
-    pub fn blocks<'a>(&'a mut self, view: &SnapshotView) -> &'a [LiveBlock] {
+    /// The live blocks at the chosen time, and the same grouped by allocation site, largest
+    /// first (computed when the time changes).
+    pub fn blocks<'a>(&'a mut self, view: &SnapshotView) -> (&'a [LiveBlock], &'a [SiteRow]) {
         let at = self.at_us;
-        if self.cache.as_ref().is_none_or(|(t, _)| *t != at) {
+        if self.cache.as_ref().is_none_or(|(t, _, _)| *t != at) {
             let absolute = at.map_or(i64::MAX, |t| view.range_us.0.saturating_add(t));
-            self.cache = Some((at, view.snapshot.live_blocks_at(absolute, None)));
+            let blocks = view.snapshot.live_blocks_at(absolute, None);
+            let sites = group_by_site(&blocks);
+            self.cache = Some((at, blocks, sites));
         }
-        self.cache.as_ref().map_or(&[], |(_, b)| b)
+        self.cache
+            .as_ref()
+            .map_or((&[], &[]), |(_, b, s)| (b.as_slice(), s.as_slice()))
     }
 }
 
-/// How many block rows are listed (the largest); the total is always stated.
+/// Blocks (largest first) grouped by (device, allocation site), the largest site first.
+pub fn group_by_site(blocks: &[LiveBlock]) -> Vec<SiteRow> {
+    let mut index: std::collections::HashMap<(u32, u32), usize> = Default::default();
+    let mut rows: Vec<SiteRow> = Vec::new();
+    for (i, b) in blocks.iter().enumerate() {
+        let row = *index.entry((b.device, b.stack)).or_insert_with(|| {
+            rows.push(SiteRow {
+                device: b.device,
+                stack: b.stack,
+                blocks: Vec::new(),
+                bytes: 0,
+            });
+            rows.len() - 1
+        });
+        rows[row].blocks.push(i);
+        rows[row].bytes += b.size;
+    }
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
+    rows
+}
+
+/// How many site rows are listed (the largest), and how many blocks under one site; the
+/// totals are always stated.
 const ROWS: usize = 200;
 
 /// Times chosen on the timeline, nanoseconds since its start.
@@ -69,7 +119,15 @@ pub fn blocks_ui(
 ) {
     let s = &view.snapshot;
     let span_us = (view.range_us.1 - view.range_us.0).max(0);
+    if !view.has_timeline() {
+        // No trace with times: the blocks at the snapshot are all there is.
+        state.at_us = None;
+    }
     ui.horizontal_wrapped(|ui| {
+        if !view.has_timeline() {
+            ui.label("Live blocks at the snapshot (it has no trace with times to go back in)");
+            return;
+        }
         ui.label("Live blocks at");
         let mut at_end = state.at_us.is_none();
         let mut t = state.at_us.unwrap_or(span_us) as f64 / 1e6;
@@ -107,13 +165,15 @@ pub fn blocks_ui(
     let end_us = state
         .at_us
         .map_or(view.range_us.1, |t| view.range_us.0.saturating_add(t));
-    let blocks = state.blocks(view);
+    let (blocks, sites) = state.blocks(view);
     let total: u64 = blocks.iter().map(|b| b.size).sum();
     ui.label(format!(
-        "{} blocks, {} in all; the largest first{}",
-        blocks.len(),
+        "{} in {} from {} allocation site{}, the largest first{}",
         format_bytes(total as f64),
-        if blocks.len() > ROWS {
+        plural(blocks.len(), "block"),
+        sites.len(),
+        if sites.len() == 1 { "" } else { "s" },
+        if sites.len() > ROWS {
             format!(" (the {ROWS} largest listed)")
         } else {
             String::new()
@@ -123,25 +183,37 @@ pub fn blocks_ui(
         .id_salt("blocks")
         .max_height(ui.available_height() * 0.55)
         .show(ui, |ui| {
-            for (i, b) in blocks.iter().take(ROWS).enumerate() {
-                let age = b
-                    .allocated_us
-                    .map_or("since before the trace".to_owned(), |t| {
-                        format!("age {}", format_duration((end_us - t).max(0) as f64 / 1e6))
-                    });
+            for (i, site) in sites.iter().take(ROWS).enumerate() {
                 let top = s
-                    .user_frames(b.stack)
+                    .user_frames(site.stack)
                     .first()
                     .map_or("(no frames recorded)".to_owned(), |f| s.frame_text(f));
                 egui::CollapsingHeader::new(format!(
-                    "{:>10}   cuda:{}   {age}   {top}",
-                    format_bytes(b.size as f64),
-                    b.device
+                    "{:>10}   {:>11}   cuda:{}   {top}",
+                    format_bytes(site.bytes as f64),
+                    plural(site.blocks.len(), "block"),
+                    site.device
                 ))
-                .id_salt(("block", i, b.addr))
+                .id_salt(("site", i, site.device, site.stack))
                 .show(ui, |ui| {
-                    ui.weak(format!("address 0x{:x}", b.addr));
-                    frames_ui(ui, s, b.stack);
+                    frames_ui(ui, s, site.stack);
+                    ui.add_space(4.0);
+                    for &b in site.blocks.iter().take(ROWS) {
+                        let Some(b) = blocks.get(b) else { continue };
+                        let age = b
+                            .allocated_us
+                            .map_or("since before the trace".to_owned(), |t| {
+                                format!("age {}", format_duration((end_us - t).max(0) as f64 / 1e6))
+                            });
+                        ui.monospace(format!(
+                            "{:>10}  at 0x{:x}  {age}",
+                            format_bytes(b.size as f64),
+                            b.addr
+                        ));
+                    }
+                    if site.blocks.len() > ROWS {
+                        ui.weak(format!("… and {} more", site.blocks.len() - ROWS));
+                    }
                 });
             }
         });
@@ -264,4 +336,9 @@ fn state_color(state: BlockState) -> egui::Color32 {
         BlockState::Inactive => egui::Color32::from_rgb(0x3b, 0x7d, 0xd8),
         BlockState::Other => egui::Color32::GRAY,
     }
+}
+
+/// `1 block`, `3 blocks`.
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }

@@ -1,29 +1,48 @@
 //! The verdict card and the run information.
 
-use collector::analysis::{Analysis, format_bytes, format_duration};
+use collector::analysis::{FindingKind, format_bytes, format_duration};
 use collector::recording::Recording;
 
-/// The verdict in one line: what a person reads first.
-pub fn headline(analysis: &Analysis) -> String {
-    match analysis.findings.iter().find(|f| f.kind.is_problem()) {
-        Some(finding) => finding.title.clone(),
-        None => "No leak: memory at the same point of every step does not rise".to_owned(),
+use crate::app::Run;
+
+/// The green of a verdict that finds nothing wrong.
+const OK_GREEN: egui::Color32 = egui::Color32::from_rgb(0x2f, 0xa3, 0x6b);
+
+/// The verdict in one line, as the report leads with it, and its colour: a snapshot's own
+/// verdict, or the recording's.
+pub fn headline(ui: &egui::Ui, run: &Run) -> (String, egui::Color32) {
+    if let Some(view) = &run.snapshot {
+        let color = if view.verdict.problem {
+            ui.visuals().error_fg_color
+        } else {
+            ui.visuals().strong_text_color()
+        };
+        return (view.verdict.headline.clone(), color);
     }
+    let (text, problem) = collector::analysis::headline(&run.analysis);
+    let color = match problem {
+        Some(true) => ui.visuals().error_fg_color,
+        Some(false) => OK_GREEN,
+        None => ui.visuals().warn_fg_color,
+    };
+    (text, color)
 }
 
-/// The findings with their evidence and hints, the projected OOM, and what the recording lacks.
-pub fn verdict_ui(ui: &mut egui::Ui, analysis: &Analysis) {
-    let problem = analysis.findings.iter().any(|f| f.kind.is_problem());
-    let color = if problem {
-        ui.visuals().error_fg_color
-    } else {
-        egui::Color32::from_rgb(0x2f, 0xa3, 0x6b)
-    };
-    ui.label(
-        egui::RichText::new(headline(analysis))
-            .heading()
-            .color(color),
-    );
+/// The findings with their evidence and hints, the projected OOM, and what the recording lacks;
+/// for a snapshot, its own verdict and evidence first.
+pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
+    let analysis = &run.analysis;
+    let (text, color) = headline(ui, run);
+    ui.label(egui::RichText::new(text).heading().color(color));
+    if let Some(view) = &run.snapshot {
+        egui::Frame::group(ui.style()).show(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.strong("What the snapshot holds");
+            for line in &view.verdict.evidence {
+                ui.label(format!("- {line}"));
+            }
+        });
+    }
     if let Some(p) = &analysis.projection {
         let when = p.oom_after_s.map_or(String::new(), |s| {
             format!(", about {} after the start", format_duration(s))
@@ -51,7 +70,11 @@ pub fn verdict_ui(ui: &mut egui::Ui, analysis: &Analysis) {
         ));
     }
     ui.add_space(6.0);
-    for (i, finding) in analysis.findings.iter().enumerate() {
+    let findings = analysis
+        .findings
+        .iter()
+        .filter(|f| run.snapshot.is_none() || f.kind != FindingKind::NotEnoughData);
+    for (i, finding) in findings.enumerate() {
         let color = if finding.kind.is_problem() {
             ui.visuals().error_fg_color
         } else {

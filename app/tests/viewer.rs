@@ -231,10 +231,24 @@ fn a_pytorch_snapshot_opens_with_blocks_suspects_and_segments() {
     assert_eq!(harness.state().tab, Tab::Blocks);
     harness.get_by_label("Leak suspects");
     harness.get_by_label("Segments at the snapshot");
-    harness.get_by_label_contains("24 blocks, 384 MiB in all");
+    harness.get_by_label_contains("384 MiB in 24 blocks from ");
     harness.get_by_label_contains("cuda:0: 14 segments, 402 MiB reserved");
-    // The largest block first, with its Python frame; expanding it lists the stack.
-    let row = harness.get_by_label_contains("128 MiB   cuda:0   age 1 s   get_input (");
+    // One row per allocation site, the largest first; expanding it lists the stack and blocks.
+    let row = harness.get_by_label_contains("16 blocks   cuda:0   convert (");
+    row.click();
+    harness.run();
+    assert_eq!(
+        harness
+            .query_all_by_label_contains("24.0 MiB  at 0x")
+            .count(),
+        8
+    );
+    // Folded again, so that the next row's stack fits the scroll area.
+    harness
+        .get_by_label_contains("16 blocks   cuda:0   convert (")
+        .click();
+    harness.run();
+    let row = harness.get_by_label_contains("1 block   cuda:0   get_input (");
     row.click();
     harness.run();
     harness.get_by_label_contains(
@@ -271,11 +285,58 @@ fn a_pytorch_snapshot_opens_with_blocks_suspects_and_segments() {
     harness.get_by_label("at the snapshot (the end)").click();
     harness.run();
     assert_eq!(harness.state().runs()[0].blocks.at_us, None);
-    harness.get_by_label_contains("24 blocks, 384 MiB in all");
+    harness.get_by_label_contains("384 MiB in 24 blocks");
     // At the start of the trace nothing of the trace is alive yet.
     harness.state_mut().current_run_mut().unwrap().blocks.at_us = Some(0);
     harness.run();
-    harness.get_by_label_contains("0 blocks, 0 B in all");
+    harness.get_by_label_contains("0 B in 0 blocks");
+}
+
+/// A real snapshot without a trace (from another project): it opens on its blocks, grouped by
+/// allocation site, under the same headline the report gives — never a green "No leak".
+#[test]
+fn a_snapshot_without_a_trace_opens_on_its_blocks_with_the_reports_headline() {
+    let path = snapshot_file("real/verl_rollout_state.pickle");
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = harness(app);
+    harness.run();
+    assert_eq!(harness.state().tab, Tab::Blocks);
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let view = run.snapshot.as_ref().unwrap();
+    let headline = view.verdict.headline.clone();
+    assert!(
+        headline.starts_with("At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by _allocate_kv_cache ("),
+        "{headline}"
+    );
+    harness.get_by_label(&headline);
+    assert!(harness.query_by_label_contains("No leak").is_none());
+    assert!(
+        harness.query_by_label_contains("0.000000").is_none(),
+        "no time slider without times"
+    );
+    harness.get_by_label_contains("Live blocks at the snapshot");
+    harness.get_by_label_contains("23.8 GiB in 543 blocks from");
+    // 24 KV-cache blocks of 866 MiB are one row, not 24.
+    let row = harness.get_by_label_contains("24 blocks   cuda:0   _allocate_kv_cache (");
+    row.click();
+    harness.run();
+    assert_eq!(
+        harness
+            .query_all_by_label_contains("866 MiB  at 0x")
+            .count(),
+        24
+    );
+    // The Verdict tab says what the snapshot holds first.
+    harness.get_by_label("Verdict").click();
+    harness.run();
+    harness.get_by_label("What the snapshot holds");
+    harness.get_by_label_contains("- no trace: the snapshot holds the segments only");
+    assert!(
+        harness
+            .query_by_label_contains("record a longer run")
+            .is_none()
+    );
 }
 
 #[test]
