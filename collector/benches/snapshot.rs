@@ -1,4 +1,5 @@
-//! Importing a PyTorch memory snapshot of 1,000,000 trace entries with ~20 frames each, against
+//! Importing a PyTorch memory snapshot of 1,000,000 trace entries with ~20 frames each (shared
+//! the way PyTorch shares them: one frames list per allocation, in its entries and its block), against
 //! Python's own `pickle.load` of the same file, and the importer's peak memory against the file's
 //! size. Budgets (issue #7): faster than `pickle.load`; peak ≤ 2× the file.
 //!
@@ -32,7 +33,7 @@ fn main() {
         .unwrap_or(1_000_000);
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cases = manifest.join("tests/data/snapshots/cases.py");
-    let file = manifest.join(format!("../target/snapshot-bench-{entries}.pickle"));
+    let file = manifest.join(format!("../target/snapshot-bench-shared-{entries}.pickle"));
     if !file.exists() {
         println!(
             "writing {} ({entries} entries) with cases.py big…",

@@ -306,7 +306,9 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             text(&args.file, &recording, &analysis, verdict.as_ref())
         );
         if let Some(snapshot) = &snapshot {
-            print!("\n{}", collector::snapshot::report_text(snapshot, 10));
+            if let Some(verdict) = &verdict {
+                print!("\n{}", snapshot_text(snapshot, verdict, 10));
+            }
         }
     }
     ExitCode::SUCCESS
@@ -498,6 +500,111 @@ pub fn text(
     }
     for warning in &recording.warnings {
         let _ = writeln!(out, "  warning: {warning}");
+    }
+    out
+}
+
+/// What the snapshot adds to a report: the segments' state, the live memory at the end by
+/// allocation site, and the leak suspects. `limit` rows per table.
+pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usize) -> String {
+    let mut out = String::new();
+    let mb = |b: u64| format_bytes(b as f64);
+    let _ = writeln!(out, "SNAPSHOT");
+    let counts: Vec<String> = snapshot
+        .action_counts()
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  {} trace entries ({}), {} distinct stacks, {} frames",
+        snapshot.entries.len(),
+        if counts.is_empty() {
+            "none".to_owned()
+        } else {
+            counts.join(", ")
+        },
+        snapshot.stack_count().saturating_sub(1),
+        snapshot.frames.len()
+    );
+    for s in snapshot.segment_summary() {
+        let _ = writeln!(
+            out,
+            "  cuda:{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
+            s.device,
+            s.segments,
+            mb(s.reserved),
+            mb(s.allocated),
+            mb(s.pending_free),
+            mb(s.free),
+            s.free_pieces,
+            mb(s.largest_free)
+        );
+        if s.free > 0 && s.largest_free < s.free / 2 {
+            let _ = writeln!(
+                out,
+                "    fragmented: the largest free piece is {:.0}% of the free memory; a tensor larger than {} needs a new cudaMalloc",
+                100.0 * s.largest_free as f64 / s.free as f64,
+                mb(s.largest_free)
+            );
+        }
+    }
+    let live = snapshot.live_blocks_at(i64::MAX, None);
+    let total: u64 = live.iter().map(|b| b.size).sum();
+    let _ = writeln!(
+        out,
+        "\nLIVE BLOCKS AT THE END ({} blocks, {}; by allocation site, largest first)",
+        live.len(),
+        mb(total)
+    );
+    for s in verdict.top_sites.iter().take(limit) {
+        let frames = if s.frames.is_empty() {
+            "(no frames recorded)".to_owned()
+        } else {
+            s.frames
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" < ")
+        };
+        let _ = writeln!(
+            out,
+            "  {:>10}  {:>11}  cuda:{}  {frames}",
+            mb(s.bytes),
+            format!("{} block{}", s.blocks, if s.blocks == 1 { "" } else { "s" }),
+            s.device
+        );
+    }
+    let suspects = &verdict.suspects;
+    let _ = writeln!(out, "\nLEAK SUSPECTS");
+    if suspects.is_empty() {
+        let _ = writeln!(
+            out,
+            "  none: no allocation site left blocks alive from several occurrences of a repeating phase"
+        );
+    }
+    for s in suspects.iter().take(limit) {
+        let within = match &s.phase {
+            Some(p) => format!(
+                "in {p}: {} of {} occurrences left blocks alive",
+                s.occurrences, s.of
+            ),
+            None => format!(
+                "allocated at {} different times and never freed",
+                s.occurrences
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  {} in {} blocks, cuda:{}, {within}",
+            mb(s.bytes),
+            s.blocks,
+            s.device
+        );
+        for f in snapshot.user_frames(s.stack).iter().take(6) {
+            let _ = writeln!(out, "      {}", snapshot.frame_text(f));
+        }
     }
     out
 }

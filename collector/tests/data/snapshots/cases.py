@@ -395,7 +395,10 @@ def facts(path):
 
 
 def big(path, n):
-    """N trace entries, ~20 frames each from 500 call sites, as a training loop makes them."""
+    """N trace entries, ~20 frames each from 500 call sites, shared the way PyTorch shares them:
+    each allocation's frames list is one object, handed to its alloc entry, to the entries that
+    free it and, while it is alive at the end, to its block; frame dicts are shared by every
+    stack that passes through them. Segments come first, as PyTorch writes them."""
     rng = random.Random(7)
     pool = [frame(f"fn_{i}", f"/work/pkg/module_{i % 40}.py", 10 + i) for i in range(300)]
     sites = [CPP + rng.sample(pool, 18) for _ in range(500)]
@@ -405,17 +408,23 @@ def big(path, n):
     addr = 0x7F00_0000_0000
     for i in range(n):
         if live and (len(live) > 200 or rng.random() < 0.45):
-            a, size, site = live.pop(rng.randrange(len(live)))
-            trace.append({"action": "free_completed", "addr": a, "size": size, "stream": 0, "time_us": t + i,
-                          "frames": list(sites[site]), "compile_context": "N/A", "user_metadata": ""})
+            a, size, frames = live.pop(rng.randrange(len(live)))
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": a, "size": size, "stream": 0, "time_us": t + i,
+                              "frames": frames, "compile_context": "N/A", "user_metadata": ""})
         else:
-            site = rng.randrange(len(sites))
+            frames = list(sites[rng.randrange(len(sites))])  # one list object per allocation
             size = 512 * rng.randrange(1, 4096)
             addr += size
-            live.append((addr, size, site))
+            live.append((addr, size, frames))
             trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": t + i,
-                          "frames": list(sites[site]), "compile_context": "N/A", "user_metadata": ""})
-    snapshot = {"segments": [], "device_traces": [trace], "allocator_settings": {}}
+                          "frames": frames, "compile_context": "N/A", "user_metadata": ""})
+    blocks = [{"address": a, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames}
+              for a, size, frames in sorted(live)]
+    total = sum(b["size"] for b in blocks)
+    segments = [{"device": 0, "address": blocks[0]["address"] if blocks else 0, "total_size": total,
+                 "allocated_size": total, "stream": 0, "segment_type": "large", "blocks": blocks}]
+    snapshot = {"segments": segments, "device_traces": [trace], "allocator_settings": {}}
     with open(path, "wb") as f:
         pickle.dump(snapshot, f, protocol=4)
 
