@@ -50,6 +50,7 @@ _pending = []                # edges waiting to go out together
 _last_send_ns = 0
 _wake_flusher = threading.Event()
 _flusher_started = False
+_warned_step = False
 
 
 def enabled():
@@ -58,9 +59,24 @@ def enabled():
 
 
 def step(i):
-    """Sets the training step that the following phases belong to."""
-    global _step, _manual_step
-    _step = int(i)
+    """Sets the training step that the following phases belong to.
+
+    Never raises into the job: a value that is not a whole number (``step("x")``) counts one
+    step on from the last, with a word on stderr the first time."""
+    global _step, _manual_step, _warned_step
+    try:
+        value = int(i)
+        if value < 0:
+            raise ValueError("negative")
+    except (TypeError, ValueError, OverflowError):
+        value = 0 if _step is None else _step + 1
+        if not _warned_step:
+            _warned_step = True
+            try:
+                print(f"tidemark: step({i!r}) is not a whole number ≥ 0: counting steps instead", file=sys.stderr)
+            except Exception:
+                pass
+    _step = value
     _manual_step = True
 
 
@@ -100,8 +116,18 @@ _monotonic_ns = time.monotonic_ns
 
 
 def _edge(edge, name):
-    """Sends one phase edge: one f-string and one non-blocking send; edges that come within a
-    millisecond of the last send are batched into one datagram (their timestamps stay exact)."""
+    """Sends one phase edge. Nothing in it may reach the job: a failure counts as a dropped
+    message."""
+    global _dropped
+    try:
+        _send_edge(edge, name)
+    except Exception:
+        _dropped += 1
+
+
+def _send_edge(edge, name):
+    """One f-string and one non-blocking send; edges that come within a millisecond of the last
+    send are batched into one datagram (their timestamps stay exact)."""
     global _last_send_ns
     numbers = _NO_NUMBERS if _torch is None else _allocator_numbers(edge)
     step = "-" if _step is None else _step

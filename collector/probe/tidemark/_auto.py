@@ -9,13 +9,13 @@
 - optimizer: the optimizer step pre and post hooks. Each optimizer step ends a training step.
 """
 import importlib.abc
-import importlib.machinery
 import sys
+import threading
 
 import tidemark
 
 _roots = {}
-_depth = 0
+_local = threading.local()  # the module nesting depth, per thread
 _global_handles = []
 _discovering = True
 
@@ -28,17 +28,36 @@ def install_when_torch_is_imported():
 
 
 class _TorchFinder(importlib.abc.MetaPathFinder):
-    """Finds torch with the other finders, and runs the installer once torch has loaded."""
+    """Finds torch with the finders after it (whichever knows it: the path, an editable install,
+    a zip), and runs the installer once torch has loaded."""
 
     def find_spec(self, name, path, target=None):
         if name != "torch":
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            try:
+                spec = find(name, path, target)
+            except Exception:
+                continue
+            if spec is not None:
+                break
+        if spec is None:
+            return None  # torch is not installed: Python raises its usual error
         loader = spec.loader
-        exec_module = loader.exec_module
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            print(
+                f"tidemark: torch is loaded by {type(loader).__name__}, which tidemark cannot hook: "
+                "no automatic phases (mark them with tidemark.phase)",
+                file=sys.stderr,
+            )
+            return spec
 
         def exec_then_install(module):
             exec_module(module)
@@ -58,7 +77,12 @@ def _install(torch):
     from torch.nn.modules import module as nn_module
 
     _global_handles.append(nn_module.register_module_forward_pre_hook(_global_pre))
-    _global_handles.append(nn_module.register_module_forward_hook(_global_post))
+    # always_call: a forward that raises still closes its nesting level and its phase.
+    try:
+        post = nn_module.register_module_forward_hook(_global_post, always_call=True)
+    except TypeError:  # torch < 2.1
+        post = nn_module.register_module_forward_hook(_global_post)
+    _global_handles.append(post)
 
     backward = torch.autograd.backward
 
@@ -91,33 +115,45 @@ def _mode(module):
 
 
 def _global_pre(module, args):
-    global _depth
-    if _depth == 0 and (id(module) in _roots or _is_model(module)):
-        _roots[id(module)] = module
-        _root_pre(module, args)
-    _depth += 1
+    try:
+        depth = getattr(_local, "depth", 0)
+        if depth == 0 and (id(module) in _roots or _is_model(module)):
+            _roots[id(module)] = module
+            _root_pre(module, args)
+        _local.depth = depth + 1
+    except Exception:
+        pass  # never into the job
 
 
 def _global_post(module, args, output):
-    global _depth
-    _depth -= 1
-    if _depth == 0 and id(module) in _roots:
-        _root_post(module, args, output)
+    try:
+        depth = max(getattr(_local, "depth", 0) - 1, 0)
+        _local.depth = depth
+        if depth == 0 and id(module) in _roots:
+            _root_post(module, args, output)
+    except Exception:
+        pass
 
 
 _open = {}
 
 
 def _root_pre(module, args):
-    name = _mode(module)
-    _open[id(module)] = name
-    tidemark.begin(name)
+    try:
+        name = _mode(module)
+        _open[(id(module), threading.get_ident())] = name
+        tidemark.begin(name)
+    except Exception:
+        pass
 
 
 def _root_post(module, args, output):
-    name = _open.pop(id(module), None)
-    if name is not None:
-        tidemark.end(name)
+    try:
+        name = _open.pop((id(module), threading.get_ident()), None)
+        if name is not None:
+            tidemark.end(name)
+    except Exception:
+        pass
 
 
 def _stop_discovering():
@@ -129,7 +165,10 @@ def _stop_discovering():
     _global_handles.clear()
     for module in _roots.values():
         module.register_forward_pre_hook(_root_pre)
-        module.register_forward_hook(_root_post)
+        try:
+            module.register_forward_hook(_root_post, always_call=True)
+        except TypeError:  # torch < 2.1
+            module.register_forward_hook(_root_post)
 
 
 def _optimizer_pre(opt, args, kwargs):
@@ -137,8 +176,11 @@ def _optimizer_pre(opt, args, kwargs):
 
 
 def _optimizer_post(opt, args, kwargs):
-    tidemark.end("optimizer")
-    if not tidemark._manual_step:
-        tidemark._step = (tidemark._step or 0) + 1
-    if _discovering:
-        _stop_discovering()
+    try:
+        tidemark.end("optimizer")
+        if not tidemark._manual_step:
+            tidemark._step = (tidemark._step or 0) + 1
+        if _discovering:
+            _stop_discovering()
+    except Exception:
+        pass

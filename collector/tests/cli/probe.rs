@@ -321,3 +321,72 @@ time.sleep(0.3)
     let names: Vec<&str> = recording.phases.iter().map(|e| e.phase.as_str()).collect();
     assert_eq!(names, ["own", "own"]);
 }
+
+/// The probe never harms the job, and keeps its phases through what real jobs do: a step that is
+/// not a number, a forward that raises (a caught OOM, a retried batch) before any optimizer step
+/// and in a loop that never steps one, a model run from two threads at once.
+#[test]
+fn the_probe_survives_odd_steps_failing_forwards_and_threads() {
+    let job = Job::new(
+        r#"
+import threading
+import torch, tidemark
+from torch import nn
+
+class Flaky(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.fail = 2
+    def forward(self, x):
+        x = self.inner(x)
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("CUDA out of memory (pretend)")
+        return x
+
+tidemark.step("x")          # not a number: must not raise
+tidemark.step(None)
+model = Flaky()
+x = torch.randn(2, 4)
+with torch.no_grad():       # pure inference: no optimizer step ever ends discovery
+    for attempt in range(3):
+        try:
+            model(x)
+        except RuntimeError:
+            pass            # retried
+    for _ in range(4):
+        model(x)
+
+def infer():
+    with torch.no_grad():
+        for _ in range(5):
+            model(x)
+
+threads = [threading.Thread(target=infer) for _ in range(2)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("ok")
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "ok\n");
+    assert!(
+        stderr(&output).contains("tidemark: step('x') is not a whole number"),
+        "{}",
+        stderr(&output)
+    );
+    let recording = job.recording();
+    let evals = begins(&recording, &Phase::Eval);
+    // 3 attempts (2 raise) + 4 calls + 2 threads × 5 calls: every call is a phase.
+    assert_eq!(evals.len(), 17, "{:?}", recording.phases);
+    let ends = recording
+        .phases
+        .iter()
+        .filter(|e| e.edge == Edge::End && e.phase == Phase::Eval)
+        .count();
+    assert_eq!(ends, 17, "a forward that raises still ends its phase");
+    // Importing torch starts at step 0; "x" and None each count one step on.
+    assert!(evals.iter().all(|e| e.step == Some(2)), "{evals:?}");
+}
