@@ -404,7 +404,7 @@ impl<'a> Machine<'a> {
         if i < self.memo.len() {
             self.memo[i] = value;
         } else if i == self.memo.len() {
-            self.memo.push(value);
+            push_gently(&mut self.memo, value);
         } else {
             self.sparse_memo.insert(index, value);
         }
@@ -956,7 +956,7 @@ impl<'a> Machine<'a> {
             };
             let id = u32::try_from(self.entries.len())
                 .map_err(|_| self.err(at, "too many trace entries"))?;
-            self.entries.push(entry);
+            push_gently(&mut self.entries, entry);
             if let Some(Value::Obj(list)) = frames {
                 self.replace(list, usize::MAX, Value::Stack(stack));
             }
@@ -1059,6 +1059,17 @@ pub(crate) struct Parts {
     pub stack_frames: Vec<u32>,
     pub stack_starts: Vec<u32>,
     pub entries: Vec<TraceEntry>,
+}
+
+/// Pushes with growth by a quarter instead of doubling: the two largest vectors (trace entries
+/// and the memo) then hold at most a quarter more than they need while the file is read, which
+/// keeps the peak near the memory budget. Large vectors grow in place (`mremap`), so growing
+/// more often costs little.
+fn push_gently<T>(v: &mut Vec<T>, item: T) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 4).max(1024));
+    }
+    v.push(item);
 }
 
 /// `module.name` of a GLOBAL or INST.
