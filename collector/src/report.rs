@@ -305,10 +305,8 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             "{}",
             text(&args.file, &recording, &analysis, verdict.as_ref())
         );
-        if let Some(snapshot) = &snapshot {
-            if let Some(verdict) = &verdict {
-                print!("\n{}", snapshot_text(snapshot, verdict, 10));
-            }
+        if let (Some(snapshot), Some(verdict)) = (&snapshot, &verdict) {
+            print!("\n{}", snapshot_text(snapshot, verdict, 10));
         }
     }
     ExitCode::SUCCESS

@@ -1,5 +1,6 @@
 //! Any bytes given to the snapshot importer: a snapshot or an error, never a panic, and
-//! everything derived from a snapshot (curves, live blocks, suspects, segments) works on it.
+//! everything derived from a snapshot (curves, live blocks, suspects, segments, the verdict)
+//! works on it.
 
 #![no_main]
 
@@ -21,8 +22,9 @@ fuzz_target!(|bytes: &[u8]| {
             }
             let _ = snapshot.leak_suspects();
             let _ = snapshot.segment_summary();
-            let _ = collector::snapshot::report_text(&snapshot, 5);
-            let _ = collector::analysis::analyze(&recording);
+            let analysis = collector::analysis::analyze(&recording);
+            let verdict = collector::snapshot::SnapshotVerdict::new(&snapshot, &analysis);
+            assert!(!verdict.headline.is_empty());
         }
     }
 });
