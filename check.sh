@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: formatting, clippy (native and wasm32), the tests, the desktop app in
 # a real window, the web build in a real browser.
-# Sets up what it needs on first use: the wasm32 target, a Python virtual environment (.venv) with
-# the packages the tests use, and trunk + wasm-bindgen-cli at the versions Trunk.toml names.
+# Sets up what it needs on first use: the system packages (as root; otherwise it prints the one
+# apt-get line and exits 2), the wasm32 target, a Python virtual environment (.venv) with the
+# packages the tests use, and trunk + wasm-bindgen-cli at the versions Trunk.toml names.
 # Usage: ./check.sh [--quick]   (--quick: skip the web build and its browser test)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -12,6 +13,11 @@ fail() { printf '\n\033[31mFAILED: %s\033[0m\n' "$*" >&2; exit 1; }
 
 quick=false
 [ "${1:-}" = "--quick" ] && quick=true
+
+step "system packages (scripts/setup-system.sh)"
+status=0
+scripts/setup-system.sh || status=$?
+[ "$status" = 0 ] || exit "$status"
 
 step "toolchain: wasm32 target, rustfmt, clippy"
 rustup target add wasm32-unknown-unknown >/dev/null
