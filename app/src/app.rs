@@ -3,7 +3,7 @@
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use collector::analysis::{Analysis, analyze, format_bytes};
-use collector::recording::{Recording, read_recording};
+use collector::recording::Recording;
 
 use crate::timeline::{Overlay, TimelineState};
 use crate::view::RunView;
@@ -55,16 +55,11 @@ impl Run {
     /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error
     /// names `name`.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self, String> {
-        if collector::snapshot::is_pickle(bytes) {
-            let snapshot = collector::snapshot::read_snapshot(bytes)
-                .map_err(|err| format!("{name}: {err}"))?;
-            let mut run = Self::new(snapshot.to_recording());
-            run.snapshot = Some(crate::blocks::SnapshotView::new(snapshot, &run.analysis));
-            return Ok(run);
-        }
-        read_recording(bytes)
-            .map(Self::new)
-            .map_err(|err| format!("{name}: {err}"))
+        let opened = collector::open::read_any(bytes).map_err(|err| format!("{name}: {err}"))?;
+        let (recording, snapshot) = opened.into_recording();
+        let mut run = Self::new(recording);
+        run.snapshot = snapshot.map(|s| crate::blocks::SnapshotView::new(s, &run.analysis));
+        Ok(run)
     }
 
     /// Bytes held: the recording's samples and the view's levels and curves.

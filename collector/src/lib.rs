@@ -6,5 +6,6 @@
 
 pub mod analysis;
 pub mod oom;
+pub mod open;
 pub mod recording;
 pub mod snapshot;

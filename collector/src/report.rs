@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use collector::analysis::{Analysis, FindingKind, analyze, format_bytes, format_duration};
-use collector::recording::{Recording, read_file};
-use collector::snapshot::{Snapshot, SnapshotVerdict, read_snapshot_file};
+use collector::open::{Opened, read_any_file};
+use collector::recording::Recording;
+use collector::snapshot::{Snapshot, SnapshotVerdict};
 use serde::Serialize;
 
 /// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
@@ -185,8 +186,15 @@ pub struct ImportArgs {
 /// `collector import snapshot.pickle --out run.msgpack`: the snapshot's curves, OOMs and phases
 /// as a recording (the frames and blocks stay in the snapshot: open it for those).
 pub fn import(args: &ImportArgs) -> ExitCode {
-    let snapshot = match read_snapshot_file(&args.file) {
-        Ok(s) => s,
+    let snapshot = match read_any_file(&args.file) {
+        Ok(Opened::Snapshot(s)) => s,
+        Ok(Opened::Recording(_)) => {
+            eprintln!(
+                "collector: {} is already a tidemark recording; import reads PyTorch memory snapshots",
+                args.file.display()
+            );
+            return ExitCode::from(2);
+        }
         Err(err) => {
             eprintln!("collector: {err}");
             return ExitCode::from(2);
@@ -242,28 +250,13 @@ fn write_recording(path: &Path, recording: &Recording) -> std::io::Result<()> {
     std::io::Write::flush(&mut out)
 }
 
-/// A recording, or a PyTorch memory snapshot turned into one (then the snapshot too).
-pub fn load_any(file: &Path) -> Result<(Recording, Option<Snapshot>), String> {
-    let mut head = [0u8; 2];
-    let is_pickle = std::fs::File::open(file)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok()
-        && collector::snapshot::is_pickle(&head);
-    if is_pickle {
-        let snapshot = read_snapshot_file(file)?;
-        Ok((snapshot.to_recording(), Some(snapshot)))
-    } else {
-        read_file(file)
-            .map(|r| (r, None))
-            .map_err(|e| e.to_string())
-    }
-}
-
 fn load(file: &Path) -> Result<(Recording, Option<Snapshot>), ExitCode> {
-    load_any(file).map_err(|err| {
-        eprintln!("collector: {err}");
-        ExitCode::from(2)
-    })
+    read_any_file(file)
+        .map(Opened::into_recording)
+        .map_err(|err| {
+            eprintln!("collector: {err}");
+            ExitCode::from(2)
+        })
 }
 
 /// `collector report FILE [--json]`.

@@ -1056,13 +1056,6 @@ pub fn is_pickle(bytes: &[u8]) -> bool {
     bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1])
 }
 
-/// Reads a snapshot file; errors name the file.
-pub fn read_snapshot_file(path: &std::path::Path) -> Result<Snapshot, String> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("{}: cannot read the file: {e}", path.display()))?;
-    read_snapshot(&bytes).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

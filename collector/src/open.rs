@@ -1,0 +1,82 @@
+//! One way in for every kind of file: the kind is told from the first bytes once, here, and
+//! every reader (the report, `check`, `import`, the viewer) opens files through [`read_any`] or
+//! [`read_any_file`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::recording::{ReadError, Recording, read_recording};
+use crate::snapshot::{Snapshot, SnapshotError, is_pickle, read_snapshot};
+
+/// What a file turned out to be.
+#[derive(Debug)]
+pub enum Opened {
+    /// A tidemark recording (boxed: it is the larger of the two).
+    Recording(Box<Recording>),
+    /// A PyTorch memory snapshot (a pickle).
+    Snapshot(Snapshot),
+}
+
+impl Opened {
+    /// The recording to analyse and draw (a snapshot's trace as one), and the snapshot itself
+    /// when the file was one.
+    pub fn into_recording(self) -> (Recording, Option<Snapshot>) {
+        match self {
+            Self::Recording(recording) => (*recording, None),
+            Self::Snapshot(snapshot) => (snapshot.to_recording(), Some(snapshot)),
+        }
+    }
+}
+
+/// Why bytes are not a file tidemark reads.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum FormatError {
+    /// It looks like a recording, and is not a readable one.
+    #[error(transparent)]
+    Recording(#[from] ReadError),
+    /// It looks like a pickle, and is not a readable snapshot.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// A file that cannot be opened, and which file it is (named last).
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file cannot be opened or read.
+    #[error("cannot read the file ({reason}): {}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: Arc<std::io::Error>,
+    },
+    /// The file is neither a readable recording nor a readable snapshot.
+    #[error("{reason}: {}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: FormatError,
+    },
+}
+
+/// Reads a recording or a PyTorch memory snapshot held in memory.
+pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
+    // A pickle (or a `torch.save` zip, which the snapshot reader names as such).
+    if is_pickle(bytes) || bytes.first() == Some(&0x80) || bytes.starts_with(b"PK\x03\x04") {
+        return Ok(Opened::Snapshot(read_snapshot(bytes)?));
+    }
+    Ok(Opened::Recording(Box::new(read_recording(bytes)?)))
+}
+
+/// Reads a recording or a PyTorch memory snapshot from a file, read once.
+pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
+    let bytes = std::fs::read(path).map_err(|err| OpenError::Io {
+        path: path.to_owned(),
+        reason: Arc::new(err),
+    })?;
+    read_any(&bytes).map_err(|reason| OpenError::Format {
+        path: path.to_owned(),
+        reason,
+    })
+}
