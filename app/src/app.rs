@@ -650,9 +650,17 @@ impl TidemarkApp {
         let Some(open) = self.runs.get_mut(self.current) else {
             return;
         };
+        // A snapshot is written once: there is nothing to follow (and its Blocks would go).
+        let snapshot = matches!(
+            &open.run,
+            Ok(Run {
+                snapshot: Some(_),
+                ..
+            })
+        );
         if !on {
             open.follow = None;
-        } else if open.follow.is_none() && std::path::Path::new(&open.name).is_file() {
+        } else if open.follow.is_none() && !snapshot && std::path::Path::new(&open.name).is_file() {
             open.follow = Some(crate::follow::Follow::new(open.name.clone().into()));
             if let Some(follow) = &mut open.follow {
                 follow.poll(&mut open.run, true);

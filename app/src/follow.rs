@@ -84,9 +84,12 @@ impl Follow {
         }
         let started = Instant::now();
         self.last_data = Some(started);
+        // The first bytes start a new recording, even over one already open from the same file
+        // (ticking Follow on an open recording): the follower reads the header itself.
+        let first = self.offset == bytes.len() as u64;
         let mut recording = match std::mem::replace(run, Err(String::new())) {
-            Ok(previous) => Some(previous.recording),
-            Err(_) => None,
+            Ok(previous) if !first => Some(previous.recording),
+            _ => None,
         };
         let fed = self.follower.feed(&bytes, &mut recording);
         if let Err(err) = &fed {

@@ -183,6 +183,36 @@ fn a_followed_file_is_shown_as_it_grows() {
     harness.get_by_label_contains("the recording is complete");
 }
 
+/// Ticking Follow for a recording that is already open re-reads it from its header (it used to
+/// stop with "corrupt unknown record at byte 0"); a snapshot cannot be followed.
+#[test]
+fn follow_ticked_on_an_open_recording_keeps_it() {
+    let path = corpus("eval_keeps_predictions.msgpack");
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let samples = app.runs()[0].run.as_ref().unwrap().recording.sample_count();
+    app.set_follow(true);
+    let mut harness = harness(app);
+    harness.run_steps(2);
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    assert_eq!(run.recording.sample_count(), samples);
+    harness.get_by_label_contains("following: the recording is complete");
+    assert!(
+        harness
+            .query_by_label_contains("following stopped")
+            .is_none()
+    );
+
+    let mut app = TidemarkApp::empty();
+    app.open_path(&snapshot_file("mini_snapshot.pickle"));
+    app.set_follow(true);
+    let mut snapshot = self::harness(app);
+    snapshot.run_steps(2);
+    let run = snapshot.state().runs()[0].run.as_ref().unwrap();
+    assert!(run.snapshot.is_some(), "the Blocks tab stays");
+    assert!(snapshot.query_by_label_contains("following").is_none());
+}
+
 #[test]
 fn snapshot_timeline_with_phases() {
     let mut app = TidemarkApp::empty();
