@@ -82,15 +82,22 @@ pub fn run(args: RecordArgs) -> ExitCode {
     };
 
     let command: Vec<String> = match args.pid {
-        Some(pid) => std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|raw| {
-                raw.split(|&b| b == 0)
-                    .filter(|part| !part.is_empty())
-                    .map(|part| String::from_utf8_lossy(part).into_owned())
-                    .collect::<Vec<_>>()
+        // A process that has just been started may not show its command line yet: a few tries.
+        Some(pid) => (0..10)
+            .find_map(|attempt| {
+                if attempt > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|raw| {
+                        raw.split(|&b| b == 0)
+                            .filter(|part| !part.is_empty())
+                            .map(|part| String::from_utf8_lossy(part).into_owned())
+                            .collect::<Vec<_>>()
+                    })
+                    .ok()
+                    .filter(|command| !command.is_empty())
             })
-            .ok()
-            .filter(|command| !command.is_empty())
             .unwrap_or_else(|| vec![format!("pid {pid}")]),
         None => args
             .command

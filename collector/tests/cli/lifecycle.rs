@@ -164,6 +164,14 @@ fn attaching_records_a_running_process_until_it_exits() {
         .arg("1.5")
         .spawn()
         .unwrap();
+    // On a busy machine the new process may not show its command line at once.
+    let cmdline = format!("/proc/{}/cmdline", sleeper.id());
+    for _ in 0..100 {
+        if std::fs::read(&cmdline).is_ok_and(|c| c.starts_with(b"sleep")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run.msgpack");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
