@@ -2,20 +2,15 @@
 //! their stacks), leak suspects, and the segments' state (fragmentation made visible).
 
 use collector::analysis::{Analysis, format_bytes, format_duration};
-use collector::snapshot::{
-    BlockState, LeakSuspect, LiveBlock, SegmentSummary, Snapshot, SnapshotVerdict,
-};
+use collector::snapshot::{BlockState, LiveBlock, Snapshot, SnapshotVerdict, count};
 
 /// A snapshot with what the views show, computed once when it is opened.
 pub struct SnapshotView {
     /// The snapshot.
     pub snapshot: Snapshot,
-    /// What the snapshot answers first (the headline the app shows).
+    /// What the snapshot answers first (the headline the app shows), with its leak suspects
+    /// and the segments' state per device.
     pub verdict: SnapshotVerdict,
-    /// Leak suspects, largest first.
-    pub suspects: Vec<LeakSuspect>,
-    /// The segments' state per device.
-    pub segments: Vec<SegmentSummary>,
     /// The first and last time of the trace (µs since the epoch).
     pub range_us: (i64, i64),
 }
@@ -25,8 +20,6 @@ impl SnapshotView {
     pub fn new(snapshot: Snapshot, analysis: &Analysis) -> Self {
         let verdict = SnapshotVerdict::new(&snapshot, analysis);
         Self {
-            suspects: verdict.suspects.clone(),
-            segments: verdict.held.clone(),
             range_us: snapshot.time_range_us().unwrap_or((0, 0)),
             verdict,
             snapshot,
@@ -170,7 +163,7 @@ pub fn blocks_ui(
     ui.label(format!(
         "{} in {} from {} allocation site{}, the largest first{}",
         format_bytes(total as f64),
-        plural(blocks.len(), "block"),
+        count(blocks.len(), "block"),
         sites.len(),
         if sites.len() == 1 { "" } else { "s" },
         if sites.len() > ROWS {
@@ -191,7 +184,7 @@ pub fn blocks_ui(
                 egui::CollapsingHeader::new(format!(
                     "{:>10}   {:>11}   cuda:{}   {top}",
                     format_bytes(site.bytes as f64),
-                    plural(site.blocks.len(), "block"),
+                    count(site.blocks.len(), "block"),
                     site.device
                 ))
                 .id_salt(("site", i, site.device, site.stack))
@@ -238,14 +231,14 @@ fn frames_ui(ui: &mut egui::Ui, s: &Snapshot, stack: u32) {
 fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
     let s = &view.snapshot;
     ui.heading("Leak suspects");
-    if view.suspects.is_empty() {
+    if view.verdict.suspects.is_empty() {
         ui.label("None: no allocation site left blocks alive from several occurrences of a repeating phase.");
         return;
     }
     egui::ScrollArea::vertical()
         .id_salt("suspects")
         .show(ui, |ui| {
-            for (i, x) in view.suspects.iter().take(50).enumerate() {
+            for (i, x) in view.verdict.suspects.iter().take(50).enumerate() {
                 let within = match &x.phase {
                     Some(p) => format!("in {p}: {} of {} occurrences", x.occurrences, x.of),
                     None => format!("allocated at {} times, never freed", x.occurrences),
@@ -268,7 +261,7 @@ fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
 
 fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
     ui.heading("Segments at the snapshot");
-    for g in &view.segments {
+    for g in &view.verdict.held {
         ui.label(format!(
             "cuda:{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
             g.device,
@@ -281,7 +274,7 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
             format_bytes(g.largest_free as f64)
         ));
     }
-    if view.segments.is_empty() {
+    if view.verdict.held.is_empty() {
         ui.weak("The snapshot holds no segments.");
         return;
     }
@@ -336,9 +329,4 @@ fn state_color(state: BlockState) -> egui::Color32 {
         BlockState::Inactive => egui::Color32::from_rgb(0x3b, 0x7d, 0xd8),
         BlockState::Other => egui::Color32::GRAY,
     }
-}
-
-/// `1 block`, `3 blocks`.
-fn plural(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }

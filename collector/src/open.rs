@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::recording::{ReadError, Recording, read_recording};
-use crate::snapshot::{Snapshot, SnapshotError, is_pickle, read_snapshot};
+use crate::snapshot::{Snapshot, SnapshotError, read_snapshot};
 
 /// What a file turned out to be.
 #[derive(Debug)]
@@ -63,7 +63,7 @@ pub enum OpenError {
 /// Reads a recording or a PyTorch memory snapshot held in memory.
 pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
     // A pickle (or a `torch.save` zip, which the snapshot reader names as such).
-    if is_pickle(bytes) || bytes.first() == Some(&0x80) || bytes.starts_with(b"PK\x03\x04") {
+    if bytes.first() == Some(&0x80) || bytes.starts_with(b"PK\x03\x04") {
         return Ok(Opened::Snapshot(read_snapshot(bytes)?));
     }
     Ok(Opened::Recording(Box::new(read_recording(bytes)?)))

@@ -133,14 +133,14 @@ impl SnapshotJson {
     fn new(s: &Snapshot, verdict: SnapshotVerdict) -> Self {
         let live = s.live_blocks_at(i64::MAX, None);
         Self {
-            verdict,
             trace_entries: s.entries.len(),
             entries_by_action: s.action_counts(),
             live_blocks_at_end: live.len(),
             live_bytes_at_end: live.iter().map(|b| b.size).sum(),
-            leak_suspects: s
-                .leak_suspects_among(&live)
-                .into_iter()
+            leak_suspects: verdict
+                .suspects
+                .iter()
+                .cloned()
                 .map(|x| SuspectJson {
                     frames: s
                         .user_frames(x.stack)
@@ -155,9 +155,9 @@ impl SnapshotJson {
                     bytes: x.bytes,
                 })
                 .collect(),
-            segments: s
-                .segment_summary()
-                .into_iter()
+            segments: verdict
+                .held
+                .iter()
                 .map(|g| SegmentJson {
                     device: g.device,
                     segments: g.segments,
@@ -169,6 +169,7 @@ impl SnapshotJson {
                     largest_free: g.largest_free,
                 })
                 .collect(),
+            verdict,
         }
     }
 }

@@ -463,7 +463,7 @@ fn describe_top(machine: &Machine<'_>, value: Value) -> String {
 }
 
 /// `1 block`, `3 blocks`, `2 entries`.
-fn count(n: usize, what: &str) -> String {
+pub fn count(n: usize, what: &str) -> String {
     match (n, what.strip_suffix('y')) {
         (1, _) => format!("1 {what}"),
         (_, Some(stem)) => format!("{n} {stem}ies"),
