@@ -11,10 +11,10 @@ use crate::snapshot::{Snapshot, SnapshotError, read_snapshot};
 /// What a file turned out to be.
 #[derive(Debug)]
 pub enum Opened {
-    /// A tidemark recording (boxed: it is the larger of the two).
+    /// A tidemark recording.
     Recording(Box<Recording>),
-    /// A PyTorch memory snapshot (a pickle).
-    Snapshot(Snapshot),
+    /// A PyTorch memory snapshot (a pickle). Both are boxed: the enum is passed around.
+    Snapshot(Box<Snapshot>),
 }
 
 impl Opened {
@@ -23,7 +23,7 @@ impl Opened {
     pub fn into_recording(self) -> (Recording, Option<Snapshot>) {
         match self {
             Self::Recording(recording) => (*recording, None),
-            Self::Snapshot(snapshot) => (snapshot.to_recording(), Some(snapshot)),
+            Self::Snapshot(snapshot) => (snapshot.to_recording(), Some(*snapshot)),
         }
     }
 }
@@ -64,7 +64,7 @@ pub enum OpenError {
 pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
     // A pickle (or a `torch.save` zip, which the snapshot reader names as such).
     if bytes.first() == Some(&0x80) || bytes.starts_with(b"PK\x03\x04") {
-        return Ok(Opened::Snapshot(read_snapshot(bytes)?));
+        return Ok(Opened::Snapshot(Box::new(read_snapshot(bytes)?)));
     }
     Ok(Opened::Recording(Box::new(read_recording(bytes)?)))
 }

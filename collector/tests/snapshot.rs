@@ -194,7 +194,7 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
                 e.action.name(&snapshot),
                 e.addr.to_string(),
                 e.size,
-                e.stream.to_string(),
+                snapshot.stream(e).to_string(),
                 e.time_us,
                 snapshot.stack(e.stack).count(),
                 fnv(&snapshot, e.stack)
@@ -344,15 +344,17 @@ fn shared_objects_read_the_same_wherever_they_appear() {
     let metadata = |s: &Snapshot| -> Vec<Option<String>> {
         s.entries
             .iter()
-            .map(|e| e.user_metadata.map(|m| s.string(m).to_owned()))
+            .map(|e| e.user_metadata().map(|m| s.string(m).to_owned()))
             .collect()
     };
-    let plain = |s: &Snapshot| -> Vec<collector::snapshot::TraceEntry> {
+    type Plain = (i64, u64, u64, u64, u32, u32, String, u64);
+    let plain = |s: &Snapshot| -> Vec<Plain> {
         s.entries
             .iter()
-            .map(|e| collector::snapshot::TraceEntry {
-                user_metadata: None,
-                ..*e
+            .map(|e| {
+                let action = e.action.name(s).to_owned();
+                let (t, a, z, f) = (e.time_us, e.addr, e.size, e.device_free);
+                (t, a, z, f, e.stack, e.device, action, s.stream(e))
             })
             .collect()
     };
@@ -364,7 +366,7 @@ fn shared_objects_read_the_same_wherever_they_appear() {
     let s = &all[0];
     assert_eq!(s.devices, 3, "devices with empty traces count");
     assert_eq!(s.annotations.len(), 3000);
-    assert!(s.entries.iter().all(|e| e.stream == 0x55D5_1E6F_0A00));
+    assert!(s.entries.iter().all(|e| s.stream(e) == 0x55D5_1E6F_0A00));
     assert!(s.entries.iter().any(|e| e.action == Action::SegmentMap));
     let oom = s.entries.iter().find(|e| e.action == Action::Oom).unwrap();
     assert_eq!((oom.addr, oom.device_free), (0, 3 << 20));
@@ -594,7 +596,7 @@ fn other_spellings_and_missing_keys() {
         minimal
             .entries
             .iter()
-            .all(|e| e.stack == 0 && e.user_metadata.is_none())
+            .all(|e| e.stack == 0 && e.user_metadata().is_none())
     );
     let empty = agrees_with_python(&dir.join("empty_trace.pickle"));
     assert_eq!(empty.devices, 1);

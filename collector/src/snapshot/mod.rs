@@ -15,6 +15,7 @@ mod pickle;
 mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use crate::recording::{
@@ -67,8 +68,9 @@ pub enum Action {
     Snapshot,
     /// Out of memory: `size` was asked for, `device_free` was free.
     Oom,
-    /// An action this reader does not know (its name, interned).
-    Other(u32),
+    /// An action this reader does not know: its place among the snapshot's unknown action names
+    /// (one byte, so that a trace entry stays 48 bytes).
+    Other(u8),
 }
 
 impl Action {
@@ -97,12 +99,15 @@ impl Action {
             Self::SegmentUnmap => "segment_unmap",
             Self::Snapshot => "snapshot",
             Self::Oom => "oom",
-            Self::Other(name) => snapshot.string(*name),
+            Self::Other(i) => snapshot
+                .other_actions
+                .get(usize::from(*i))
+                .map_or("?", |&name| snapshot.string(name)),
         }
     }
 }
 
-/// One entry of a device's allocator trace.
+/// One entry of a device's allocator trace: 48 bytes, since a snapshot may hold millions.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TraceEntry {
     /// When, in microseconds since the Unix epoch (0 when the snapshot has no times).
@@ -113,17 +118,27 @@ pub struct TraceEntry {
     pub size: u64,
     /// For OOMs: the bytes free on the device.
     pub device_free: u64,
-    /// The CUDA stream.
-    pub stream: u64,
     /// The stack (index into the snapshot's stacks; 0 is empty).
     pub stack: u32,
-    /// What happened.
-    pub action: Action,
-    /// `torch.cuda.memory._set_memory_metadata` at the time (interned), if set.
-    pub user_metadata: Option<u32>,
     /// The device.
     pub device: u32,
+    /// `torch.cuda.memory._set_memory_metadata` at the time: its interned string's id + 1.
+    pub(crate) metadata: Option<NonZeroU32>,
+    /// The CUDA stream: its place in [`Snapshot::streams`].
+    pub(crate) stream: u16,
+    /// What happened.
+    pub action: Action,
 }
+
+impl TraceEntry {
+    /// `torch.cuda.memory._set_memory_metadata` at the time (an interned string), if set.
+    pub fn user_metadata(&self) -> Option<u32> {
+        self.metadata.map(|m| m.get() - 1)
+    }
+}
+
+// A snapshot may hold millions of trace entries: keep each at 48 bytes.
+const _: () = assert!(std::mem::size_of::<TraceEntry>() == 48);
 
 /// The state of a block inside a segment when the snapshot was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,6 +218,10 @@ pub struct Snapshot {
     pub annotations: Vec<Annotation>,
     /// The allocator's settings, as `key = value` text.
     pub allocator_settings: Vec<(String, String)>,
+    /// The CUDA streams trace entries name, each once.
+    streams: Vec<u64>,
+    /// The names of actions this reader does not know (interned), each once.
+    other_actions: Vec<u32>,
     /// How many devices the snapshot describes.
     pub devices: u32,
 }
@@ -305,6 +324,8 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
             stack_starts: parts.stack_starts,
             segments,
             devices,
+            streams: parts.streams,
+            other_actions: parts.other_actions,
             ..Snapshot::default()
         });
     }
@@ -450,6 +471,8 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         annotations,
         allocator_settings,
         devices,
+        streams: parts.streams,
+        other_actions: parts.other_actions,
     })
 }
 
@@ -640,6 +663,14 @@ fn read_annotation(machine: &Machine<'_>, value: Value) -> Result<Annotation, St
 }
 
 impl Snapshot {
+    /// The CUDA stream of a trace entry.
+    pub fn stream(&self, entry: &TraceEntry) -> u64 {
+        self.streams
+            .get(usize::from(entry.stream))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// A string by id ("" when out of range).
     pub fn string(&self, id: u32) -> &str {
         self.strings.get(id as usize).map_or("", |s| s)
@@ -764,7 +795,7 @@ impl Snapshot {
         let mut current: Option<(u32, i64, u32)> = None; // device, start, metadata
         let mut last_time = 0i64;
         for e in &self.entries {
-            let changed = match (current, e.user_metadata) {
+            let changed = match (current, e.user_metadata()) {
                 (Some((d, _, m)), Some(n)) => d != e.device || m != n,
                 (Some(_), None) | (None, Some(_)) => true,
                 (None, None) => false,
@@ -773,7 +804,7 @@ impl Snapshot {
                 if let Some((d, start, m)) = current.take() {
                     spans.push((d, start, last_time, self.string(m).to_owned()));
                 }
-                current = e.user_metadata.map(|m| (e.device, e.time_us, m));
+                current = e.user_metadata().map(|m| (e.device, e.time_us, m));
             }
             last_time = e.time_us;
         }
@@ -1054,13 +1085,4 @@ impl Snapshot {
 /// Whether `bytes` look like a pickle (protocol 2 or newer) rather than a recording.
 pub fn is_pickle(bytes: &[u8]) -> bool {
     bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1])
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn trace_entries_stay_small() {
-        // A million entries is 64 MB: the README and the memory budget count on it.
-        assert_eq!(std::mem::size_of::<super::TraceEntry>(), 64);
-    }
 }

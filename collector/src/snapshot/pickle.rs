@@ -13,11 +13,12 @@
 //! message.
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::{Action, SnapshotError, TraceEntry};
 
-/// A value on the machine's stack or in its memo: 16 bytes, copied freely.
+/// A value on the machine's stack: 16 bytes, copied freely (8 in the memo, see [`Memo`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Value {
     None,
@@ -197,10 +198,7 @@ pub(crate) struct Machine<'a> {
     pos: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Value>,
-    /// Memo entries at indices beyond the dense vector (a pickler never does this; a hostile
-    /// file might, and must not make us allocate billions of slots).
-    sparse_memo: HashMap<u32, Value>,
+    memo: Memo,
     arena: Vec<Slot>,
     free: Vec<u32>,
     pub(crate) strings: Vec<Arc<str>>,
@@ -212,6 +210,11 @@ pub(crate) struct Machine<'a> {
     pub(crate) stack_starts: Vec<u32>,
     stack_ids: HashMap<Box<[u32]>, u32>,
     pub(crate) entries: Vec<TraceEntry>,
+    /// The streams entries name, each once, and their places.
+    streams: Vec<u64>,
+    stream_ids: HashMap<u64, u16>,
+    /// Action names this reader does not know, each once.
+    other_actions: Vec<u32>,
     scratch: Vec<u32>,
 }
 
@@ -227,8 +230,7 @@ impl<'a> Machine<'a> {
             pos: 0,
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: Vec::new(),
-            sparse_memo: HashMap::new(),
+            memo: Memo::default(),
             arena: Vec::new(),
             free: Vec::new(),
             strings: Vec::new(),
@@ -238,6 +240,9 @@ impl<'a> Machine<'a> {
             stack_frames: Vec::new(),
             stack_starts: vec![0],
             stack_ids: HashMap::new(),
+            streams: Vec::new(),
+            stream_ids: HashMap::new(),
+            other_actions: Vec::new(),
             entries: Vec::new(),
             scratch: Vec::new(),
         };
@@ -367,17 +372,12 @@ impl<'a> Machine<'a> {
     }
 
     fn memo_get(&mut self, at: usize, index: u32) -> Result<Value, SnapshotError> {
-        let value = self
-            .memo
-            .get(index as usize)
-            .or_else(|| self.sparse_memo.get(&index))
-            .copied()
-            .ok_or_else(|| {
-                self.err(
-                    at,
-                    format!("memo entry {index} is read before it is written (corrupt opcodes)"),
-                )
-            })?;
+        let value = self.memo.get(index).ok_or_else(|| {
+            self.err(
+                at,
+                format!("memo entry {index} is read before it is written (corrupt opcodes)"),
+            )
+        })?;
         self.mark_shared(value);
         Ok(value)
     }
@@ -400,14 +400,7 @@ impl<'a> Machine<'a> {
             }
             slot.memo = Some(index);
         }
-        let i = index as usize;
-        if i < self.memo.len() {
-            self.memo[i] = value;
-        } else if i == self.memo.len() {
-            push_gently(&mut self.memo, value);
-        } else {
-            self.sparse_memo.insert(index, value);
-        }
+        self.memo.set(index, value);
     }
 
     /// Replaces a finished container by its compact form everywhere it is referred to (the memo
@@ -426,11 +419,7 @@ impl<'a> Machine<'a> {
             self.free.push(index);
         }
         if let Some(m) = memo {
-            if let Some(v) = self.memo.get_mut(m as usize) {
-                *v = compact;
-            } else if let Some(v) = self.sparse_memo.get_mut(&m) {
-                *v = compact;
-            }
+            self.memo.set(m, compact);
         }
         if let Some(v) = self.stack.get_mut(at_stack) {
             *v = compact;
@@ -923,8 +912,10 @@ impl<'a> Machine<'a> {
                     )
                 })?,
             };
-            let user_metadata = match key(K_USER_METADATA) {
-                Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => Some(s),
+            let metadata = match key(K_USER_METADATA) {
+                Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => {
+                    NonZeroU32::new(s.saturating_add(1))
+                }
                 _ => None,
             };
             let frames = key(K_FRAMES);
@@ -939,20 +930,21 @@ impl<'a> Machine<'a> {
                     "segment_map" => Action::SegmentMap,
                     "segment_unmap" => Action::SegmentUnmap,
                     "snapshot" => Action::Snapshot,
-                    _ => Action::Other(other),
+                    _ => Action::Other(self.other_action(at, other)?),
                 },
             };
+            let stream = self.stream(at, stream)?;
             let stack = self.stack_of(at, frames)?;
             let entry = TraceEntry {
                 time_us,
                 addr,
                 size,
                 device_free,
-                stream,
                 stack,
-                action,
-                user_metadata,
                 device: 0,
+                metadata,
+                stream,
+                action,
             };
             let id = u32::try_from(self.entries.len())
                 .map_err(|_| self.err(at, "too many trace entries"))?;
@@ -1040,14 +1032,143 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// The place of a stream among those seen (a job uses a handful; 65,536 is the limit).
+    fn stream(&mut self, at: usize, stream: u64) -> Result<u16, SnapshotError> {
+        if let Some(&id) = self.stream_ids.get(&stream) {
+            return Ok(id);
+        }
+        let id = u16::try_from(self.streams.len()).map_err(|_| {
+            self.err(
+                at,
+                "trace entries name more than 65,536 different CUDA streams",
+            )
+        })?;
+        self.streams.push(stream);
+        self.stream_ids.insert(stream, id);
+        Ok(id)
+    }
+
+    /// The place of an unknown action's name among those seen (256 at most).
+    fn other_action(&mut self, at: usize, name: u32) -> Result<u8, SnapshotError> {
+        if let Some(i) = self.other_actions.iter().position(|&n| n == name) {
+            return Ok(i as u8);
+        }
+        let i = u8::try_from(self.other_actions.len()).map_err(|_| {
+            self.err(
+                at,
+                "trace entries name more than 256 different unknown actions",
+            )
+        })?;
+        self.other_actions.push(name);
+        Ok(i)
+    }
+
     /// Frees what only the machine needs (memo, arena, lookup tables).
     pub(crate) fn into_parts(self) -> Parts {
         Parts {
+            streams: self.streams,
+            other_actions: self.other_actions,
             strings: self.strings,
             frames: self.frames,
             stack_frames: self.stack_frames,
             stack_starts: self.stack_starts,
             entries: self.entries,
+        }
+    }
+}
+
+/// The memo: 8 bytes per entry, since a snapshot memoizes two or three objects per allocation.
+/// Containers, strings and the compact values they become are stored as a tag and a `u32`; the
+/// rare wide value (a memoized number: a pickler never memoizes one, a hostile file might) goes
+/// to a side table.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<u64>,
+    /// Entries at indices beyond the dense vector (a pickler never writes them; a hostile file
+    /// might, and must not make us allocate billions of slots).
+    sparse: HashMap<u32, Value>,
+    wide: Vec<Value>,
+}
+
+impl Memo {
+    const NONE: u64 = 0;
+    const FALSE: u64 = 1;
+    const TRUE: u64 = 2;
+    const STR: u64 = 3;
+    const OBJ: u64 = 4;
+    const FRAME: u64 = 5;
+    const STACK: u64 = 6;
+    const ENTRY: u64 = 7;
+    const OPAQUE: u64 = 8;
+    const WIDE: u64 = 9;
+
+    /// How many entries are set (what MEMOIZE numbers the next one, as Python's unpickler does).
+    fn len(&self) -> usize {
+        self.dense.len() + self.sparse.len()
+    }
+
+    fn get(&self, index: u32) -> Option<Value> {
+        match self.dense.get(index as usize) {
+            Some(&packed) => Some(self.unpack(packed)),
+            None => self.sparse.get(&index).copied(),
+        }
+    }
+
+    fn set(&mut self, index: u32, value: Value) {
+        let i = index as usize;
+        if i > self.dense.len() {
+            self.sparse.insert(index, value);
+            return;
+        }
+        let packed = self.pack(value);
+        if i < self.dense.len() {
+            self.dense[i] = packed;
+        } else {
+            push_gently(&mut self.dense, packed);
+            self.sparse.remove(&index);
+        }
+    }
+
+    fn pack(&mut self, value: Value) -> u64 {
+        let (tag, payload) = match value {
+            Value::None => (Self::NONE, 0),
+            Value::Bool(false) => (Self::FALSE, 0),
+            Value::Bool(true) => (Self::TRUE, 0),
+            Value::Str(i) => (Self::STR, i),
+            Value::Obj(i) => (Self::OBJ, i),
+            Value::Frame(i) => (Self::FRAME, i),
+            Value::Stack(i) => (Self::STACK, i),
+            Value::Entry(i) => (Self::ENTRY, i),
+            Value::Opaque(i) => (Self::OPAQUE, i),
+            Value::Int(_) | Value::U64(_) | Value::Huge(_) | Value::Float(_) | Value::Bytes(_) => {
+                let Ok(i) = u32::try_from(self.wide.len()) else {
+                    // More wide values than a file of 4 GiB could hold: keep it unknown.
+                    return Self::NONE;
+                };
+                self.wide.push(value);
+                (Self::WIDE, i)
+            }
+        };
+        (tag << 32) | u64::from(payload)
+    }
+
+    fn unpack(&self, packed: u64) -> Value {
+        let payload = packed as u32;
+        match packed >> 32 {
+            Self::FALSE => Value::Bool(false),
+            Self::TRUE => Value::Bool(true),
+            Self::STR => Value::Str(payload),
+            Self::OBJ => Value::Obj(payload),
+            Self::FRAME => Value::Frame(payload),
+            Self::STACK => Value::Stack(payload),
+            Self::ENTRY => Value::Entry(payload),
+            Self::OPAQUE => Value::Opaque(payload),
+            Self::WIDE => self
+                .wide
+                .get(payload as usize)
+                .copied()
+                .unwrap_or(Value::None),
+            _ => Value::None,
         }
     }
 }
@@ -1059,6 +1180,8 @@ pub(crate) struct Parts {
     pub stack_frames: Vec<u32>,
     pub stack_starts: Vec<u32>,
     pub entries: Vec<TraceEntry>,
+    pub streams: Vec<u64>,
+    pub other_actions: Vec<u32>,
 }
 
 /// Pushes with growth by a quarter instead of doubling: the two largest vectors (trace entries
