@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: formatting, clippy (native and wasm32), the tests, the desktop app in
-# a real window, the web build in a real browser.
+# a real window, the wheels in a clean virtual environment, the web build in a real browser.
 # Sets up what it needs on first use: the system packages (as root; otherwise it prints the one
 # apt-get line and exits 2), the wasm32 target, a Python virtual environment (.venv) with the
 # packages the tests use, and trunk + wasm-bindgen-cli at the versions Trunk.toml names.
@@ -53,6 +53,10 @@ XDG_RUNTIME_DIR=$(mktemp -d)
 chmod 700 "$XDG_RUNTIME_DIR"
 export XDG_RUNTIME_DIR
 cargo test --workspace --locked || fail "tests (a failed viewer snapshot leaves app/tests/snapshots/*.diff.png)"
+
+step "wheels: scripts/build-wheels.sh (x86_64, aarch64), scripts/wheel-check.sh (a clean venv)"
+scripts/build-wheels.sh || fail "building the wheels"
+scripts/wheel-check.sh || fail "wheel check"
 
 step "the desktop app in a real window (Xvfb)"
 scripts/window-check.sh target/debug/tidemark || fail "window check (see test-output/)"

@@ -64,6 +64,8 @@ def step(i):
     Never raises into the job: a value that is not a whole number (``step("x")``) counts one
     step on from the last, with a word on stderr the first time."""
     global _step, _manual_step, _warned_step
+    if _sock is None:
+        return
     try:
         value = int(i)
         if value < 0:
