@@ -58,6 +58,8 @@ fn long_run() -> Recording {
                     phase: phase.clone(),
                     step: Some(step),
                     origin,
+                    host_heap: None,
+                    host_rss: None,
                 }));
                 let allocated = 4 << 30 | (step * 4096 + e as u64 * 512 * MIB);
                 recording.push(Record::Allocator(AllocatorSample {

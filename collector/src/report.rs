@@ -448,6 +448,16 @@ pub fn text(
         },
         analysis.step_series.values.len()
     );
+    if let Some(attribution) = analysis.attribution {
+        let _ = writeln!(
+            out,
+            "  phases attributed with {}",
+            attribution.describe(analysis.basis)
+        );
+    }
+    if let Some(note) = &analysis.attribution_note {
+        let _ = writeln!(out, "  {note}");
+    }
     if let Some(t) = &analysis.trend {
         let _ = writeln!(
             out,

@@ -125,6 +125,8 @@ fn synthesize(run: &Run) -> Recording {
                     phase: phase.clone(),
                     step: Some(step),
                     origin,
+                    host_heap: None,
+                    host_rss: None,
                 }));
                 recording.push(Record::Allocator(AllocatorSample {
                     t_ns: t,
@@ -416,6 +418,8 @@ fn bad_recordings_get_a_verdict_that_says_what_it_cannot_tell() {
         phase: Phase::Eval,
         step: None,
         origin,
+        host_heap: None,
+        host_rss: None,
     }));
     for i in 0..30u64 {
         for edge in [Edge::Begin, Edge::End] {
@@ -425,6 +429,8 @@ fn bad_recordings_get_a_verdict_that_says_what_it_cannot_tell() {
                 phase: Phase::Forward,
                 step: None,
                 origin,
+                host_heap: None,
+                host_rss: None,
             }));
         }
     }
@@ -434,6 +440,8 @@ fn bad_recordings_get_a_verdict_that_says_what_it_cannot_tell() {
         phase: Phase::Forward,
         step: None,
         origin,
+        host_heap: None,
+        host_rss: None,
     }));
     let analysis = analyze(&messy);
     assert_eq!(analysis.basis, Basis::HostRss);

@@ -13,6 +13,7 @@ use proptest::prelude::*;
 
 const MIB: u64 = 1 << 20;
 const GOLDEN_V1: &str = "tests/data/golden_v1.msgpack";
+const GOLDEN_V1_1: &str = "tests/data/golden_v1_1.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -31,6 +32,7 @@ fn golden_v1() -> (Header, Vec<Record>) {
         ],
     );
     header.tool_version = "0.1.0".to_owned();
+    header.format_minor = 0;
     header.pid = Some(4242);
     header.devices = vec![Device {
         index: 0,
@@ -94,6 +96,8 @@ fn golden_v1() -> (Header, Vec<Record>) {
                     phase: phase.clone(),
                     step: Some(step),
                     origin,
+                    host_heap: None,
+                    host_rss: None,
                 }));
                 records.push(Record::Allocator(AllocatorSample {
                     t_ns: t,
@@ -117,6 +121,8 @@ fn golden_v1() -> (Header, Vec<Record>) {
         phase: Phase::Custom("checkpoint".to_owned()),
         step: None,
         origin,
+        host_heap: None,
+        host_rss: None,
     }));
     records.push(Record::Dropped(Dropped {
         t_ns: t,
@@ -156,16 +162,58 @@ fn write(header: &Header, records: &[Record], end_ns: u64) -> Vec<u8> {
     writer.finish(end_ns).unwrap()
 }
 
-/// Writes the golden file if it does not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
+/// Format 1.1: the v1 contents, with the probe's host numbers on every phase edge but the last.
+fn golden_v1_1() -> (Header, Vec<Record>) {
+    let (mut header, mut records) = golden_v1();
+    header.format_minor = 1;
+    for record in &mut records {
+        if let Record::Phase(edge) = record
+            && edge.step.is_some()
+        {
+            edge.host_heap = Some(300 * MIB + edge.t_ns / 1000);
+            edge.host_rss = Some(900 * MIB + edge.t_ns / 1000 * 4096);
+        }
+    }
+    (header, records)
+}
+
+/// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
-fn write_golden_v1() {
-    let path = data_path(GOLDEN_V1);
-    if std::env::var_os("TIDEMARK_WRITE_GOLDEN").is_some() && !path.exists() {
-        let (header, records) = golden_v1();
-        std::fs::write(&path, write(&header, &records, 600_500_000)).unwrap();
+fn write_golden_files() {
+    type Contents = fn() -> (Header, Vec<Record>);
+    let files: [(&str, Contents); 2] = [(GOLDEN_V1, golden_v1), (GOLDEN_V1_1, golden_v1_1)];
+    for (name, contents) in files {
+        let path = data_path(name);
+        if std::env::var_os("TIDEMARK_WRITE_GOLDEN").is_some() && !path.exists() {
+            let (header, records) = contents();
+            std::fs::write(&path, write(&header, &records, 600_500_000)).unwrap();
+        }
+        assert!(path.exists(), "{} is missing", path.display());
     }
-    assert!(path.exists(), "{} is missing", path.display());
+}
+
+#[test]
+fn golden_v1_1_reads_back_exactly_with_host_numbers_at_the_edges() {
+    let recording = read_file(&data_path(GOLDEN_V1_1)).unwrap();
+    let (header, records) = golden_v1_1();
+    assert_eq!(recording.header, header);
+    assert_eq!(recording.header.format_minor, 1);
+    assert!(recording.warnings.is_empty(), "{:?}", recording.warnings);
+    let mut expected = collector::recording::Recording::new(header);
+    for record in records {
+        expected.push(record);
+    }
+    expected.end = recording.end.clone();
+    assert_eq!(recording, expected);
+    // By hand: the second edge is at 30 ms.
+    assert_eq!(recording.phases[1].t_ns, 30_000_000);
+    assert_eq!(recording.phases[1].host_heap, Some(300 * MIB + 30_000));
+    assert_eq!(recording.phases[12].host_rss, None, "absent stays absent");
+    // A 1.0 reader's view: the same file without the new fields is the v1 file's phases.
+    let v1 = read_file(&data_path(GOLDEN_V1)).unwrap();
+    assert!(v1.phases.iter().all(|e| e.host_heap.is_none()));
+    assert_eq!(v1.phases.len(), recording.phases.len());
 }
 
 #[test]

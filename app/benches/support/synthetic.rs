@@ -79,6 +79,8 @@ pub fn recording_bytes(samples_per_series: u64, steps: u64) -> Vec<u8> {
                             phase: phase.clone(),
                             step: Some(step),
                             origin,
+                            host_heap: None,
+                            host_rss: None,
                         }),
                         Record::Allocator(AllocatorSample {
                             t_ns,

@@ -29,7 +29,7 @@ import time
 
 __all__ = ["phase", "step", "begin", "end", "enabled"]
 
-_PROTOCOL = "tm1"
+_PROTOCOL = "tm2"
 _QUEUE_LIMIT_BYTES = 1 << 20  # what may wait for a slow collector; beyond this, drop and count
 _COALESCE_NS = 1_000_000     # edges closer than this to the last send go out together
 _BATCH_LINES = 256           # at most this many edges in one datagram
@@ -51,6 +51,9 @@ _last_send_ns = 0
 _wake_flusher = threading.Event()
 _flusher_started = False
 _warned_step = False
+_statm = None                # /proc/self/statm, open: this process' resident memory
+_page_size = 4096
+_mallinfo2 = None            # glibc's mallinfo2(): the C heap's bytes in use
 
 
 def enabled():
@@ -134,7 +137,7 @@ def _send_edge(edge, name):
     numbers = _NO_NUMBERS if _torch is None else _allocator_numbers(edge)
     step = "-" if _step is None else _step
     now = _monotonic_ns()
-    line = f"tm1 P {now} {_pid} {_rank} {step} {edge} {numbers} {name}"
+    line = f"tm2 P {now} {_pid} {_rank} {step} {edge} {numbers} {_host_numbers()} {name}"
     if _pending or now - _last_send_ns < _COALESCE_NS:
         with _lock:
             _pending.append(line)
@@ -215,6 +218,54 @@ def _allocator_numbers(edge):
         return numbers
     except Exception:
         return _NO_NUMBERS
+
+
+def _host_numbers():
+    """This process' host memory at this very edge: the C heap's bytes in use (glibc
+    ``mallinfo2``: what ``malloc`` handed out and not yet freed, which falls when memory is freed,
+    unlike resident memory) and the resident bytes; ``-`` for what cannot be read."""
+    heap = rss = "-"
+    if _mallinfo2 is not None:
+        try:
+            info = _mallinfo2()
+            heap = info.uordblks + info.hblkhd
+        except Exception:
+            pass
+    if _statm is not None:
+        try:
+            rss = int(os.pread(_statm, 64, 0).split()[1]) * _page_size
+        except Exception:
+            pass
+    return f"{heap} {rss}"
+
+
+def _open_host_readers():
+    """Opens what ``_host_numbers`` reads; what is missing (no /proc, not glibc) stays ``None``."""
+    global _statm, _page_size, _mallinfo2
+    try:
+        if _statm is not None:
+            os.close(_statm)
+        _statm = None
+        _statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        _page_size = os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        _statm = None
+    if _mallinfo2 is None:
+        try:
+            import ctypes
+
+            class _MallInfo2(ctypes.Structure):
+                _fields_ = [(name, ctypes.c_size_t) for name in (
+                    "arena", "ordblks", "smblks", "hblks", "hblkhd",
+                    "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+            function = ctypes.CDLL(None).mallinfo2  # glibc ≥ 2.33
+            function.restype = _MallInfo2
+            function.argtypes = []
+            function()
+            _mallinfo2 = function
+        except Exception:
+            _mallinfo2 = None
 
 
 def _send_queued(data):
@@ -300,6 +351,7 @@ def _after_fork_in_child():
     globals()["_queued_bytes"] = 0
     _flusher_started = False
     _wake_flusher = threading.Event()
+    _open_host_readers()  # /proc/self was the parent's when it was opened
     if _path is not None:
         try:
             _connect(_path)
@@ -318,6 +370,7 @@ def _start_from_environment():
     except OSError as error:
         print(f"tidemark: cannot reach the collector at {path}: {error}", file=sys.stderr)
         return
+    _open_host_readers()
     rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", ""))
     _rank = rank if rank.isdigit() else "-"
     _keep_peaks = os.environ.get("TIDEMARK_KEEP_PEAKS") == "1"

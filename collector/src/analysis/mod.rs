@@ -48,6 +48,36 @@ impl Basis {
     }
 }
 
+/// Which numbers the per-phase attribution comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Attribution {
+    /// PyTorch's allocated bytes at every edge, from the probe.
+    Allocator,
+    /// The training process' C heap in use at every edge (glibc `mallinfo2`), from the probe.
+    HostHeap,
+    /// The training process' resident memory at every edge, from the probe.
+    HostRssAtEdges,
+    /// The memory the verdict is about, sampled by the collector near the edges.
+    Sampled,
+}
+
+impl Attribution {
+    /// How the report names it.
+    pub fn describe(self, basis: Basis) -> String {
+        match self {
+            Self::Allocator => "PyTorch's allocated bytes, read by the probe at every phase edge"
+                .to_owned(),
+            Self::HostHeap => "the training process' C heap in use (glibc mallinfo2), read by the probe at every phase edge: exact, and it falls when memory is freed".to_owned(),
+            Self::HostRssAtEdges => "the training process' resident memory, read by the probe at every phase edge (freed memory may stay resident, so a phase can be blamed for what an earlier one kept)".to_owned(),
+            Self::Sampled => format!(
+                "{}, sampled by the collector near each phase edge (a busy machine samples late)",
+                basis.name()
+            ),
+        }
+    }
+}
+
 /// A series taken at the same point of every step.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StepSeries {
@@ -182,6 +212,10 @@ pub struct Analysis {
     pub projection: Option<Projection>,
     /// What the recording lacks, and what would add it.
     pub lacks: Vec<String>,
+    /// Which numbers the per-phase attribution comes from (`None`: no phases).
+    pub attribution: Option<Attribution>,
+    /// Why the attribution is not from the C heap when the probe read it (`None` otherwise).
+    pub attribution_note: Option<String>,
     /// The phase occurrences of the training process, by begin time (for views; not reported).
     #[serde(skip)]
     pub occurrences: Vec<Occurrence>,
@@ -334,13 +368,34 @@ pub fn analyze(recording: &Recording) -> Analysis {
         lacks.push("no steps: the trend is taken over time windows (the lowest value of each), which is coarser than per step".to_owned());
     }
 
-    // With allocator numbers at the edges, the attribution needs no other series.
-    let attribution_series = match basis {
-        Basis::Allocated => None,
-        _ => fallback.as_ref().map(|(_, s)| s.as_ref()),
+    // With allocator numbers at the edges, the attribution needs no other series; for host
+    // memory, the probe's own numbers at the edges beat samples taken after them.
+    let at_edges = match basis {
+        Basis::HostRss => host_at_edges(recording, &occurrences),
+        _ => None,
     };
-    let (phase_stats, retained) =
-        phases::stats(&occurrences, &step_starts, &allocator, attribution_series);
+    let (attribution, attribution_note, attribution_series) = match (basis, at_edges) {
+        (Basis::Allocated, _) => (Attribution::Allocator, None, None),
+        (_, Some(edges)) => (
+            edges.attribution,
+            edges.note,
+            Some(std::borrow::Cow::Owned(edges.series)),
+        ),
+        _ => (
+            Attribution::Sampled,
+            None,
+            fallback
+                .as_ref()
+                .map(|(_, s)| std::borrow::Cow::Borrowed(s.as_ref())),
+        ),
+    };
+    let (phase_stats, retained) = phases::stats(
+        &occurrences,
+        &step_starts,
+        &allocator,
+        attribution_series.as_deref(),
+    );
+    let has_phases = !phase_stats.is_empty();
     let mut analysis = Analysis {
         basis,
         by_step,
@@ -350,6 +405,8 @@ pub fn analyze(recording: &Recording) -> Analysis {
         phases: phase_stats,
         projection: None,
         lacks,
+        attribution: has_phases.then_some(attribution),
+        attribution_note: attribution_note.filter(|_| has_phases),
         occurrences: Vec::new(),
         step_starts: Vec::new(),
         retained: Vec::new(),
@@ -367,6 +424,69 @@ pub fn analyze(recording: &Recording) -> Analysis {
     analysis.step_starts = step_starts;
     analysis.retained = retained;
     analysis
+}
+
+/// The training process' host memory at its own phase edges, as the probe read it there.
+struct HostAtEdges {
+    attribution: Attribution,
+    note: Option<String>,
+    series: Series,
+}
+
+/// The C heap when the probe read it at every edge of the training process and it holds at least
+/// half of the resident growth; else the resident memory at the edges (the growth is then outside
+/// `malloc`: `mmap`, or Python's small-object arenas), saying so. `None` without such numbers.
+fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<HostAtEdges> {
+    let pid = occurrences.first()?.pid;
+    let edges: Vec<_> = recording
+        .phases
+        .iter()
+        .filter(|e| e.origin.pid == pid)
+        .collect();
+    let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>| {
+        let mut series = Series {
+            key: SeriesKey::new(SeriesKind::HostRss),
+            times_ns: Vec::with_capacity(edges.len()),
+            values: Vec::with_capacity(edges.len()),
+        };
+        for e in &edges {
+            series.times_ns.push(e.t_ns);
+            series.values.push(pick(e)?);
+        }
+        Some(series.sorted().into_owned())
+    };
+    let rss = series_of(|e| e.host_rss);
+    let heap = series_of(|e| e.host_heap);
+    let growth = |s: &Series| match (s.values.first(), s.values.last()) {
+        (Some(&a), Some(&b)) => b as f64 - a as f64,
+        _ => 0.0,
+    };
+    match (heap, rss) {
+        (Some(heap), Some(rss)) if growth(&rss) > 16.0 * MIB && growth(&heap) < growth(&rss) / 2.0 => {
+            Some(HostAtEdges {
+                attribution: Attribution::HostRssAtEdges,
+                note: Some(format!(
+                    "the C heap grew {} while resident memory grew {}: the growth is outside malloc (mmap, or Python's small-object arenas), so phases are attributed with resident memory",
+                    format_bytes(growth(&heap)),
+                    format_bytes(growth(&rss))
+                )),
+                series: rss,
+            })
+        }
+        (Some(heap), _) => Some(HostAtEdges {
+            attribution: Attribution::HostHeap,
+            note: None,
+            series: heap,
+        }),
+        (None, Some(rss)) => Some(HostAtEdges {
+            attribution: Attribution::HostRssAtEdges,
+            note: Some(
+                "the probe could not read the C heap (not glibc), so phases are attributed with resident memory".to_owned(),
+            ),
+            series: rss,
+        }),
+        (None, None) => None,
+    }
 }
 
 /// For recordings without steps: the lowest value in each of up to 100 time windows (the trough

@@ -1,10 +1,11 @@
 //! The probe's channel: a Unix datagram socket in a private folder, the probe's files next to it,
 //! and the listener that turns datagrams into records.
 //!
-//! A datagram holds one or more messages, one per line: `tm1 P <t_ns> <pid> <rank> <step> <b|e> <device> <allocated>
-//! <reserved> <peak> <active> <inactive_split> <retries> <ooms> <phase name…>` for a phase edge
-//! (`-` where a number is unknown; the allocator numbers only once CUDA is initialised), and
-//! `tm1 D <pid> <count>` for messages the probe had to drop.
+//! A datagram holds one or more messages, one per line: `tm2 P <t_ns> <pid> <rank> <step> <b|e>
+//! <device> <allocated> <reserved> <peak> <active> <inactive_split> <retries> <ooms> <host_heap>
+//! <host_rss> <phase name…>` for a phase edge (`-` where a number is unknown; the allocator
+//! numbers only once CUDA is initialised; the host numbers are the sending process' own, read at
+//! the edge), and `tm2 D <pid> <count>` for messages the probe had to drop.
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -231,8 +232,9 @@ pub enum Message {
 /// Parses one datagram; `None` when it is malformed.
 pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let mut fields = text.splitn(16, ' ');
-    if fields.next()? != "tm1" {
+    let mut fields = text.splitn(18, ' ');
+    // The probe is the collector's own (it injects it), so only its version is spoken.
+    if fields.next()? != "tm2" {
         return None;
     }
     let optional = |field: &str| -> Option<Option<u64>> {
@@ -265,6 +267,8 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
             for number in &mut numbers {
                 *number = optional(fields.next()?)?;
             }
+            let host_heap = optional(fields.next()?)?;
+            let host_rss = optional(fields.next()?)?;
             let name = fields.next()?.trim_end_matches(['\n', '\r']);
             if name.is_empty() || name.len() > 200 {
                 return None;
@@ -301,6 +305,8 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 phase: Phase::from(name.to_owned()),
                 step,
                 origin,
+                host_heap,
+                host_rss,
             };
             Some(Message::Edge(edge, allocator))
         }
@@ -357,7 +363,7 @@ mod tests {
     fn parses_edges_with_and_without_allocator_numbers() {
         let clock = Clock::start();
         let far = super::super::clock::monotonic_ns() + 5_000_000_000;
-        let msg = format!("tm1 P {far} 42 3 17 b 0 100 200 150 90 10 1 0 forward");
+        let msg = format!("tm2 P {far} 42 3 17 b 0 100 200 150 90 10 1 0 7000 9000 forward");
         let Some(Message::Edge(edge, Some(alloc))) = parse(msg.as_bytes(), clock) else {
             panic!("not parsed: {msg}");
         };
@@ -377,15 +383,17 @@ mod tests {
             (100, 200, 150)
         );
         assert_eq!((alloc.inactive_split, alloc.retries), (10, 1));
+        assert_eq!((edge.host_heap, edge.host_rss), (Some(7000), Some(9000)));
 
-        let msg = "tm1 P 1 42 - - e - - - - - - - - my custom phase";
+        let msg = "tm2 P 1 42 - - e - - - - - - - - - 4096 my custom phase";
         let Some(Message::Edge(edge, None)) = parse(msg.as_bytes(), clock) else {
             panic!("not parsed: {msg}");
         };
         assert_eq!(edge.phase, Phase::Custom("my custom phase".to_owned()));
         assert_eq!(edge.step, None);
         assert_eq!(edge.origin.rank, None);
-        assert_eq!(parse(b"tm1 D 42 7", clock), Some(Message::Dropped(7)));
+        assert_eq!((edge.host_heap, edge.host_rss), (None, Some(4096)));
+        assert_eq!(parse(b"tm2 D 42 7", clock), Some(Message::Dropped(7)));
     }
 
     #[test]
@@ -394,13 +402,16 @@ mod tests {
         for bad in [
             &b""[..],
             b"hello",
-            b"tm1 P",
-            b"tm1 P x 42 - - b - - - - - - - - forward",
-            b"tm1 P 1 42 - - x - - - - - - - - forward",
-            b"tm1 P 1 42 - - b - - - - - - - - ",
-            b"tm1 P 1 42 - - b 0 1 - - - - - - forward",
-            b"tm2 P 1 42 - - b - - - - - - - - forward",
-            b"tm1 D 1",
+            b"tm2 P",
+            b"tm2 P x 42 - - b - - - - - - - - - - forward",
+            b"tm2 P 1 42 - - x - - - - - - - - - - forward",
+            b"tm2 P 1 42 - - b - - - - - - - - - - ",
+            b"tm2 P 1 42 - - b 0 1 - - - - - - - - forward",
+            b"tm2 P 1 42 - - b - - - - - - - - x - forward",
+            b"tm2 P 1 42 - - b - - - - - - - -",
+            b"tm1 P 1 42 - - b - - - - - - - - forward",
+            b"tm3 P 1 42 - - b - - - - - - - - - - forward",
+            b"tm2 D 1",
             b"\xff\xfe",
         ] {
             assert_eq!(

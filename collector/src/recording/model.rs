@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 0;
+pub const FORMAT_MINOR: u32 = 1;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -250,6 +250,14 @@ pub struct PhaseEdge {
     /// Who sent it.
     #[serde(flatten)]
     pub origin: Origin,
+    /// The sending process' C heap in use at this edge (glibc `mallinfo2`: `uordblks + hblkhd`),
+    /// read by the probe; absent where it cannot be read (another libc) and before format 1.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_heap: Option<u64>,
+    /// The sending process' resident memory at this edge, read by the probe; absent where
+    /// `/proc` cannot be read and before format 1.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_rss: Option<u64>,
 }
 
 /// The PyTorch caching allocator's numbers for one device, sent by the probe at phase edges.

@@ -892,6 +892,8 @@ impl Snapshot {
                         pid: 0,
                         rank: Some(device),
                     },
+                    host_heap: None,
+                    host_rss: None,
                 });
             }
         }
