@@ -134,7 +134,8 @@ def _send_edge(edge, name):
     """One f-string and one non-blocking send; edges that come within a millisecond of the last
     send are batched into one datagram (their timestamps stay exact)."""
     global _last_send_ns
-    numbers = _NO_NUMBERS if _torch is None else _allocator_numbers(edge)
+    torch = _torch if _torch is not None else sys.modules.get("torch")  # also without auto mode
+    numbers = _NO_NUMBERS if torch is None else _allocator_numbers(torch, edge)
     step = "-" if _step is None else _step
     now = _monotonic_ns()
     line = f"tm2 P {now} {_pid} {_rank} {step} {edge} {numbers} {_host_numbers()} {name}"
@@ -199,9 +200,8 @@ def _flusher():
             _flush_pending()
 
 
-def _allocator_numbers(edge):
+def _allocator_numbers(torch, edge):
     """Device and allocator numbers, read only once CUDA is initialised (never initialises it)."""
-    torch = _torch
     try:
         if not torch.cuda.is_initialized():
             return _NO_NUMBERS

@@ -41,7 +41,13 @@ pub fn open(selection: Option<&[u32]>) -> Result<(Gpus, Vec<Device>, Vec<String>
             .map_err(|err| format!("NVML cannot open device {index} ({err})"))?;
         let uuid = device.uuid().unwrap_or_default();
         let name = device.name().unwrap_or_else(|_| "unknown GPU".to_owned());
-        let total_bytes = device.memory_info().map(|m| m.total).unwrap_or(0);
+        let total_bytes = match device.memory_info() {
+            Ok(memory) => memory.total,
+            // An old driver: the v1 query has the capacity too.
+            Err(_) => MemoryV1::load()
+                .and_then(|v1| v1.query(&device))
+                .map_or(0, |m| m.total),
+        };
         all.push((index, uuid, name, total_bytes));
     }
     let mut notes = Vec::new();
@@ -176,6 +182,13 @@ impl MemoryV1 {
     }
 
     fn used(&self, device: &nvml_wrapper::Device<'_>) -> Option<u64> {
+        self.query(device).map(|m| m.used)
+    }
+
+    fn query(
+        &self,
+        device: &nvml_wrapper::Device<'_>,
+    ) -> Option<nvml_wrapper_sys::bindings::nvmlMemory_t> {
         let mut memory = nvml_wrapper_sys::bindings::nvmlMemory_t {
             total: 0,
             free: 0,
@@ -187,7 +200,7 @@ impl MemoryV1 {
             self.lib
                 .nvmlDeviceGetMemoryInfo(device.handle(), &mut memory)
         };
-        (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(memory.used)
+        (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(memory)
     }
 }
 
@@ -212,11 +225,15 @@ pub fn sample(
     let mut tree = ProcessTree::new(root_pid);
     let mut warned_unavailable = false;
     let mut v1: Option<Option<MemoryV1>> = None;
+    // Whether each device answered its last memory query: a device that stops answering (fell
+    // off the bus, reset, MIG reconfigured) is noted once each time it goes, and comes back.
+    let mut answering = vec![true; handles.len()];
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         let t_ns = clock.now_ns();
         let mut values = Vec::with_capacity(handles.len() * 2);
-        for (job, device) in &handles {
+        for (k, (job, device)) in handles.iter().enumerate() {
+            let mut error = None;
             let (used, reserved) = match device.memory_info() {
                 Ok(memory) => (Some(memory.used), Some(memory.reserved)),
                 Err(
@@ -231,8 +248,25 @@ pub fn sample(
                     });
                     (v1.as_ref().and_then(|v1| v1.used(device)), None)
                 }
-                Err(_) => (None, None),
+                Err(err) => {
+                    error = Some(err);
+                    (None, None)
+                }
             };
+            if answering[k] != used.is_some() {
+                answering[k] = used.is_some();
+                let at = t_ns as f64 / 1e9;
+                let text = match error {
+                    Some(err) => format!(
+                        "device {job} stopped answering NVML at {at:.1} s ({err}): its memory is unavailable from then on"
+                    ),
+                    None if used.is_none() => format!(
+                        "device {job} stopped answering NVML at {at:.1} s: its memory is unavailable from then on"
+                    ),
+                    None => format!("device {job} answers NVML again at {at:.1} s"),
+                };
+                let _ = tx.send(Msg::Note(text));
+            }
             values.push((SeriesKey::device(SeriesKind::DeviceUsed, *job), used));
             values.push((
                 SeriesKey::device(SeriesKind::DeviceReserved, *job),
