@@ -51,6 +51,13 @@ pub fn run(args: RecordArgs) -> ExitCode {
     };
 
     let mut notes = Vec::new();
+    if let Err(err) = std::fs::read("/proc/self/statm") {
+        let note = format!(
+            "cannot read /proc ({err}): host memory is not recorded (the job runs on; device memory and the probe's numbers still are)"
+        );
+        eprintln!("collector: {note}");
+        notes.push(note);
+    }
     let (gpus, devices) = match gpu::open(args.gpus.as_deref()) {
         Ok((gpus, devices, gpu_notes)) => {
             notes.extend(gpu_notes);
@@ -71,10 +78,12 @@ pub fn run(args: RecordArgs) -> ExitCode {
         }
         None
     } else {
-        match probe::Channel::create() {
+        match probe::Channel::create(out.parent()) {
             Ok(channel) => Some(Arc::new(channel)),
             Err(err) => {
-                eprintln!("collector: the probe is not available ({err}); recording without it");
+                eprintln!(
+                    "collector: the probe is not available ({err}); recording without it (a job that imports tidemark needs it installed: pip install tidemark)"
+                );
                 notes.push(format!("probe not available: {err}"));
                 None
             }

@@ -47,15 +47,41 @@ pub struct Channel {
 }
 
 impl Channel {
-    /// Creates the folder (mode 0700), writes the probe, binds the socket.
-    pub fn create() -> Result<Self, String> {
-        let base = std::env::temp_dir();
-        // Socket paths are limited to 107 bytes; fall back to /tmp when TMPDIR is long.
-        let base = if base.as_os_str().len() > 60 {
-            PathBuf::from("/tmp")
-        } else {
-            base
-        };
+    /// Creates the folder (mode 0700), writes the probe, binds the socket: in `$TMPDIR`, else
+    /// `/tmp`, `/var/tmp`, `/dev/shm`, `$XDG_RUNTIME_DIR`, or beside the recording (`out_dir`),
+    /// the first that works. The error names each place and why it failed.
+    pub fn create(out_dir: Option<&std::path::Path>) -> Result<Self, String> {
+        let mut bases = vec![std::env::temp_dir()];
+        bases.extend(["/tmp", "/var/tmp", "/dev/shm"].map(PathBuf::from));
+        bases.extend(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from));
+        bases.extend(out_dir.map(|d| {
+            if d.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                d.to_path_buf()
+            }
+        }));
+        let mut tried: Vec<PathBuf> = Vec::new();
+        let mut errors = Vec::new();
+        // The job may run elsewhere: the socket's path must not depend on the folder.
+        for base in bases
+            .into_iter()
+            .filter_map(|b| std::path::absolute(b).ok())
+        {
+            // Socket paths are limited to 107 bytes.
+            if tried.contains(&base) || base.as_os_str().len() > 60 {
+                continue;
+            }
+            tried.push(base.clone());
+            match Self::create_in(&base) {
+                Ok(channel) => return Ok(channel),
+                Err(err) => errors.push(err),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    fn create_in(base: &std::path::Path) -> Result<Self, String> {
         let dir = base.join(format!(
             "tidemark-{}-{:x}",
             std::process::id(),

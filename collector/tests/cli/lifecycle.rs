@@ -191,3 +191,90 @@ fn attaching_records_a_running_process_until_it_exits() {
     assert_eq!(recording.header.command, ["sleep", "1.5"]);
     assert!(recording.series[0].values.len() >= 10);
 }
+
+/// Runs `collector --out DIR/run.msgpack -- python DIR/job.py` inside a private mount namespace
+/// after `setup` (shell commands: mounts); `None` where this machine cannot make one (not root).
+fn in_private_mounts(job: &Job, setup: &str) -> Option<std::process::Output> {
+    let can = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can {
+        eprintln!("skipped: this machine cannot make a private mount namespace (unshare -m)");
+        return None;
+    }
+    let output = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!("{setup} && exec \"$@\""))
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_collector"))
+        .arg("--out")
+        .arg(job.out())
+        .arg("--")
+        .arg(crate::python())
+        .arg(job.path("job.py"))
+        .env_remove("TMPDIR")
+        .env_remove("XDG_RUNTIME_DIR")
+        .current_dir(job.dir.path())
+        .output()
+        .unwrap();
+    Some(output)
+}
+
+const HARMLESS_JOB: &str = r#"
+import sys, tidemark
+print("enabled", tidemark.enabled())
+with tidemark.phase("forward"):
+    kept = [0] * 1000
+sys.exit(3)
+"#;
+
+/// Every usual temporary folder read-only: the probe's folder goes beside the recording, so the
+/// job still has `import tidemark`, its phases are recorded and its status passed through.
+#[test]
+fn with_a_read_only_tmp_the_probe_lives_beside_the_recording() {
+    // The job's folder must not be under /tmp, which goes read-only.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::write(dir.path().join("job.py"), HARMLESS_JOB).unwrap();
+    let job = Job { dir };
+    let setup = "for d in /tmp /var/tmp /dev/shm; do mount --bind -o ro $d $d || exit 99; done";
+    let Some(output) = in_private_mounts(&job, setup) else {
+        return;
+    };
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "enabled True\n");
+    let recording = job.recording();
+    assert_eq!(recording.phases.len(), 2);
+    let left: Vec<_> = std::fs::read_dir(job.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("tidemark-"))
+        .collect();
+    assert!(left.is_empty(), "the probe's folder is removed: {left:?}");
+}
+
+/// No `/proc`: host memory cannot be read; the collector says so and records the rest, and the
+/// job runs as it would.
+#[test]
+fn without_proc_host_memory_is_said_missing_and_the_job_runs() {
+    let job = Job::new(HARMLESS_JOB);
+    let Some(output) = in_private_mounts(&job, "umount -l /proc") else {
+        return;
+    };
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "enabled True\n");
+    let err = stderr(&output);
+    assert!(err.contains("collector: cannot read /proc"), "{err}");
+    let recording = job.recording();
+    assert_eq!(recording.phases.len(), 2);
+    assert!(
+        recording
+            .notes
+            .iter()
+            .any(|n| n.text.contains("host memory is not recorded")),
+        "{:?}",
+        recording.notes
+    );
+    assert_eq!(recording.exits[0].code, Some(3));
+}
