@@ -22,7 +22,7 @@ use collector::recording::{Exit, Header, Record, SeriesKey, SeriesKind, Writer};
 use self::clock::{Clock, Ticker};
 use self::host::ProcessTree;
 use self::recorder::{Msg, Recorder, Summary, format_bytes};
-use crate::RecordArgs;
+use crate::cli::RecordArgs;
 
 /// Exit status when the collector itself cannot start (bad output path, bad arguments).
 const EXIT_SETUP: u8 = 2;

@@ -324,6 +324,60 @@ pub fn read_file(path: &std::path::Path) -> Result<Recording, FileError> {
     })
 }
 
+/// Writes a whole recording to a file, as the collector would have streamed it: its series (in
+/// chunks of at most 65,536 samples, series by series), then the allocator readings and phase
+/// edges merged in time order, then the OOMs, exits, drop counts and notes. What `read_file`
+/// reads back is the same recording (warnings aside).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn write_file(path: &std::path::Path, recording: &Recording) -> std::io::Result<()> {
+    const CHUNK: usize = 1 << 16;
+    let file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut writer = Writer::new(file, &recording.header)?;
+    for series in &recording.series {
+        for (times, values) in series
+            .times_ns
+            .chunks(CHUNK)
+            .zip(series.values.chunks(CHUNK))
+        {
+            writer.write(&Record::Chunk(Chunk {
+                times_ns: times.to_vec(),
+                columns: vec![Column {
+                    series: series.key.clone(),
+                    values: values.to_vec(),
+                    valid: None,
+                }],
+            }))?;
+        }
+    }
+    let mut allocator = recording.allocator.iter().peekable();
+    let mut phases = recording.phases.iter().peekable();
+    loop {
+        let record = match (allocator.peek(), phases.peek()) {
+            (Some(a), Some(p)) if p.t_ns <= a.t_ns => {
+                phases.next().map(|p| Record::Phase(p.clone()))
+            }
+            (Some(_), _) => allocator.next().map(|a| Record::Allocator(a.clone())),
+            (None, Some(_)) => phases.next().map(|p| Record::Phase(p.clone())),
+            (None, None) => None,
+        };
+        let Some(record) = record else { break };
+        writer.write(&record)?;
+    }
+    let rest = (recording.ooms.iter().cloned().map(Record::Oom))
+        .chain(recording.exits.iter().cloned().map(Record::Exit))
+        .chain(recording.drops.iter().cloned().map(Record::Dropped))
+        .chain(recording.notes.iter().cloned().map(Record::Note));
+    for record in rest {
+        writer.write(&record)?;
+    }
+    let end = recording
+        .end
+        .as_ref()
+        .map_or_else(|| recording.duration_ns(), |e| e.t_ns);
+    let mut out = writer.finish(end)?;
+    std::io::Write::flush(&mut out)
+}
+
 /// A recording file that cannot be read, and which file it is.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum FileError {

@@ -1,11 +1,11 @@
-//! `collector report` and `collector check`: the analysis as text, as JSON, and as a CI gate.
+//! `collector report FILE [--json]`: the analysis of a recording or a snapshot, as text or JSON.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use super::load;
 use collector::analysis::{Analysis, FindingKind, analyze, format_bytes, format_duration};
-use collector::open::{Opened, read_any_file};
 use collector::recording::Recording;
 use collector::snapshot::{Snapshot, SnapshotVerdict};
 use serde::Serialize;
@@ -16,63 +16,11 @@ pub const REPORT_SCHEMA: u32 = 1;
 /// Arguments of `collector report`.
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The recording to analyse.
+    /// The recording (or PyTorch memory snapshot) to analyse.
     pub file: PathBuf,
     /// Print the analysis as JSON (schema in the README) instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Arguments of `collector check`.
-#[derive(Debug, clap::Args)]
-pub struct CheckArgs {
-    /// The recording to check.
-    pub file: PathBuf,
-    /// Findings that fail the check, comma-separated: leak, fragmentation, peak_creep,
-    /// capacity_pressure, non_pytorch_memory, other_processes, cache, not_enough_data.
-    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "leak,fragmentation,peak_creep", value_parser = parse_kind)]
-    pub fail_on: Vec<FindingKind>,
-    /// Tolerated growth per step, e.g. `1MiB/step` or `512KiB`: a finding that grows less passes.
-    /// Default: any finding of the kinds above fails.
-    #[arg(long, value_name = "SIZE/step", value_parser = parse_growth)]
-    pub max_growth: Option<f64>,
-}
-
-fn parse_kind(name: &str) -> Result<FindingKind, String> {
-    FindingKind::parse(name).ok_or_else(|| {
-        let known: Vec<&str> = collector::analysis::ALL_KINDS
-            .iter()
-            .map(|k| k.as_str())
-            .collect();
-        format!("unknown finding {name:?}; known: {}", known.join(", "))
-    })
-}
-
-/// Parses `1MiB/step`, `512 KiB`, `2GB`, `4096`.
-pub fn parse_growth(text: &str) -> Result<f64, String> {
-    let body = text.trim().trim_end_matches("/step").trim();
-    let split = body
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(body.len());
-    let (number, unit) = body.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size: expected e.g. 1MiB/step"))?;
-    let factor = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}: use B, KiB, MiB or GiB"
-            ));
-        }
-    };
-    Ok(number * factor)
 }
 
 /// The JSON report.
@@ -174,92 +122,6 @@ impl SnapshotJson {
     }
 }
 
-/// Arguments of `collector import`.
-#[derive(Debug, clap::Args)]
-pub struct ImportArgs {
-    /// The PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`).
-    pub file: PathBuf,
-    /// Where to write the recording.
-    #[arg(long, short, value_name = "PATH")]
-    pub out: PathBuf,
-}
-
-/// `collector import snapshot.pickle --out run.msgpack`: the snapshot's curves, OOMs and phases
-/// as a recording (the frames and blocks stay in the snapshot: open it for those).
-pub fn import(args: &ImportArgs) -> ExitCode {
-    let snapshot = match read_any_file(&args.file) {
-        Ok(Opened::Snapshot(s)) => s,
-        Ok(Opened::Recording(_)) => {
-            eprintln!(
-                "collector: {} is already a tidemark recording; import reads PyTorch memory snapshots",
-                args.file.display()
-            );
-            return ExitCode::from(2);
-        }
-        Err(err) => {
-            eprintln!("collector: {err}");
-            return ExitCode::from(2);
-        }
-    };
-    let recording = snapshot.to_recording();
-    drop(snapshot);
-    match write_recording(&args.out, &recording) {
-        Ok(()) => {
-            println!(
-                "collector: wrote {} ({} allocator readings, {} phase edges, {} OOMs)",
-                args.out.display(),
-                recording.allocator.len(),
-                recording.phases.len(),
-                recording.ooms.len()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("collector: cannot write {}: {err}", args.out.display());
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn write_recording(path: &Path, recording: &Recording) -> std::io::Result<()> {
-    use collector::recording::{Record, Writer};
-    let file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut writer = Writer::new(file, &recording.header)?;
-    let mut allocator = recording.allocator.iter().peekable();
-    let mut phases = recording.phases.iter().peekable();
-    // Both in time order: merged, so the file reads like a live recording.
-    loop {
-        let record = match (allocator.peek(), phases.peek()) {
-            (Some(a), Some(p)) if p.t_ns <= a.t_ns => {
-                phases.next().map(|p| Record::Phase(p.clone()))
-            }
-            (Some(_), _) => allocator.next().map(|a| Record::Allocator(a.clone())),
-            (None, Some(_)) => phases.next().map(|p| Record::Phase(p.clone())),
-            (None, None) => None,
-        };
-        let Some(record) = record else { break };
-        writer.write(&record)?;
-    }
-    for oom in &recording.ooms {
-        writer.write(&Record::Oom(oom.clone()))?;
-    }
-    for note in &recording.notes {
-        writer.write(&Record::Note(note.clone()))?;
-    }
-    let end = recording.duration_ns();
-    let mut out = writer.finish(end)?;
-    std::io::Write::flush(&mut out)
-}
-
-fn load(file: &Path) -> Result<(Recording, Option<Snapshot>), ExitCode> {
-    read_any_file(file)
-        .map(Opened::into_recording)
-        .map_err(|err| {
-            eprintln!("collector: {err}");
-            ExitCode::from(2)
-        })
-}
-
 /// `collector report FILE [--json]`.
 pub fn report(args: &ReportArgs) -> ExitCode {
     let (recording, snapshot) = match load(&args.file) {
@@ -304,44 +166,6 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-/// `collector check FILE`: 0 when fine, 1 with the failing findings printed, 2 when unreadable.
-pub fn check(args: &CheckArgs) -> ExitCode {
-    let recording = match load(&args.file) {
-        Ok((recording, _)) => recording,
-        Err(code) => return code,
-    };
-    let analysis = analyze(&recording);
-    let failing: Vec<_> = analysis
-        .findings
-        .iter()
-        .filter(|f| args.fail_on.contains(&f.kind))
-        .filter(|f| match (args.max_growth, f.growth_per_step_bytes) {
-            (Some(max), Some(growth)) => growth > max,
-            _ => true,
-        })
-        .collect();
-    if failing.is_empty() {
-        println!(
-            "collector check: ok ({} {}s, no {})",
-            analysis.step_series.values.len(),
-            if analysis.by_step { "step" } else { "window" },
-            args.fail_on
-                .iter()
-                .map(|k| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        return ExitCode::SUCCESS;
-    }
-    for finding in failing {
-        println!("collector check: FAILED: {}", finding.title);
-        for line in &finding.evidence {
-            println!("    {line}");
-        }
-    }
-    ExitCode::from(1)
 }
 
 /// The text report: the verdict first (a snapshot's own verdict before the trace's), then the
@@ -609,19 +433,4 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn growth_thresholds_parse() {
-        assert_eq!(parse_growth("1MiB/step"), Ok(1048576.0));
-        assert_eq!(parse_growth("512 KiB"), Ok(524288.0));
-        assert_eq!(parse_growth("2GB"), Ok(2e9));
-        assert_eq!(parse_growth("4096"), Ok(4096.0));
-        assert!(parse_growth("lots").is_err());
-        assert!(parse_growth("3 parsecs").is_err());
-    }
 }

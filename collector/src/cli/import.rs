@@ -1,0 +1,54 @@
+//! `collector import snapshot.pickle --out run.msgpack`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use collector::open::{Opened, read_any_file};
+use collector::recording::write_file;
+
+/// Arguments of `collector import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`).
+    pub file: PathBuf,
+    /// Where to write the recording.
+    #[arg(long, short, value_name = "PATH")]
+    pub out: PathBuf,
+}
+
+/// `collector import snapshot.pickle --out run.msgpack`: the snapshot's curves, OOMs and phases
+/// as a recording (the frames and blocks stay in the snapshot: open it for those).
+pub fn import(args: &ImportArgs) -> ExitCode {
+    let snapshot = match read_any_file(&args.file) {
+        Ok(Opened::Snapshot(s)) => s,
+        Ok(Opened::Recording(_)) => {
+            eprintln!(
+                "collector: {} is already a tidemark recording; import reads PyTorch memory snapshots",
+                args.file.display()
+            );
+            return ExitCode::from(2);
+        }
+        Err(err) => {
+            eprintln!("collector: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let recording = snapshot.to_recording();
+    drop(snapshot);
+    match write_file(&args.out, &recording) {
+        Ok(()) => {
+            println!(
+                "collector: wrote {} ({} allocator readings, {} phase edges, {} OOMs)",
+                args.out.display(),
+                recording.allocator.len(),
+                recording.phases.len(),
+                recording.ooms.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("collector: cannot write {}: {err}", args.out.display());
+            ExitCode::from(2)
+        }
+    }
+}
