@@ -2,7 +2,9 @@
 
 use std::sync::mpsc::{Receiver, Sender, channel};
 
-use collector::analysis::{Analysis, analyze, format_bytes};
+use collector::analysis::{Analysis, analyze};
+
+use collector::format::format_bytes;
 use collector::recording::Recording;
 
 use crate::timeline::{Overlay, TimelineState};

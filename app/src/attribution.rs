@@ -1,6 +1,8 @@
 //! The phase attribution view: which phase grows memory, and by how much.
 
-use collector::analysis::{Analysis, format_bytes};
+use collector::analysis::Analysis;
+
+use collector::format::format_bytes;
 use egui_plot::{Bar, BarChart, Corner, Legend, Line, Plot, PlotPoints};
 
 use crate::timeline::{binary_grid, phase_color};

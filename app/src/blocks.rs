@@ -1,7 +1,9 @@
 //! What a PyTorch memory snapshot adds: the live blocks at a chosen time (largest first, with
 //! their stacks), leak suspects, and the segments' state (fragmentation made visible).
 
-use collector::analysis::{Analysis, format_bytes, format_duration};
+use collector::analysis::Analysis;
+
+use collector::format::{format_bytes, format_duration};
 use collector::snapshot::{BlockState, LiveBlock, Snapshot, SnapshotVerdict, count};
 
 /// A snapshot with what the views show, computed once when it is opened.

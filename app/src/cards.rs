@@ -1,6 +1,8 @@
 //! The verdict card and the run information.
 
-use collector::analysis::{FindingKind, format_bytes, format_duration};
+use collector::analysis::FindingKind;
+
+use collector::format::{format_bytes, format_duration};
 use collector::recording::Recording;
 
 use crate::app::Run;

@@ -1,7 +1,7 @@
 //! The timeline: memory curves over time or steps, phase bands behind them, events as markers,
 //! and a readout of the exact values under the pointer.
 
-use collector::analysis::format_bytes;
+use collector::format::format_bytes;
 use collector::recording::{Phase, Recording};
 use egui::Color32;
 use egui_plot::{

@@ -485,7 +485,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
 }
 
 fn events(recording: &Recording) -> Vec<Event> {
-    use collector::analysis::format_bytes;
+    use collector::format::format_bytes;
     let bytes = |b: Option<u64>| b.map_or("?".to_owned(), |b| format_bytes(b as f64));
     let mut events = Vec::new();
     for oom in &recording.ooms {

@@ -11,6 +11,8 @@ mod trend;
 
 use serde::Serialize;
 
+use crate::format::{format_bytes, format_duration};
+
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::trend::{Trend, trend};
 use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
@@ -248,27 +250,6 @@ pub fn headline(analysis: &Analysis) -> (String, Option<bool>) {
         "No leak: memory at the same point of every step does not rise".to_owned(),
         Some(false),
     )
-}
-
-/// Formats bytes in binary units with three significant digits (`1.23 GiB`, `-512 KiB`).
-pub fn format_bytes(bytes: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let sign = if bytes < 0.0 { "-" } else { "" };
-    let mut value = bytes.abs();
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{sign}{value:.0} B")
-    } else if value >= 100.0 {
-        format!("{sign}{value:.0} {}", UNITS[unit])
-    } else if value >= 10.0 {
-        format!("{sign}{value:.1} {}", UNITS[unit])
-    } else {
-        format!("{sign}{value:.2} {}", UNITS[unit])
-    }
 }
 
 /// The first device's used memory, or the job's host memory, or (with neither, as in an imported
@@ -1012,17 +993,5 @@ fn capacity_and_devices(
                 hints: vec!["the CUDA context, NCCL buffers, cuDNN/cuBLAS workspaces and other libraries: PyTorch's numbers do not show them".to_owned()],
             });
         }
-    }
-}
-
-/// `1 h 05 min`, `3 min 20 s`, `12 s`.
-pub fn format_duration(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    if s >= 3600 {
-        format!("{} h {:02} min", s / 3600, s / 60 % 60)
-    } else if s >= 60 {
-        format!("{} min {:02} s", s / 60, s % 60)
-    } else {
-        format!("{s} s")
     }
 }

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::load;
-use collector::analysis::{Analysis, FindingKind, analyze, format_bytes, format_duration};
+use collector::analysis::{Analysis, FindingKind, analyze};
+use collector::format::{format_bytes, format_duration};
 use collector::recording::Recording;
 use collector::snapshot::{Snapshot, SnapshotVerdict};
 use serde::Serialize;

@@ -17,11 +17,12 @@ use std::sync::mpsc::{self, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use collector::format::format_bytes;
 use collector::recording::{Exit, Header, Record, SeriesKey, SeriesKind, Writer};
 
 use self::clock::{Clock, Ticker};
 use self::host::ProcessTree;
-use self::recorder::{Msg, Recorder, Summary, format_bytes};
+use self::recorder::{Msg, Recorder, Summary};
 use crate::cli::RecordArgs;
 
 /// Exit status when the collector itself cannot start (bad output path, bad arguments).
@@ -397,7 +398,7 @@ fn print_summary(out: &std::path::Path, clock: Clock, summary: Option<&Summary>,
     ];
     for (name, peak) in peaks {
         if let Some(bytes) = peak {
-            line.push_str(&format!(", peak {name} {}", format_bytes(bytes)));
+            line.push_str(&format!(", peak {name} {}", format_bytes(bytes as f64)));
         }
     }
     if summary.ooms > 0 {
@@ -408,7 +409,7 @@ fn print_summary(out: &std::path::Path, clock: Clock, summary: Option<&Summary>,
     }
     line.push_str(&format!(
         "; job exit status {exit_code}; {} written to {}",
-        format_bytes(summary.file_bytes),
+        format_bytes(summary.file_bytes as f64),
         out.display()
     ));
     eprintln!("{line}");

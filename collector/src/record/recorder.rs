@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use collector::format::format_bytes;
 use collector::recording::{
     Chunk, Column, Dropped, Edge, Note, Record, SeriesKey, SeriesKind, Writer,
 };
@@ -332,9 +333,9 @@ impl Recorder {
             line.push_str(&format!(" · step {step}"));
         }
         if let Some(bytes) = status.allocated_bytes {
-            line.push_str(&format!(" · allocated {}", format_bytes(bytes)));
+            line.push_str(&format!(" · allocated {}", format_bytes(bytes as f64)));
         } else if let Some(bytes) = status.device_bytes {
-            line.push_str(&format!(" · device {}", format_bytes(bytes)));
+            line.push_str(&format!(" · device {}", format_bytes(bytes as f64)));
         }
         if self.summary.dropped > 0 {
             line.push_str(&format!(" · {} dropped", self.summary.dropped));
@@ -362,11 +363,6 @@ struct Status {
     device_bytes: Option<u64>,
 }
 
-/// Bytes in binary units with three significant digits: `1.23 GiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    collector::analysis::format_bytes(bytes as f64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,13 +382,5 @@ mod tests {
         assert_eq!(chunk.columns[0].series, b);
         assert_eq!(chunk.columns[0].valid, None);
         assert!(builder.take().is_none());
-    }
-
-    #[test]
-    fn bytes_are_shown_in_binary_units() {
-        assert_eq!(format_bytes(512), "512 B");
-        assert_eq!(format_bytes(1536), "1.50 KiB");
-        assert_eq!(format_bytes(12 << 30), "12.0 GiB");
-        assert_eq!(format_bytes(300 << 20), "300 MiB");
     }
 }

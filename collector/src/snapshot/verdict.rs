@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::{Action, LeakSuspect, SegmentSummary, Snapshot, count};
-use crate::analysis::{Analysis, FindingKind, format_bytes};
+use crate::analysis::{Analysis, FindingKind};
+use crate::format::format_bytes;
 
 /// The out-of-memory error a snapshot was taken at (its last `oom` trace entry).
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -1,0 +1,54 @@
+//! How numbers are written for people: bytes and durations, the same in the report, the
+//! verdict, the collector's summary and the viewer.
+
+/// Formats bytes in binary units with three significant digits (`1.23 GiB`, `-512 KiB`).
+pub fn format_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let sign = if bytes < 0.0 { "-" } else { "" };
+    let mut value = bytes.abs();
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{sign}{value:.0} B")
+    } else if value >= 100.0 {
+        format!("{sign}{value:.0} {}", UNITS[unit])
+    } else if value >= 10.0 {
+        format!("{sign}{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{sign}{value:.2} {}", UNITS[unit])
+    }
+}
+
+/// `1 h 05 min`, `3 min 20 s`, `12 s`.
+pub fn format_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    if s >= 3600 {
+        format!("{} h {:02} min", s / 3600, s / 60 % 60)
+    } else if s >= 60 {
+        format!("{} min {:02} s", s / 60, s % 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_and_durations_read_as_people_write_them() {
+        assert_eq!(format_bytes(0.0), "0 B");
+        assert_eq!(format_bytes(1023.0), "1023 B");
+        assert_eq!(format_bytes(1536.0), "1.50 KiB");
+        assert_eq!(format_bytes(-512.0 * 1024.0), "-512 KiB");
+        assert_eq!(format_bytes(12.5 * 1024.0 * 1024.0 * 1024.0), "12.5 GiB");
+        assert_eq!(format_bytes((12u64 << 30) as f64), "12.0 GiB");
+        assert_eq!(format_bytes((300u64 << 20) as f64), "300 MiB");
+        assert_eq!(format_duration(12.4), "12 s");
+        assert_eq!(format_duration(200.0), "3 min 20 s");
+        assert_eq!(format_duration(3900.0), "1 h 05 min");
+    }
+}
