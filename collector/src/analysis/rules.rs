@@ -1,0 +1,574 @@
+//! The finding rules: each looks at the step series, the phases and the allocator numbers and
+//! adds the finding of its kind with the numbers that fired it ([`judge`] runs them in order).
+
+use super::phases::{self, PhaseStats};
+use super::trend::{self, Trend};
+use super::{
+    ALPHA, Analysis, Basis, Finding, FindingKind, GIB, GROWTH_FLOOR_BYTES, MIB, MIN_STEPS,
+    Projection, StepSeries,
+};
+use crate::format::{format_bytes, format_duration};
+use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
+
+/// `fallback` is the sorted device or host series `analyze` found (none with allocator numbers).
+pub(super) fn judge(
+    recording: &Recording,
+    allocator: &phases::AllocatorIndex<'_>,
+    fallback: Option<&Series>,
+    analysis: &mut Analysis,
+) {
+    let basis = analysis.basis;
+    let unit = if analysis.by_step { "step" } else { "window" };
+    let n = analysis.step_series.values.len();
+    if n < MIN_STEPS {
+        analysis.findings.push(Finding {
+            kind: FindingKind::NotEnoughData,
+            title: format!(
+                "not enough data: {n} {unit}s recorded, at least {MIN_STEPS} are needed to judge a trend ({} more)",
+                MIN_STEPS - n
+            ),
+            phase: None,
+            basis,
+            growth_per_step_bytes: None,
+            evidence: Vec::new(),
+            hints: vec!["record a longer run: a leak shows as a rise over many steps".to_owned()],
+        });
+        devices_rules(recording, allocator, analysis);
+        return;
+    }
+    let steps = analysis.step_series.steps_f64();
+    let values: Vec<f64> = analysis
+        .step_series
+        .values
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+    // Skip the warm-up: the first tenth of the steps (caches filling, lazy initialisation).
+    let warmup = (n / 10).max(1);
+    let trend = trend::trend(&steps[warmup..], &values[warmup..]);
+    // A plateau after warm-up: the last third sits no higher than the middle third, where a
+    // sustained leak puts it a third of the run's growth higher.
+    let third = n / 3;
+    let middle = median_u64(&analysis.step_series.values[third..2 * third]).unwrap_or(0) as f64;
+    let last = median_u64(&analysis.step_series.values[n - third..]).unwrap_or(0) as f64;
+    if let Some(t) = &trend {
+        let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes);
+        let plateau = last - middle < 0.35 * t.slope_per_step * third as f64;
+        let falls_back = t.end_bytes <= t.start_bytes + t.noise_bytes.max(MIB);
+        if t.rises(ALPHA) && t.growth_bytes >= floor && !plateau && !falls_back {
+            analysis.findings.push(leak_finding(
+                basis,
+                unit,
+                t,
+                &analysis.step_series,
+                &analysis.phases,
+            ));
+            analysis.projection = projection(recording, allocator, analysis, t);
+            if analysis.projection.is_none() && basis != Basis::HostRss {
+                analysis.lacks.push("no device capacity: the device's total memory was not recorded (NVML), so there is no projection to an out-of-memory error".to_owned());
+            }
+        }
+    }
+    analysis.trend = trend;
+    if basis == Basis::Allocated {
+        if !fragmentation(allocator, analysis) {
+            cache(allocator, analysis);
+        }
+    } else if analysis.finding(FindingKind::Leak).is_none()
+        && let Some(series) = fallback
+    {
+        sawtooth(series, analysis);
+    }
+    peak_creep(analysis);
+    devices_rules(recording, allocator, analysis);
+}
+
+fn leak_finding(
+    basis: Basis,
+    unit: &str,
+    t: &Trend,
+    series: &StepSeries,
+    phases: &[PhaseStats],
+) -> Finding {
+    let first = series.values.first().copied().unwrap_or(0) as f64;
+    let last = series.values.last().copied().unwrap_or(0) as f64;
+    let mut evidence = vec![
+        format!(
+            "{} at the start of each {unit} rose from {} to {} over {} {unit}s",
+            basis.name(),
+            format_bytes(first),
+            format_bytes(last),
+            series.values.len()
+        ),
+        format!(
+            "trend {}/{unit} (Theil–Sen), Mann–Kendall p = {:.2e}, noise ±{}",
+            format_bytes(t.slope_per_step),
+            t.p_value,
+            format_bytes(t.noise_bytes)
+        ),
+        "it never falls back: a staircase, not the allocator's sawtooth".to_owned(),
+    ];
+    let culprit = phases
+        .iter()
+        .filter(|p| p.share_of_growth.is_some_and(|s| s >= 0.3))
+        .max_by(|a, b| {
+            a.share_of_growth
+                .partial_cmp(&b.share_of_growth)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    let phase = culprit.map(|p| p.phase.clone());
+    if let Some(p) = culprit {
+        evidence.push(format!(
+            "{} retains {} per occurrence (mean over {} occurrences): {:.0}% of what the phases keep",
+            p.phase,
+            format_bytes(p.retained_mean_bytes),
+            p.occurrences,
+            100.0 * p.share_of_growth.unwrap_or(0.0)
+        ));
+    }
+    let title = match &phase {
+        Some(phase) => format!(
+            "{} leak in {phase}: +{}/{unit}",
+            capitalize(basis.name()),
+            format_bytes(t.slope_per_step)
+        ),
+        None => format!(
+            "{} leak: +{}/{unit}",
+            capitalize(basis.name()),
+            format_bytes(t.slope_per_step)
+        ),
+    };
+    Finding {
+        kind: FindingKind::Leak,
+        title,
+        phase: phase.clone(),
+        basis,
+        growth_per_step_bytes: Some(t.slope_per_step),
+        evidence,
+        hints: leak_hints(basis, phase.as_ref()),
+    }
+}
+
+fn capitalize(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+/// The usual causes for growth in this phase (from the patterns users hit most).
+fn leak_hints(basis: Basis, phase: Option<&Phase>) -> Vec<String> {
+    let mut hints: Vec<&str> = match phase {
+        Some(Phase::Eval) => vec![
+            "predictions or logits kept on the GPU across batches (`preds.append(out)`): keep `out.detach().cpu()` or the metric's number instead",
+            "evaluation without `torch.no_grad()` keeps every batch's graph alive",
+        ],
+        Some(Phase::Forward) | Some(Phase::Backward) => vec![
+            "a loss kept with its graph (`losses.append(loss)`): keep `loss.item()`",
+            "activations stored on the module (`self.attn = attn`) or by forward hooks that keep outputs: store `.detach().clone()` on the CPU, or remove the hook after use",
+            "`x.detach()` still holds the memory: `.detach()` cuts the graph, not the storage",
+            "with gradient accumulation, a loss stored before `backward()` (`self.last_loss = loss`) chains the graphs of several steps",
+        ],
+        Some(Phase::Optimizer) => vec![
+            "parameter groups or parameters added to the optimizer every step (its state grows with them)",
+            "tensors kept in the optimizer's state or a scheduler by custom code",
+        ],
+        _ => vec![
+            "a loss kept with its graph (`losses.append(loss)`): keep `loss.item()`",
+            "outputs or predictions kept on the GPU in a list, or on `self` in a trainer (`self.current_batch = batch`)",
+            "tensors made on the GPU in a DataLoader's `collate_fn` or `__getitem__`: move data to the device in the training loop",
+        ],
+    };
+    if basis == Basis::HostRss {
+        hints = vec![
+            "tensors moved to the CPU (`.cpu()`, `.item()` lists) and kept for the whole run",
+            "DataLoader workers touching Python objects of a large Dataset (copy-on-access of lists and dicts): use numpy arrays or tensors",
+            "a cache or a log that grows every step",
+        ];
+    }
+    hints.into_iter().map(str::to_owned).collect()
+}
+
+/// Reserved − allocated grows while allocated stays flat, with allocator retries or growing
+/// inactive split blocks. Returns whether it found it.
+fn fragmentation(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis) -> bool {
+    let Some(samples) = allocator.at_step_samples(&analysis.step_series) else {
+        return false;
+    };
+    let steps = analysis.step_series.steps_f64();
+    let gap: Vec<f64> = samples
+        .iter()
+        .map(|s| s.reserved as f64 - s.allocated as f64)
+        .collect();
+    let n = gap.len();
+    let warmup = (n / 10).max(1);
+    let leaking = analysis.finding(FindingKind::Leak).is_some();
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return false;
+    };
+    if let Some(t) = trend::trend(&steps[warmup..], &gap[warmup..]) {
+        let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes);
+        let retries = last.retries.saturating_sub(first.retries);
+        let split_rises = last.inactive_split > first.inactive_split + (MIB as u64);
+        if !leaking && t.rises(ALPHA) && t.growth_bytes >= floor && (retries > 0 || split_rises) {
+            analysis.findings.push(Finding {
+                kind: FindingKind::Fragmentation,
+                title: format!(
+                    "Fragmentation: reserved − allocated grows {}/step while allocated stays flat",
+                    format_bytes(t.slope_per_step)
+                ),
+                phase: None,
+                basis: Basis::Allocated,
+                growth_per_step_bytes: Some(t.slope_per_step),
+                evidence: vec![
+                    format!(
+                        "reserved − allocated went from {} to {} (Mann–Kendall p = {:.2e})",
+                        format_bytes(gap[0]),
+                        format_bytes(gap[n - 1]),
+                        t.p_value
+                    ),
+                    format!(
+                        "allocator retries +{retries}, inactive split blocks went from {} to {}",
+                        format_bytes(first.inactive_split as f64),
+                        format_bytes(last.inactive_split as f64)
+                    ),
+                ],
+                hints: vec![
+                    "try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`".to_owned(),
+                    "varying tensor sizes (dynamic shapes, variable sequence lengths) split the cache: pad to a few fixed sizes".to_owned(),
+                    "`max_split_size_mb` stops large blocks from being split".to_owned(),
+                ],
+            });
+            return true;
+        }
+    }
+    false
+}
+
+/// Reserved well above allocated at the last step, but flat: the caching allocator doing its job.
+fn cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis) {
+    let Some(last) = allocator
+        .at_step_samples(&analysis.step_series)
+        .and_then(|samples| samples.last().copied())
+    else {
+        return;
+    };
+    let leaking = analysis.finding(FindingKind::Leak).is_some();
+    let reserved = last.reserved as f64;
+    let allocated = last.allocated as f64;
+    if !leaking && reserved >= 1.3 * allocated && reserved - allocated >= 64.0 * MIB {
+        analysis.findings.push(Finding {
+            kind: FindingKind::Cache,
+            title: "The allocator's cache: reserved is well above allocated, but flat".to_owned(),
+            phase: None,
+            basis: Basis::Allocated,
+            growth_per_step_bytes: None,
+            evidence: vec![format!(
+                "at the last step PyTorch reserved {} for {} allocated; nvidia-smi shows the reserved amount",
+                format_bytes(reserved),
+                format_bytes(allocated)
+            )],
+            hints: vec![
+                "this is healthy: freed blocks are kept for reuse, and `torch.cuda.empty_cache()` would only slow the job down".to_owned(),
+            ],
+        });
+    }
+}
+
+/// Without allocator numbers: a series that rises within steps and falls back is the cache.
+fn sawtooth(series: &Series, analysis: &mut Analysis) {
+    let (Some(&min), Some(&max)) = (series.values.iter().min(), series.values.iter().max()) else {
+        return;
+    };
+    let swing = (max - min) as f64;
+    let growth = analysis
+        .trend
+        .as_ref()
+        .map_or(0.0, |t| t.growth_bytes.abs());
+    if swing >= 64.0 * MIB && swing >= 4.0 * growth {
+        analysis.findings.push(Finding {
+            kind: FindingKind::Cache,
+            title: format!(
+                "A sawtooth that falls back: {} swings by {} but returns to the same level",
+                analysis.basis.name(),
+                format_bytes(swing)
+            ),
+            phase: None,
+            basis: analysis.basis,
+            growth_per_step_bytes: None,
+            evidence: vec![format!(
+                "between {} and {}; the lowest point of each {} does not rise",
+                format_bytes(min as f64),
+                format_bytes(max as f64),
+                if analysis.by_step { "step" } else { "window" }
+            )],
+            hints: vec!["memory used transiently and given back: not a leak".to_owned()],
+        });
+    }
+}
+
+fn peak_creep(analysis: &mut Analysis) {
+    let mut found = Vec::new();
+    for stats in &analysis.phases {
+        let Some(t) = &stats.watermark_trend else {
+            continue;
+        };
+        let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes);
+        if stats.occurrences >= MIN_STEPS && t.rises(ALPHA) && t.growth_bytes >= floor {
+            found.push(Finding {
+                kind: FindingKind::PeakCreep,
+                title: format!(
+                    "Peak creep in {}: its transient peak grows {}/occurrence",
+                    stats.phase,
+                    format_bytes(t.slope_per_step)
+                ),
+                phase: Some(stats.phase.clone()),
+                basis: analysis.basis,
+                growth_per_step_bytes: Some(t.slope_per_step),
+                evidence: vec![format!(
+                    "watermark (peak − start) of {} went from {} to {} over {} occurrences (Mann–Kendall p = {:.2e})",
+                    stats.phase,
+                    format_bytes(t.start_bytes),
+                    format_bytes(t.end_bytes),
+                    stats.occurrences,
+                    t.p_value
+                )],
+                hints: vec![
+                    "ever larger temporaries: growing sequence lengths or batch sizes, a buffer expanded every call (`pos_emb.expand(…)` on a growing size)".to_owned(),
+                    "the next larger batch may be the one that runs out of memory, even without a leak".to_owned(),
+                ],
+            });
+        }
+    }
+    analysis.findings.extend(found);
+}
+
+fn projection(
+    recording: &Recording,
+    allocator: &phases::AllocatorIndex<'_>,
+    analysis: &Analysis,
+    t: &Trend,
+) -> Option<Projection> {
+    if analysis.basis == Basis::HostRss || t.slope_per_step <= 0.0 {
+        return None;
+    }
+    let device = match analysis.basis {
+        Basis::Allocated => allocator.device(),
+        _ => recording
+            .series
+            .iter()
+            .filter(|s| s.key.kind == SeriesKind::DeviceUsed)
+            .filter_map(|s| s.key.device)
+            .min(),
+    }?;
+    let capacity = recording
+        .header
+        .devices
+        .iter()
+        .find(|d| d.index == device)?
+        .total_bytes;
+    if capacity == 0 {
+        return None; // unknown: said in `lacks`
+    }
+    let series = &analysis.step_series;
+    let level = *series.values.last()?;
+    let last_step = *series.steps.last()?;
+    let steps_left = (capacity.saturating_sub(level) as f64 / t.slope_per_step).ceil();
+    let oom_step = last_step + steps_left as u64;
+    let span_steps = last_step.saturating_sub(*series.steps.first()?) as f64;
+    let span_ns = series
+        .times_ns
+        .last()?
+        .saturating_sub(*series.times_ns.first()?) as f64;
+    let oom_after_s = (span_steps > 0.0).then(|| {
+        (*series.times_ns.last().unwrap_or(&0) as f64 + steps_left * span_ns / span_steps) / 1e9
+    });
+    Some(Projection {
+        capacity_bytes: capacity,
+        level_bytes: level,
+        last_step,
+        oom_step,
+        oom_after_s,
+    })
+}
+
+/// The median, estimated from at most 100,000 evenly spaced values.
+fn median_u64(values: &[u64]) -> Option<u64> {
+    let stride = values.len().div_ceil(100_000).max(1);
+    let mut picked: Vec<u64> = values.iter().step_by(stride).copied().collect();
+    if picked.is_empty() {
+        return None;
+    }
+    let mid = picked.len() / 2;
+    Some(*picked.select_nth_unstable(mid).1)
+}
+
+/// One device's used memory over the run, and its processes' share where the driver has it.
+struct DeviceUse {
+    index: u32,
+    total_bytes: u64,
+    peak: u64,
+    used_median: f64,
+    /// The median device memory of the job's processes, summed (`None`: unavailable).
+    own_total: Option<f64>,
+}
+
+fn device_use(recording: &Recording) -> Vec<DeviceUse> {
+    let mut out = Vec::new();
+    for device in &recording.header.devices {
+        let Some(used) = recording
+            .series(&SeriesKey::device(SeriesKind::DeviceUsed, device.index))
+            .filter(|s| !s.values.is_empty())
+        else {
+            continue;
+        };
+        let own: Vec<&Series> = recording
+            .series
+            .iter()
+            .filter(|s| {
+                s.key.kind == SeriesKind::ProcessDevice && s.key.device == Some(device.index)
+            })
+            .filter(|s| !s.values.is_empty())
+            .collect();
+        out.push(DeviceUse {
+            index: device.index,
+            total_bytes: device.total_bytes,
+            peak: used.values.iter().copied().max().unwrap_or(0),
+            used_median: median_u64(&used.values).unwrap_or(0) as f64,
+            own_total: (!own.is_empty()).then(|| {
+                own.iter()
+                    .map(|s| median_u64(&s.values).unwrap_or(0) as f64)
+                    .sum()
+            }),
+        });
+    }
+    out
+}
+
+/// The projected out-of-memory error, or a device that ran at 90 % of its memory.
+fn capacity_pressure(devices: &[DeviceUse], analysis: &mut Analysis) {
+    if let Some(p) = analysis.projection.clone() {
+        let when = p
+            .oom_after_s
+            .map(|s| format!(", about {} after the start", format_duration(s)))
+            .unwrap_or_default();
+        analysis.findings.push(Finding {
+            kind: FindingKind::CapacityPressure,
+            title: format!(
+                "Projected out-of-memory at step {}{when}",
+                p.oom_step
+            ),
+            phase: None,
+            basis: analysis.basis,
+            growth_per_step_bytes: None,
+            evidence: vec![format!(
+                "{} of {} in use at step {}; at the current trend the device is full after {} more steps",
+                format_bytes(p.level_bytes as f64),
+                format_bytes(p.capacity_bytes as f64),
+                p.last_step,
+                p.oom_step - p.last_step
+            )],
+            hints: vec!["fix the leak first; a smaller batch only moves the crash later".to_owned()],
+        });
+        return;
+    }
+    for d in devices {
+        if d.total_bytes > 0 && d.peak as f64 >= 0.9 * d.total_bytes as f64 {
+            analysis.findings.push(Finding {
+                kind: FindingKind::CapacityPressure,
+                title: format!(
+                    "GPU {} ran at {:.0}% of its memory",
+                    d.index,
+                    100.0 * d.peak as f64 / d.total_bytes as f64
+                ),
+                phase: None,
+                basis: Basis::DeviceUsed,
+                growth_per_step_bytes: None,
+                evidence: vec![format!(
+                    "peak {} of {}",
+                    format_bytes(d.peak as f64),
+                    format_bytes(d.total_bytes as f64)
+                )],
+                hints: vec!["a slightly larger batch or a longer sequence will not fit".to_owned()],
+            });
+        }
+    }
+}
+
+/// The device holds much more than the job's processes: someone else's memory.
+fn other_processes(devices: &[DeviceUse], analysis: &mut Analysis) {
+    for d in devices {
+        let Some(own_total) = d.own_total else {
+            continue;
+        };
+        if d.used_median - own_total >= GIB.max(0.2 * d.used_median) {
+            analysis.findings.push(Finding {
+                kind: FindingKind::OtherProcesses,
+                title: format!(
+                    "Other processes use {} on GPU {}",
+                    format_bytes(d.used_median - own_total),
+                    d.index
+                ),
+                phase: None,
+                basis: Basis::DeviceUsed,
+                growth_per_step_bytes: None,
+                evidence: vec![format!(
+                    "the device had {} in use, the job's processes {}",
+                    format_bytes(d.used_median),
+                    format_bytes(own_total)
+                )],
+                hints: vec!["a shared GPU: what fits when alone may not fit here; check `nvidia-smi` for the other processes".to_owned()],
+            });
+        }
+    }
+}
+
+/// The job's device memory well above what PyTorch reserved: the CUDA context and libraries.
+fn non_pytorch_memory(
+    devices: &[DeviceUse],
+    allocator: &phases::AllocatorIndex<'_>,
+    analysis: &mut Analysis,
+) {
+    for d in devices {
+        let own_or_used = d.own_total.unwrap_or(d.used_median);
+        if let Some(reserved) = allocator.median_reserved(d.index)
+            && own_or_used - reserved as f64 >= GIB.max(0.25 * own_or_used)
+        {
+            let whose = if d.own_total.is_none() {
+                "the device's used memory (per-process numbers unavailable, so other processes are included)"
+            } else {
+                "the job's own device memory"
+            };
+            analysis.findings.push(Finding {
+                kind: FindingKind::NonPytorchMemory,
+                title: format!(
+                    "{} on GPU {} is not PyTorch's",
+                    format_bytes(own_or_used - reserved as f64),
+                    d.index
+                ),
+                phase: None,
+                basis: Basis::DeviceUsed,
+                growth_per_step_bytes: None,
+                evidence: vec![format!(
+                    "{whose}: {}; PyTorch reserved {}",
+                    format_bytes(own_or_used),
+                    format_bytes(reserved as f64)
+                )],
+                hints: vec!["the CUDA context, NCCL buffers, cuDNN/cuBLAS workspaces and other libraries: PyTorch's numbers do not show them".to_owned()],
+            });
+        }
+    }
+}
+
+/// The rules about the devices themselves, run whether or not the trend could be judged.
+fn devices_rules(
+    recording: &Recording,
+    allocator: &phases::AllocatorIndex<'_>,
+    analysis: &mut Analysis,
+) {
+    let devices = device_use(recording);
+    capacity_pressure(&devices, analysis);
+    other_processes(&devices, analysis);
+    non_pytorch_memory(&devices, allocator, analysis);
+}
