@@ -3,8 +3,8 @@
 
 use collector::analysis::Analysis;
 
-use collector::format::{format_bytes, format_duration};
-use collector::snapshot::{BlockState, LiveBlock, Snapshot, SnapshotVerdict, count};
+use collector::format::{count, format_bytes, format_duration};
+use collector::snapshot::{BlockState, LiveBlock, Snapshot, SnapshotVerdict};
 
 /// A snapshot with what the views show, computed once when it is opened.
 pub struct SnapshotView {

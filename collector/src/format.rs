@@ -34,6 +34,15 @@ pub fn format_duration(seconds: f64) -> String {
     }
 }
 
+/// `1 block`, `3 blocks`, `2 entries`.
+pub fn count(n: usize, what: &str) -> String {
+    match (n, what.strip_suffix('y')) {
+        (1, _) => format!("1 {what}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        _ => format!("{n} {what}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

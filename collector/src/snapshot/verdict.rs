@@ -6,8 +6,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{Action, LeakSuspect, SegmentSummary, Snapshot, count};
+use super::{Action, LeakSuspect, SegmentSummary, Snapshot};
 use crate::analysis::{Analysis, FindingKind};
+use crate::format::count;
 use crate::format::format_bytes;
 
 /// The out-of-memory error a snapshot was taken at (its last `oom` trace entry).

@@ -1,0 +1,206 @@
+//! A snapshot's trace as a [`Recording`]: allocated and reserved curves per device, OOMs, and
+//! phases from annotations and `user_metadata`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{Action, BlockState, Snapshot};
+use crate::recording::{
+    AllocatorSample, Device, Edge, Header, Note, Oom, Origin, Phase, PhaseEdge, Record, Recording,
+};
+
+/// A phase of a snapshot: a `record_function` range (START to END) or a run of equal
+/// `user_metadata`, on one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhaseSpan {
+    /// The device.
+    pub device: u32,
+    /// When it starts, µs since the epoch.
+    pub start_us: i64,
+    /// When it ends, µs since the epoch.
+    pub end_us: i64,
+    /// The range's name or the metadata string.
+    pub name: String,
+}
+
+impl Snapshot {
+    /// Per device, allocated and reserved bytes at the start of the trace: what the segments hold
+    /// at snapshot time minus what the trace added (the trace is a ring buffer: it may start
+    /// long after the first allocation).
+    fn baselines(&self) -> BTreeMap<u32, (i128, i128)> {
+        let mut end: BTreeMap<u32, (i128, i128)> = BTreeMap::new();
+        for s in &self.segments {
+            let e = end.entry(s.device).or_default();
+            e.1 += i128::from(s.total_size);
+            e.0 += s
+                .blocks
+                .iter()
+                .filter(|b| b.state != BlockState::Inactive)
+                .map(|b| i128::from(b.size))
+                .sum::<i128>();
+        }
+        let mut net: BTreeMap<u32, (i128, i128)> = BTreeMap::new();
+        for e in &self.entries {
+            if let Some((a, r)) = e.action.change(e.size) {
+                let n = net.entry(e.device).or_default();
+                n.0 += a;
+                n.1 += r;
+            }
+        }
+        let known = !self.segments.is_empty();
+        let mut base = BTreeMap::new();
+        for device in end.keys().chain(net.keys()) {
+            let (ea, er) = end.get(device).copied().unwrap_or_default();
+            let (na, nr) = net.get(device).copied().unwrap_or_default();
+            let a = if known { (ea - na).max(0) } else { 0 };
+            let r = if known { (er - nr).max(0) } else { 0 };
+            base.insert(*device, (a, r));
+        }
+        base
+    }
+
+    /// Phase spans per device, from `external_annotations` START/END pairs and from runs of equal
+    /// `user_metadata`, by start.
+    pub fn phase_spans(&self) -> Vec<PhaseSpan> {
+        let span = |device, start_us, end_us, name| PhaseSpan {
+            device,
+            start_us,
+            end_us,
+            name,
+        };
+        let mut spans = Vec::new();
+        let mut open: HashMap<(u32, &str), Vec<i64>> = HashMap::new();
+        for a in &self.annotations {
+            if a.start {
+                open.entry((a.device, &a.name)).or_default().push(a.time_us);
+            } else if let Some(start) = open
+                .get_mut(&(a.device, a.name.as_str()))
+                .and_then(Vec::pop)
+            {
+                spans.push(span(a.device, start, a.time_us, a.name.clone()));
+            }
+        }
+        let mut current: Option<(u32, i64, u32)> = None; // device, start, metadata
+        let mut last_time = 0i64;
+        for e in &self.entries {
+            let changed = match (current, e.user_metadata()) {
+                (Some((d, _, m)), Some(n)) => d != e.device || m != n,
+                (Some(_), None) | (None, Some(_)) => true,
+                (None, None) => false,
+            };
+            if changed {
+                if let Some((d, start, m)) = current.take() {
+                    spans.push(span(d, start, last_time, self.string(m).to_owned()));
+                }
+                current = e.user_metadata().map(|m| (e.device, e.time_us, m));
+            }
+            last_time = e.time_us;
+        }
+        if let Some((d, start, m)) = current {
+            spans.push(span(d, start, last_time, self.string(m).to_owned()));
+        }
+        spans.sort_by_key(|s| (s.start_us, s.device));
+        spans
+    }
+
+    /// The trace as a recording: allocated and reserved curves per device (one allocator
+    /// reading per entry that changes them), OOMs, and phases from annotations and
+    /// `user_metadata`. Times are relative to the first entry.
+    pub fn to_recording(&self) -> Recording {
+        let (t0, _) = self.time_range_us().unwrap_or((0, 0));
+        let t_ns = |us: i64| {
+            u64::try_from(us.saturating_sub(t0))
+                .unwrap_or(0)
+                .saturating_mul(1000)
+        };
+        let mut header = Header::new(
+            u64::try_from(t0).unwrap_or(0).saturating_mul(1000),
+            String::new(),
+            vec!["torch.cuda.memory._dump_snapshot".to_owned()],
+        );
+        header.devices = (0..self.devices.max(1))
+            .map(|index| Device {
+                index,
+                name: format!("cuda:{index}"),
+                uuid: String::new(),
+                total_bytes: 0,
+            })
+            .collect();
+        let mut recording = Recording::new(header);
+        let origin = Origin { pid: 0, rank: None };
+        let base = self.baselines();
+        let mut level: BTreeMap<u32, (i128, i128, i128)> =
+            base.iter().map(|(d, (a, r))| (*d, (*a, *r, *a))).collect();
+        recording.allocator.reserve(self.entries.len());
+        for e in &self.entries {
+            let l = level.entry(e.device).or_default();
+            if e.action == Action::Oom {
+                recording.push(Record::Oom(Oom {
+                    t_ns: t_ns(e.time_us),
+                    device: Some(e.device),
+                    rank: None,
+                    tried_bytes: Some(e.size),
+                    capacity_bytes: None,
+                    free_bytes: Some(e.device_free),
+                    allocated_bytes: u64::try_from(l.0).ok(),
+                    reserved_unallocated_bytes: u64::try_from(l.1 - l.0).ok(),
+                    message: format!(
+                        "out of memory on cuda:{}: tried to allocate {} bytes with {} bytes free",
+                        e.device, e.size, e.device_free
+                    ),
+                }));
+                continue;
+            }
+            let Some((a, r)) = e.action.change(e.size) else {
+                continue;
+            };
+            l.0 += a;
+            l.1 += r;
+            l.2 = l.2.max(l.0);
+            let clamp = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
+            recording.allocator.push(AllocatorSample {
+                t_ns: t_ns(e.time_us),
+                origin,
+                device: e.device,
+                allocated: clamp(l.0),
+                reserved: clamp(l.1),
+                peak: clamp(l.2),
+                ..AllocatorSample::default()
+            });
+        }
+        for PhaseSpan {
+            device,
+            start_us: start,
+            end_us: end,
+            name,
+        } in self.phase_spans()
+        {
+            let phase = Phase::from(name);
+            for (edge, t) in [(Edge::Begin, start), (Edge::End, end)] {
+                recording.phases.push(PhaseEdge {
+                    t_ns: t_ns(t),
+                    edge,
+                    phase: phase.clone(),
+                    step: None,
+                    origin: Origin {
+                        pid: 0,
+                        rank: Some(device),
+                    },
+                    host_heap: None,
+                    host_rss: None,
+                });
+            }
+        }
+        recording.phases.sort_by_key(|p| p.t_ns);
+        recording.push(Record::Note(Note {
+            t_ns: 0,
+            text: format!(
+                "imported from a PyTorch memory snapshot: {} trace entries on {} device(s), {} segments",
+                self.entries.len(),
+                self.devices,
+                self.segments.len()
+            ),
+        }));
+        recording.shrink_to_fit();
+        recording
+    }
+}

@@ -1,0 +1,263 @@
+//! What a snapshot holds: its segments and blocks, its trace entries, annotations and the
+//! interned strings, frames and stacks they refer to.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use super::Frame;
+
+/// Why a snapshot cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SnapshotError {
+    /// The file has no bytes.
+    #[error("the file is empty, not a PyTorch memory snapshot")]
+    Empty,
+    /// Not a pickle at all.
+    #[error("not a PyTorch memory snapshot: {0}")]
+    NotAPickle(String),
+    /// The pickle is damaged or truncated.
+    #[error("at byte {offset}: {message}")]
+    Pickle {
+        /// Where the machine stopped.
+        offset: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A well-formed pickle of something else, or a snapshot with a field of the wrong kind.
+    #[error("{0}")]
+    Schema(String),
+}
+
+/// What a trace entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A block handed to a tensor.
+    Alloc,
+    /// A block freed by its tensor, not yet reusable (other streams may still use it).
+    FreeRequested,
+    /// The block is reusable.
+    FreeCompleted,
+    /// `cudaMalloc` of a new segment.
+    SegmentAlloc,
+    /// `cudaFree` of a segment.
+    SegmentFree,
+    /// Expandable segments: pages mapped.
+    SegmentMap,
+    /// Expandable segments: pages unmapped.
+    SegmentUnmap,
+    /// The snapshot was taken.
+    Snapshot,
+    /// Out of memory: `size` was asked for, `device_free` was free.
+    Oom,
+    /// An action this reader does not know: its place among the snapshot's unknown action names
+    /// (one byte, so that a trace entry stays 48 bytes).
+    Other(u8),
+}
+
+impl Action {
+    /// What the action changes, (allocated, reserved) in bytes, for an entry of `size` bytes;
+    /// `None` for actions that change neither.
+    pub(super) fn change(self, size: u64) -> Option<(i128, i128)> {
+        let size = i128::from(size);
+        match self {
+            Self::Alloc => Some((size, 0)),
+            Self::FreeCompleted => Some((-size, 0)),
+            Self::SegmentAlloc | Self::SegmentMap => Some((0, size)),
+            Self::SegmentFree | Self::SegmentUnmap => Some((0, -size)),
+            _ => None,
+        }
+    }
+
+    /// The name PyTorch uses.
+    pub fn name<'a>(&self, snapshot: &'a Snapshot) -> &'a str {
+        match self {
+            Self::Alloc => "alloc",
+            Self::FreeRequested => "free_requested",
+            Self::FreeCompleted => "free_completed",
+            Self::SegmentAlloc => "segment_alloc",
+            Self::SegmentFree => "segment_free",
+            Self::SegmentMap => "segment_map",
+            Self::SegmentUnmap => "segment_unmap",
+            Self::Snapshot => "snapshot",
+            Self::Oom => "oom",
+            Self::Other(i) => snapshot
+                .other_actions
+                .get(usize::from(*i))
+                .map_or("?", |&name| snapshot.string(name)),
+        }
+    }
+}
+
+/// One entry of a device's allocator trace: 48 bytes, since a snapshot may hold millions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceEntry {
+    /// When, in microseconds since the Unix epoch (0 when the snapshot has no times).
+    pub time_us: i64,
+    /// The block's or segment's address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// For OOMs: the bytes free on the device.
+    pub device_free: u64,
+    /// The stack (index into the snapshot's stacks; 0 is empty).
+    pub stack: u32,
+    /// The device.
+    pub device: u32,
+    /// `torch.cuda.memory._set_memory_metadata` at the time: its interned string's id + 1.
+    pub(crate) metadata: Option<NonZeroU32>,
+    /// The CUDA stream: its place in [`Snapshot::streams`].
+    pub(crate) stream: u16,
+    /// What happened.
+    pub action: Action,
+}
+
+impl TraceEntry {
+    /// `torch.cuda.memory._set_memory_metadata` at the time (an interned string), if set.
+    pub fn user_metadata(&self) -> Option<u32> {
+        self.metadata.map(|m| m.get() - 1)
+    }
+}
+
+// A snapshot may hold millions of trace entries: keep each at 48 bytes.
+const _: () = assert!(std::mem::size_of::<TraceEntry>() == 48);
+
+/// The state of a block inside a segment when the snapshot was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockState {
+    /// Held by a tensor.
+    ActiveAllocated,
+    /// Freed by its tensor, waiting for other streams (`active_pending_free`, or
+    /// `active_awaiting_free` in some versions).
+    ActivePendingFree,
+    /// Free, cached by the allocator.
+    Inactive,
+    /// A state this reader does not know.
+    Other,
+}
+
+/// A block of a segment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Block {
+    /// Its address.
+    pub address: u64,
+    /// Bytes (rounded up by the allocator).
+    pub size: u64,
+    /// Bytes the tensor asked for.
+    pub requested_size: u64,
+    /// Its state.
+    pub state: BlockState,
+    /// Where it was allocated (0: unknown).
+    pub stack: u32,
+}
+
+/// A segment: one `cudaMalloc` (or an expandable range) of the caching allocator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// The device.
+    pub device: u32,
+    /// Its address.
+    pub address: u64,
+    /// Bytes reserved.
+    pub total_size: u64,
+    /// Bytes of its blocks held by tensors.
+    pub allocated_size: u64,
+    /// `small` (≤ 1 MiB blocks) or `large`.
+    pub segment_type: String,
+    /// The stream.
+    pub stream: u64,
+    /// Its blocks, by address.
+    pub blocks: Vec<Block>,
+}
+
+/// A START or END of a `record_function` range (`external_annotations`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Annotation {
+    /// The device.
+    pub device: u32,
+    /// True for START.
+    pub start: bool,
+    /// The range's name.
+    pub name: String,
+    /// When, in microseconds since the Unix epoch.
+    pub time_us: i64,
+}
+
+/// A PyTorch memory snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Every string (interned).
+    pub strings: Vec<Arc<str>>,
+    /// Every distinct frame.
+    pub frames: Vec<Frame>,
+    pub(super) stack_frames: Vec<u32>,
+    pub(super) stack_starts: Vec<u32>,
+    /// The trace entries of every device, device by device, each in time order.
+    pub entries: Vec<TraceEntry>,
+    /// The segments at the time of the snapshot.
+    pub segments: Vec<Segment>,
+    /// `record_function` ranges.
+    pub annotations: Vec<Annotation>,
+    /// The allocator's settings, as `key = value` text.
+    pub allocator_settings: Vec<(String, String)>,
+    /// The CUDA streams trace entries name, each once.
+    pub(super) streams: Vec<u64>,
+    /// The names of actions this reader does not know (interned), each once.
+    pub(super) other_actions: Vec<u32>,
+    /// How many devices the snapshot describes.
+    pub devices: u32,
+}
+
+/// A block alive at some time, with where it was allocated.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LiveBlock {
+    /// The device.
+    pub device: u32,
+    /// Its address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// When it was allocated (µs since the epoch); `None` when before the trace starts.
+    pub allocated_us: Option<i64>,
+    /// The stack of its allocation.
+    pub stack: u32,
+}
+
+/// Blocks from one allocation site that a repeating phase leaves behind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeakSuspect {
+    /// The device.
+    pub device: u32,
+    /// The allocation site.
+    pub stack: u32,
+    /// The phase they were allocated in (`None`: the snapshot has no phases).
+    pub phase: Option<String>,
+    /// How many occurrences of the phase left a block from this site alive.
+    pub occurrences: usize,
+    /// Of how many occurrences in all.
+    pub of: usize,
+    /// Blocks still alive at the end.
+    pub blocks: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// The segments of one device at snapshot time.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SegmentSummary {
+    /// The device.
+    pub device: u32,
+    /// How many segments.
+    pub segments: usize,
+    /// Bytes reserved.
+    pub reserved: u64,
+    /// Bytes held by tensors (`active_allocated`).
+    pub allocated: u64,
+    /// Bytes freed but waiting for other streams.
+    pub pending_free: u64,
+    /// Bytes free inside segments (cached).
+    pub free: u64,
+    /// How many free pieces.
+    pub free_pieces: usize,
+    /// The largest free piece: the largest tensor that fits without a new `cudaMalloc`.
+    pub largest_free: u64,
+}

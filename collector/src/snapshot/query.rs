@@ -1,0 +1,261 @@
+//! What a snapshot answers by itself: strings, stacks and frames by id, the live blocks at any
+//! time, leak suspects, the segments' state and the actions' counts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{
+    Action, BlockState, Frame, LeakSuspect, LiveBlock, SegmentSummary, Snapshot, TraceEntry,
+};
+
+impl Snapshot {
+    /// The CUDA stream of a trace entry.
+    pub fn stream(&self, entry: &TraceEntry) -> u64 {
+        self.streams
+            .get(usize::from(entry.stream))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A string by id ("" when out of range).
+    pub fn string(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", |s| s)
+    }
+
+    /// The frames of a stack, innermost first.
+    pub fn stack(&self, id: u32) -> impl Iterator<Item = &Frame> {
+        let i = id as usize;
+        let start = self.stack_starts.get(i).copied().unwrap_or(0) as usize;
+        let end = self.stack_starts.get(i + 1).copied().unwrap_or(0) as usize;
+        self.stack_frames
+            .get(start..end)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|&f| self.frames.get(f as usize))
+    }
+
+    /// How many distinct stacks.
+    pub fn stack_count(&self) -> usize {
+        self.stack_starts.len().saturating_sub(1)
+    }
+
+    /// A frame as `name (file:line)`.
+    pub fn frame_text(&self, frame: &Frame) -> String {
+        let file = self.string(frame.filename);
+        if frame.line > 0 && frame.line < u64::from(u32::MAX) {
+            format!("{} ({file}:{})", self.string(frame.name), frame.line)
+        } else if file.is_empty() || file == "??" {
+            self.string(frame.name).to_owned()
+        } else {
+            format!("{} ({file})", self.string(frame.name))
+        }
+    }
+
+    /// The frames worth showing first: Python frames (a `.py` file) when the stack has any,
+    /// else the C++ frames outside the allocator itself.
+    pub fn user_frames(&self, stack: u32) -> Vec<&Frame> {
+        let python: Vec<&Frame> = self
+            .stack(stack)
+            .filter(|f| self.string(f.filename).ends_with(".py"))
+            .collect();
+        if !python.is_empty() {
+            return python;
+        }
+        self.stack(stack)
+            .filter(|f| {
+                let name = self.string(f.name);
+                !(name.contains("CachingAllocator")
+                    || name.starts_with("torch::unwind")
+                    || name.starts_with("torch::CapturedTraceback")
+                    || name.contains("gather_with_cpp"))
+            })
+            .collect()
+    }
+
+    /// The first and last time of the trace, µs since the epoch.
+    pub fn time_range_us(&self) -> Option<(i64, i64)> {
+        let times = self
+            .entries
+            .iter()
+            .map(|e| e.time_us)
+            .chain(self.annotations.iter().map(|a| a.time_us))
+            .filter(|&t| t > 0);
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        for t in times {
+            lo = lo.min(t);
+            hi = hi.max(t);
+        }
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// The blocks alive at `time_us` (µs since the epoch; `i64::MAX` for the end), largest
+    /// first, on `device` or on all devices.
+    pub fn live_blocks_at(&self, time_us: i64, device: Option<u32>) -> Vec<LiveBlock> {
+        let mut live: HashMap<(u32, u64), LiveBlock> = HashMap::new();
+        // Blocks alive before the trace starts: freed in the trace without being allocated in
+        // it, or still active at the end without an allocation in the trace.
+        let mut allocated_in_trace: HashMap<(u32, u64), bool> = HashMap::new();
+        for e in &self.entries {
+            if device.is_some_and(|d| d != e.device) {
+                continue;
+            }
+            let key = (e.device, e.addr);
+            match e.action {
+                Action::Alloc => {
+                    allocated_in_trace.insert(key, true);
+                    if e.time_us <= time_us {
+                        live.insert(
+                            key,
+                            LiveBlock {
+                                device: e.device,
+                                addr: e.addr,
+                                size: e.size,
+                                allocated_us: Some(e.time_us),
+                                stack: e.stack,
+                            },
+                        );
+                    }
+                }
+                Action::FreeCompleted => {
+                    let seen = allocated_in_trace.contains_key(&key);
+                    if e.time_us <= time_us {
+                        live.remove(&key);
+                    } else if !seen {
+                        // Allocated before the trace, freed after `time_us`: alive then.
+                        live.entry(key).or_insert(LiveBlock {
+                            device: e.device,
+                            addr: e.addr,
+                            size: e.size,
+                            allocated_us: None,
+                            stack: e.stack,
+                        });
+                    }
+                    allocated_in_trace.entry(key).or_insert(false);
+                }
+                _ => {}
+            }
+        }
+        for s in &self.segments {
+            if device.is_some_and(|d| d != s.device) {
+                continue;
+            }
+            for b in &s.blocks {
+                let key = (s.device, b.address);
+                if b.state != BlockState::Inactive && !allocated_in_trace.contains_key(&key) {
+                    live.entry(key).or_insert(LiveBlock {
+                        device: s.device,
+                        addr: b.address,
+                        size: b.size,
+                        allocated_us: None,
+                        stack: b.stack,
+                    });
+                }
+            }
+        }
+        let mut blocks: Vec<LiveBlock> = live.into_values().collect();
+        blocks.sort_by(|a, b| b.size.cmp(&a.size).then(a.addr.cmp(&b.addr)));
+        blocks
+    }
+
+    /// Allocation sites whose blocks, allocated inside a phase that repeats, are still alive at
+    /// the end — from several occurrences of that phase. Without phases: sites that left blocks
+    /// alive at three or more different times. Largest first.
+    pub fn leak_suspects(&self) -> Vec<LeakSuspect> {
+        self.leak_suspects_among(&self.live_blocks_at(i64::MAX, None))
+    }
+
+    /// [`Snapshot::leak_suspects`] among blocks already found alive at the end.
+    pub fn leak_suspects_among(&self, alive: &[LiveBlock]) -> Vec<LeakSuspect> {
+        let spans = self.phase_spans();
+        // Occurrences per (device, phase name), in time order.
+        let mut occurrences: BTreeMap<(u32, &str), Vec<(i64, i64)>> = BTreeMap::new();
+        for span in &spans {
+            occurrences
+                .entry((span.device, span.name.as_str()))
+                .or_default()
+                .push((span.start_us, span.end_us));
+        }
+        type Key<'a> = (u32, u32, Option<&'a str>);
+        let mut groups: HashMap<Key<'_>, (std::collections::HashSet<usize>, usize, u64)> =
+            HashMap::new();
+        for b in alive {
+            let Some(t) = b.allocated_us else { continue };
+            let mut found = false;
+            for ((d, name), occ) in &occurrences {
+                if *d != b.device || occ.len() < 2 {
+                    continue;
+                }
+                // The innermost occurrence containing t.
+                if let Some(i) = occ.iter().position(|(s, e)| *s <= t && t <= *e) {
+                    let g = groups.entry((b.device, b.stack, Some(name))).or_default();
+                    g.0.insert(i);
+                    g.1 += 1;
+                    g.2 += b.size;
+                    found = true;
+                    break;
+                }
+            }
+            if !found && occurrences.is_empty() {
+                let g = groups.entry((b.device, b.stack, None)).or_default();
+                // Without phases, count distinct allocation times (coarsely, per millisecond).
+                let ms = usize::try_from(t / 1000).unwrap_or(0);
+                g.0.insert(ms);
+                g.1 += 1;
+                g.2 += b.size;
+            }
+        }
+        let mut suspects: Vec<LeakSuspect> = groups
+            .into_iter()
+            .filter(|((_, _, phase), (occ, _, _))| occ.len() >= if phase.is_some() { 2 } else { 3 })
+            .map(
+                |((device, stack, phase), (occ, blocks, bytes))| LeakSuspect {
+                    device,
+                    stack,
+                    of: phase
+                        .and_then(|p| occurrences.get(&(device, p)))
+                        .map_or(0, Vec::len),
+                    phase: phase.map(str::to_owned),
+                    occurrences: occ.len(),
+                    blocks,
+                    bytes,
+                },
+            )
+            .collect();
+        suspects.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
+        suspects
+    }
+
+    /// The segments' state per device at snapshot time.
+    pub fn segment_summary(&self) -> Vec<SegmentSummary> {
+        let mut out: BTreeMap<u32, SegmentSummary> = BTreeMap::new();
+        for s in &self.segments {
+            let sum = out.entry(s.device).or_insert_with(|| SegmentSummary {
+                device: s.device,
+                ..SegmentSummary::default()
+            });
+            sum.segments += 1;
+            sum.reserved += s.total_size;
+            for b in &s.blocks {
+                match b.state {
+                    BlockState::ActiveAllocated => sum.allocated += b.size,
+                    BlockState::ActivePendingFree => sum.pending_free += b.size,
+                    BlockState::Inactive => {
+                        sum.free += b.size;
+                        sum.free_pieces += 1;
+                        sum.largest_free = sum.largest_free.max(b.size);
+                    }
+                    BlockState::Other => {}
+                }
+            }
+        }
+        out.into_values().collect()
+    }
+
+    /// Trace entries per action name, in a stable order.
+    pub fn action_counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for e in &self.entries {
+            *counts.entry(e.action.name(self).to_owned()).or_insert(0) += 1;
+        }
+        counts
+    }
+}

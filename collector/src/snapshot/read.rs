@@ -1,0 +1,384 @@
+//! Reading a snapshot pickle: the unpickler ([`super::pickle`]) runs over the bytes, then the
+//! snapshot's shapes (a dict with `segments` and `device_traces`, or a bare list of segments) are
+//! read out of what it built.
+
+use super::pickle::{self, Machine, Value};
+use super::{Annotation, Block, BlockState, Segment, Snapshot, SnapshotError, TraceEntry};
+use crate::format::count;
+
+/// Reads a snapshot pickle held in memory.
+pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    if bytes.is_empty() {
+        return Err(SnapshotError::Empty);
+    }
+    if bytes.starts_with(b"PK\x03\x04") {
+        return Err(SnapshotError::NotAPickle(
+            "it is a zip archive (torch.save writes these), not a pickle from torch.cuda.memory._dump_snapshot".to_owned(),
+        ));
+    }
+    if bytes.starts_with(b"TIDEMARK") {
+        return Err(SnapshotError::NotAPickle(
+            "it is a tidemark recording, not a pickle".to_owned(),
+        ));
+    }
+    if bytes[0] != 0x80 {
+        let shown: Vec<String> = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        return Err(SnapshotError::NotAPickle(format!(
+            "it starts with the bytes {}, not a pickle of protocol 2 to 5 (0x80)",
+            shown.join(" ")
+        )));
+    }
+    let mut machine = Machine::new(bytes);
+    let top = machine.run()?;
+    // `pickle.dump(torch.cuda.memory_snapshot())` writes the segments alone, as a list.
+    if let Some(items) = machine.list(top)
+        && items.iter().all(|item| {
+            machine
+                .dict(*item)
+                .is_some_and(|pairs| field(pairs, pickle::K_TOTAL_SIZE).is_some())
+        })
+    {
+        let items = items.to_vec();
+        let segments = read_segments(&mut machine, &items)?;
+        let devices = segments.iter().map(|s| s.device + 1).max().unwrap_or(0);
+        let parts = machine.into_parts();
+        return Ok(Snapshot {
+            strings: parts.strings,
+            frames: parts.frames,
+            stack_frames: parts.stack_frames,
+            stack_starts: parts.stack_starts,
+            segments,
+            devices,
+            streams: parts.streams,
+            other_actions: parts.other_actions,
+            ..Snapshot::default()
+        });
+    }
+    let Some(pairs) = machine.dict(top) else {
+        return Err(SnapshotError::Schema(format!(
+            "the pickle holds {}, not a memory snapshot (a dict with segments and device_traces)",
+            describe_top(&machine, top)
+        )));
+    };
+    let find = |k: u32| {
+        pairs
+            .iter()
+            .find(|(key, _)| *key == Value::Str(k))
+            .map(|(_, v)| *v)
+    };
+    let segments_v = find(pickle::K_SEGMENTS);
+    let traces_v = find(pickle::K_DEVICE_TRACES);
+    if segments_v.is_none() && traces_v.is_none() {
+        let keys: Vec<&str> = pairs
+            .iter()
+            .filter_map(|(k, _)| machine.str(*k))
+            .take(6)
+            .collect();
+        return Err(SnapshotError::Schema(format!(
+            "the pickle holds a dict without segments or device_traces (its keys: {}), not a memory snapshot",
+            if keys.is_empty() {
+                "none that are strings".to_owned()
+            } else {
+                keys.join(", ")
+            }
+        )));
+    }
+    let annotations_v = find(pickle::K_EXTERNAL_ANNOTATIONS);
+    let settings_v = find(pickle::K_ALLOCATOR_SETTINGS);
+
+    // Devices of the trace entries: device_traces[i] is device i.
+    let mut device_of: Vec<(u32, u32)> = Vec::new(); // (entry, device)
+    let mut devices = 0u32;
+    if let Some(traces) = traces_v {
+        let lists = machine.list(traces).ok_or_else(|| {
+            SnapshotError::Schema(format!(
+                "device_traces is {}, not a list (one list per device)",
+                traces.describe(&machine.strings)
+            ))
+        })?;
+        devices = lists.len() as u32;
+        for (device, list) in lists.iter().enumerate() {
+            let items = machine.list(*list).ok_or_else(|| {
+                SnapshotError::Schema(format!(
+                    "device_traces[{device}] is {}, not a list of trace entries",
+                    list.describe(&machine.strings)
+                ))
+            })?;
+            for item in items {
+                match machine.resolve(*item) {
+                    Value::Entry(e) => device_of.push((e, device as u32)),
+                    other => {
+                        return Err(SnapshotError::Schema(format!(
+                            "device_traces[{device}] holds {}, not a trace entry (a dict with action)",
+                            other.describe(&machine.strings)
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    let mut segments = Vec::new();
+    if let Some(list) = segments_v {
+        let items: Vec<Value> = machine
+            .list(list)
+            .ok_or_else(|| {
+                SnapshotError::Schema(format!(
+                    "segments is {}, not a list",
+                    list.describe(&machine.strings)
+                ))
+            })?
+            .to_vec();
+        segments = read_segments(&mut machine, &items)?;
+        devices = segments
+            .iter()
+            .map(|s| s.device + 1)
+            .fold(devices, u32::max);
+    }
+
+    let mut annotations = Vec::new();
+    if let Some(items) = annotations_v.and_then(|list| machine.list(list)) {
+        for (i, item) in items.iter().enumerate() {
+            let a = read_annotation(&machine, *item)
+                .map_err(|e| SnapshotError::Schema(format!("external_annotations[{i}]: {e}")))?;
+            annotations.push(a);
+        }
+    }
+
+    let mut allocator_settings = Vec::new();
+    if let Some(pairs) = settings_v.and_then(|v| machine.dict(v)) {
+        for (k, v) in pairs {
+            let key = machine.str(*k).unwrap_or("?").to_owned();
+            let value = match v {
+                Value::Str(_) => machine.str(*v).unwrap_or("").to_owned(),
+                Value::Int(i) => i.to_string(),
+                Value::U64(u) => u.to_string(),
+                Value::Float(f) | Value::Huge(f) => f.to_string(),
+                Value::Bool(b) => b.to_string(),
+                Value::None => "None".to_owned(),
+                _ => "…".to_owned(),
+            };
+            allocator_settings.push((key, value));
+        }
+    }
+
+    let parts = machine.into_parts();
+    let mut entries = parts.entries;
+    let in_order = device_of.len() == entries.len()
+        && device_of
+            .iter()
+            .enumerate()
+            .all(|(i, (e, _))| *e as usize == i);
+    if in_order {
+        for (entry, (_, device)) in entries.iter_mut().zip(&device_of) {
+            entry.device = *device;
+        }
+    } else {
+        // An entry object listed twice (or out of order): the traces as they list them.
+        entries = device_of
+            .iter()
+            .filter_map(|&(e, device)| {
+                entries
+                    .get(e as usize)
+                    .map(|entry| TraceEntry { device, ..*entry })
+            })
+            .collect();
+    }
+    drop(device_of);
+    entries.shrink_to_fit();
+    Ok(Snapshot {
+        strings: parts.strings,
+        frames: parts.frames,
+        stack_frames: parts.stack_frames,
+        stack_starts: parts.stack_starts,
+        entries,
+        segments,
+        annotations,
+        allocator_settings,
+        devices,
+        streams: parts.streams,
+        other_actions: parts.other_actions,
+    })
+}
+
+fn describe_top(machine: &Machine<'_>, value: Value) -> String {
+    match machine.obj(value) {
+        Some(pickle::Obj::List(items)) => format!("a list of {}", count(items.len(), "item")),
+        Some(pickle::Obj::Tuple(items)) => format!("a tuple of {}", count(items.len(), "item")),
+        Some(pickle::Obj::Set(_)) => "a set".to_owned(),
+        _ => value.describe(&machine.strings),
+    }
+}
+
+fn field(pairs: &[(Value, Value)], key: u32) -> Option<Value> {
+    pairs
+        .iter()
+        .find(|(k, _)| *k == Value::Str(key))
+        .map(|(_, v)| *v)
+}
+
+fn number(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Result<u64, String> {
+    match field(pairs, key) {
+        None | Some(Value::None) => Ok(0),
+        Some(v) => v.as_u64().ok_or_else(|| {
+            format!(
+                "{} is {}, not a non-negative 64-bit integer",
+                pickle::KEYS[key as usize],
+                v.describe(&machine.strings)
+            )
+        }),
+    }
+}
+
+fn read_segments(
+    machine: &mut Machine<'_>,
+    items: &[Value],
+) -> Result<Vec<Segment>, SnapshotError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            read_segment(machine, *item)
+                .map_err(|e| SnapshotError::Schema(format!("segments[{i}]: {e}")))
+        })
+        .collect()
+}
+
+/// A number the schema requires.
+fn required(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Result<u64, String> {
+    if field(pairs, key).is_none() {
+        return Err(format!("{} is missing", pickle::KEYS[key as usize]));
+    }
+    number(machine, pairs, key)
+}
+
+fn read_segment(machine: &mut Machine<'_>, value: Value) -> Result<Segment, String> {
+    let pairs = machine
+        .dict(value)
+        .ok_or_else(|| format!("{}, not a dict", value.describe(&machine.strings)))?
+        .to_vec();
+    let device = u32::try_from(number(machine, &pairs, pickle::K_DEVICE)?)
+        .map_err(|_| "device is out of range".to_owned())?;
+    let segment_type = field(&pairs, pickle::K_SEGMENT_TYPE)
+        .and_then(|v| machine.str(v))
+        .unwrap_or("")
+        .to_owned();
+    let address = number(machine, &pairs, pickle::K_ADDRESS)?;
+    let mut blocks = Vec::new();
+    if let Some(list) = field(&pairs, pickle::K_BLOCKS) {
+        let items = machine
+            .list(list)
+            .ok_or_else(|| format!("blocks is {}, not a list", list.describe(&machine.strings)))?
+            .to_vec();
+        // Blocks tile their segment in address order; older snapshots give no address (or
+        // only in `history`), so a block without one starts where the one before it ends.
+        let mut next = address;
+        for (i, item) in items.into_iter().enumerate() {
+            let block = read_block(machine, item, next).map_err(|e| format!("blocks[{i}]: {e}"))?;
+            next = block.address.saturating_add(block.size);
+            blocks.push(block);
+        }
+    }
+    Ok(Segment {
+        device,
+        address,
+        total_size: required(machine, &pairs, pickle::K_TOTAL_SIZE)?,
+        allocated_size: number(machine, &pairs, pickle::K_ALLOCATED_SIZE)?,
+        segment_type,
+        stream: number(machine, &pairs, pickle::K_STREAM).unwrap_or(0),
+        blocks,
+    })
+}
+
+/// `next`: where the block starts if it names no address.
+fn read_block(machine: &mut Machine<'_>, value: Value, next: u64) -> Result<Block, String> {
+    let pairs = machine
+        .dict(value)
+        .ok_or_else(|| format!("{}, not a dict", value.describe(&machine.strings)))?
+        .to_vec();
+    let state = match field(&pairs, pickle::K_STATE).and_then(|v| machine.str(v)) {
+        Some("active_allocated") => BlockState::ActiveAllocated,
+        Some("active_pending_free" | "active_awaiting_free") => BlockState::ActivePendingFree,
+        Some("inactive") => BlockState::Inactive,
+        _ => BlockState::Other,
+    };
+    // Frames: on the block (current PyTorch), or in the newest entry of its `history` (older).
+    let mut frames = field(&pairs, pickle::K_FRAMES);
+    let mut requested = number(machine, &pairs, pickle::K_REQUESTED_SIZE)?;
+    let mut address = field(&pairs, pickle::K_ADDRESS)
+        .is_some()
+        .then(|| number(machine, &pairs, pickle::K_ADDRESS))
+        .transpose()?;
+    if frames.is_none()
+        && let Some(history) = field(&pairs, pickle::K_HISTORY)
+    {
+        let last = machine
+            .list(history)
+            .ok_or_else(|| {
+                format!(
+                    "history is {}, not a list",
+                    history.describe(&machine.strings)
+                )
+            })?
+            .last()
+            .copied();
+        if let Some(last) = last {
+            let h = machine
+                .dict(last)
+                .ok_or_else(|| "history holds something that is not a dict".to_owned())?
+                .to_vec();
+            frames = field(&h, pickle::K_FRAMES);
+            if requested == 0 {
+                requested = number(machine, &h, pickle::K_REAL_SIZE)?;
+            }
+            if address.is_none() && field(&h, pickle::K_ADDR).is_some() {
+                address =
+                    Some(number(machine, &h, pickle::K_ADDR).map_err(|e| format!("history: {e}"))?);
+            }
+        }
+    }
+    let stack = machine.stack_of(0, frames).map_err(|e| match e {
+        SnapshotError::Pickle { message, .. } => message,
+        other => other.to_string(),
+    })?;
+    Ok(Block {
+        address: address.unwrap_or(next),
+        size: required(machine, &pairs, pickle::K_SIZE)?,
+        requested_size: requested,
+        state,
+        stack,
+    })
+}
+
+fn read_annotation(machine: &Machine<'_>, value: Value) -> Result<Annotation, String> {
+    let pairs = machine
+        .dict(value)
+        .ok_or_else(|| format!("{}, not a dict", value.describe(&machine.strings)))?;
+    let stage = field(pairs, pickle::K_STAGE).and_then(|v| machine.str(v));
+    let start = match stage {
+        Some("START") => true,
+        Some("END") => false,
+        other => return Err(format!("stage is {other:?}, not START or END")),
+    };
+    let name = field(pairs, pickle::K_NAME)
+        .and_then(|v| machine.str(v))
+        .unwrap_or("")
+        .to_owned();
+    let time_us = field(pairs, pickle::K_TIME_US)
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let device = field(pairs, pickle::K_DEVICE)
+        .and_then(Value::as_u64)
+        .map_or(0, |d| u32::try_from(d).unwrap_or(0));
+    Ok(Annotation {
+        device,
+        start,
+        name,
+        time_us,
+    })
+}
+
+/// Whether `bytes` look like a pickle (protocol 2 or newer) rather than a recording.
+pub fn is_pickle(bytes: &[u8]) -> bool {
+    bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1])
+}
