@@ -1,5 +1,5 @@
 //! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot("snap.pickle")`): read them, turn
-//! their trace into a [`Recording`] the analysis and the viewer understand, and answer what the
+//! their trace into a [`Recording`](crate::recording::Recording) the analysis and the viewer understand, and answer what the
 //! snapshot alone can: the live blocks at any time with their stacks, leak suspects, and the
 //! segments' state (fragmentation).
 //!

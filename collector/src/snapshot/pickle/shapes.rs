@@ -1,0 +1,325 @@
+//! What the machine knows of a snapshot's shapes: the keys it interns first, frames and trace
+//! entries made compact the moment their dicts are complete, stacks interned, and the accessors
+//! the snapshot reader uses.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use super::{Frame, Machine, Obj, Value, push_gently};
+use crate::snapshot::{Action, SnapshotError, TraceEntry};
+
+/// The keys the machine recognises, interned first so that they have fixed ids.
+pub(crate) const KEYS: [&str; 34] = [
+    "name",
+    "filename",
+    "line",
+    "action",
+    "addr",
+    "size",
+    "stream",
+    "time_us",
+    "frames",
+    "device_free",
+    "user_metadata",
+    "compile_context",
+    "segments",
+    "device_traces",
+    "external_annotations",
+    "allocator_settings",
+    "device",
+    "address",
+    "total_size",
+    "allocated_size",
+    "active_size",
+    "requested_size",
+    "segment_type",
+    "blocks",
+    "state",
+    "history",
+    "real_size",
+    "stage",
+    "alloc",
+    "free_requested",
+    "free_completed",
+    "segment_alloc",
+    "segment_free",
+    "oom",
+];
+pub(crate) const K_NAME: u32 = 0;
+pub(crate) const K_FILENAME: u32 = 1;
+pub(crate) const K_LINE: u32 = 2;
+pub(crate) const K_ACTION: u32 = 3;
+pub(crate) const K_ADDR: u32 = 4;
+pub(crate) const K_SIZE: u32 = 5;
+pub(crate) const K_STREAM: u32 = 6;
+pub(crate) const K_TIME_US: u32 = 7;
+pub(crate) const K_FRAMES: u32 = 8;
+pub(crate) const K_DEVICE_FREE: u32 = 9;
+pub(crate) const K_USER_METADATA: u32 = 10;
+pub(crate) const K_SEGMENTS: u32 = 12;
+pub(crate) const K_DEVICE_TRACES: u32 = 13;
+pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 14;
+pub(crate) const K_ALLOCATOR_SETTINGS: u32 = 15;
+pub(crate) const K_DEVICE: u32 = 16;
+pub(crate) const K_ADDRESS: u32 = 17;
+pub(crate) const K_TOTAL_SIZE: u32 = 18;
+pub(crate) const K_ALLOCATED_SIZE: u32 = 19;
+pub(crate) const K_REQUESTED_SIZE: u32 = 21;
+pub(crate) const K_SEGMENT_TYPE: u32 = 22;
+pub(crate) const K_BLOCKS: u32 = 23;
+pub(crate) const K_STATE: u32 = 24;
+pub(crate) const K_HISTORY: u32 = 25;
+pub(crate) const K_REAL_SIZE: u32 = 26;
+pub(crate) const K_STAGE: u32 = 27;
+const K_ALLOC: u32 = 28;
+const K_FREE_REQUESTED: u32 = 29;
+const K_FREE_COMPLETED: u32 = 30;
+const K_SEGMENT_ALLOC: u32 = 31;
+const K_SEGMENT_FREE: u32 = 32;
+const K_OOM: u32 = 33;
+
+impl Machine<'_> {
+    /// A dict got its items: if it is a frame or a trace entry, make it compact now.
+    pub(super) fn finished_dict(
+        &mut self,
+        at: usize,
+        stack_index: usize,
+    ) -> Result<(), SnapshotError> {
+        let Some(Value::Obj(i)) = self.stack.get(stack_index).copied() else {
+            return Ok(());
+        };
+        let Some(Obj::Dict(pairs)) = self.arena.get(i as usize).map(|s| &s.obj) else {
+            return Ok(());
+        };
+        let key = |k: u32| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == Value::Str(k))
+                .map(|(_, v)| *v)
+        };
+        if pairs.len() <= 4 && key(K_FILENAME).is_some() && key(K_NAME).is_some() {
+            let (Some(Value::Str(name)), Some(Value::Str(filename))) =
+                (key(K_NAME), key(K_FILENAME))
+            else {
+                return Ok(()); // not a frame after all: left as a dict
+            };
+            let line = key(K_LINE).and_then(Value::as_u64).unwrap_or(0);
+            let frame = Frame {
+                name,
+                filename,
+                line,
+            };
+            let next = self.frames.len() as u32;
+            let id = *self.frame_ids.entry(frame).or_insert(next);
+            if id == next {
+                self.frames.push(frame);
+            }
+            self.replace(i, stack_index, Value::Frame(id));
+        } else if let Some(Value::Str(action)) = key(K_ACTION) {
+            let number = |k: u32, what: &str| -> Result<u64, SnapshotError> {
+                match key(k) {
+                    None | Some(Value::None) => Ok(0),
+                    Some(v) => v.as_u64().ok_or_else(|| {
+                        self.err(
+                            at,
+                            format!(
+                                "trace entry {}: {what} is {}, not a non-negative 64-bit integer",
+                                self.entries.len(),
+                                v.describe(&self.strings)
+                            ),
+                        )
+                    }),
+                }
+            };
+            let addr = number(K_ADDR, "addr")?;
+            let size = number(K_SIZE, "size")?;
+            let stream = number(K_STREAM, "stream").unwrap_or(0);
+            let device_free = number(K_DEVICE_FREE, "device_free")?;
+            let time_us = match key(K_TIME_US) {
+                None | Some(Value::None) => 0,
+                Some(v) => v.as_i64().ok_or_else(|| {
+                    self.err(
+                        at,
+                        format!(
+                            "trace entry {}: time_us is {}, not a 64-bit integer",
+                            self.entries.len(),
+                            v.describe(&self.strings)
+                        ),
+                    )
+                })?,
+            };
+            let metadata = match key(K_USER_METADATA) {
+                Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => {
+                    NonZeroU32::new(s.saturating_add(1))
+                }
+                _ => None,
+            };
+            let frames = key(K_FRAMES);
+            let action = match action {
+                K_ALLOC => Action::Alloc,
+                K_FREE_REQUESTED => Action::FreeRequested,
+                K_FREE_COMPLETED => Action::FreeCompleted,
+                K_SEGMENT_ALLOC => Action::SegmentAlloc,
+                K_SEGMENT_FREE => Action::SegmentFree,
+                K_OOM => Action::Oom,
+                other => match &*self.strings[other as usize] {
+                    "segment_map" => Action::SegmentMap,
+                    "segment_unmap" => Action::SegmentUnmap,
+                    "snapshot" => Action::Snapshot,
+                    _ => Action::Other(self.other_action(at, other)?),
+                },
+            };
+            let stream = self.stream(at, stream)?;
+            let stack = self.stack_of(at, frames)?;
+            let entry = TraceEntry {
+                time_us,
+                addr,
+                size,
+                device_free,
+                stack,
+                device: 0,
+                metadata,
+                stream,
+                action,
+            };
+            let id = u32::try_from(self.entries.len())
+                .map_err(|_| self.err(at, "too many trace entries"))?;
+            push_gently(&mut self.entries, entry);
+            if let Some(Value::Obj(list)) = frames {
+                self.replace(list, usize::MAX, Value::Stack(stack));
+            }
+            self.replace(i, stack_index, Value::Entry(id));
+        }
+        Ok(())
+    }
+
+    /// Interns the stack held by `frames` (a list of frames), 0 when there is none.
+    pub(crate) fn stack_of(
+        &mut self,
+        at: usize,
+        frames: Option<Value>,
+    ) -> Result<u32, SnapshotError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let list = match frames.map(|v| self.resolve(v)) {
+            None | Some(Value::None) => return Ok(0),
+            Some(Value::Stack(id)) => return Ok(id),
+            Some(v) => match self.obj(v) {
+                Some(Obj::List(items) | Obj::Tuple(items)) => items,
+                _ => {
+                    self.scratch = scratch;
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "frames is {}, not a list of frames",
+                            v.describe(&self.strings)
+                        ),
+                    ));
+                }
+            },
+        };
+        for item in list {
+            match self.resolve(*item) {
+                Value::Frame(f) => scratch.push(f),
+                other => {
+                    let what = other.describe(&self.strings);
+                    self.scratch = scratch;
+                    return Err(self.err(
+                        at,
+                        format!("frames holds {what}, not a frame {{name, filename, line}}"),
+                    ));
+                }
+            }
+        }
+        let id = match self.stack_ids.get(scratch.as_slice()) {
+            Some(&id) => id,
+            None => {
+                let id = self.stack_starts.len() as u32 - 1;
+                self.stack_frames.extend_from_slice(&scratch);
+                self.stack_starts.push(self.stack_frames.len() as u32);
+                self.stack_ids.insert(scratch.as_slice().into(), id);
+                id
+            }
+        };
+        self.scratch = scratch;
+        Ok(id)
+    }
+
+    /// The items of a dict value, if it is one.
+    pub(crate) fn dict(&self, value: Value) -> Option<&[(Value, Value)]> {
+        match self.obj(self.resolve(value)) {
+            Some(Obj::Dict(pairs)) => Some(pairs),
+            _ => None,
+        }
+    }
+
+    /// The items of a list or tuple value, if it is one.
+    pub(crate) fn list(&self, value: Value) -> Option<&[Value]> {
+        match self.obj(self.resolve(value)) {
+            Some(Obj::List(items) | Obj::Tuple(items)) => Some(items),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn str(&self, value: Value) -> Option<&str> {
+        match value {
+            Value::Str(i) => self.strings.get(i as usize).map(|s| &**s),
+            _ => None,
+        }
+    }
+
+    /// The place of a stream among those seen (a job uses a handful; 65,536 is the limit).
+    pub(super) fn stream(&mut self, at: usize, stream: u64) -> Result<u16, SnapshotError> {
+        if let Some(&id) = self.stream_ids.get(&stream) {
+            return Ok(id);
+        }
+        let id = u16::try_from(self.streams.len()).map_err(|_| {
+            self.err(
+                at,
+                "trace entries name more than 65,536 different CUDA streams",
+            )
+        })?;
+        self.streams.push(stream);
+        self.stream_ids.insert(stream, id);
+        Ok(id)
+    }
+
+    /// The place of an unknown action's name among those seen (256 at most).
+    pub(super) fn other_action(&mut self, at: usize, name: u32) -> Result<u8, SnapshotError> {
+        if let Some(i) = self.other_actions.iter().position(|&n| n == name) {
+            return Ok(i as u8);
+        }
+        let i = u8::try_from(self.other_actions.len()).map_err(|_| {
+            self.err(
+                at,
+                "trace entries name more than 256 different unknown actions",
+            )
+        })?;
+        self.other_actions.push(name);
+        Ok(i)
+    }
+
+    /// Frees what only the machine needs (memo, arena, lookup tables).
+    pub(crate) fn into_parts(self) -> Parts {
+        Parts {
+            streams: self.streams,
+            other_actions: self.other_actions,
+            strings: self.strings,
+            frames: self.frames,
+            stack_frames: self.stack_frames,
+            stack_starts: self.stack_starts,
+            entries: self.entries,
+        }
+    }
+}
+
+/// What the machine built that the snapshot keeps.
+pub(crate) struct Parts {
+    pub strings: Vec<Arc<str>>,
+    pub frames: Vec<Frame>,
+    pub stack_frames: Vec<u32>,
+    pub stack_starts: Vec<u32>,
+    pub entries: Vec<TraceEntry>,
+    pub streams: Vec<u64>,
+    pub other_actions: Vec<u32>,
+}
