@@ -1,11 +1,11 @@
 //! The phase attribution view: which phase grows memory, and by how much.
 
 use collector::analysis::Analysis;
-
 use collector::format::format_bytes;
 use egui_plot::{Bar, BarChart, Corner, Legend, Line, Plot, PlotPoints};
 
-use crate::timeline::{binary_grid, phase_color};
+use crate::style::phase_color;
+use crate::timeline::binary_grid;
 use crate::view::RunView;
 
 /// "+1.00 MiB ± 12.0 KiB".
@@ -31,7 +31,7 @@ pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &
     ));
     egui::Grid::new(("phase_table", id))
         .num_columns(7)
-        .striped(true)
+        .striped(crate::style::STRIPED)
         .show(ui, |ui| {
             for title in [
                 "phase",
@@ -187,12 +187,12 @@ fn shape_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
         .show(ui, |pui| {
             pui.line(
                 Line::new("early", line(&shape.early))
-                    .color(egui::Color32::from_rgb(0x3b, 0x7d, 0xd8))
+                    .color(crate::style::BLUE)
                     .width(2.0),
             );
             pui.line(
                 Line::new("late", line(&shape.late))
-                    .color(egui::Color32::from_rgb(0xd6, 0x45, 0x45))
+                    .color(crate::style::RED)
                     .width(2.0),
             );
         });

@@ -2,7 +2,6 @@
 //! their stacks), leak suspects, and the segments' state (fragmentation made visible).
 
 use collector::analysis::Analysis;
-
 use collector::format::{count, format_bytes, format_duration};
 use collector::snapshot::{BlockState, LiveBlock, Snapshot, SnapshotVerdict};
 
@@ -287,7 +286,8 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
             (BlockState::Inactive, "free (cached)"),
         ] {
             let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
-            ui.painter().rect_filled(rect, 2.0, state_color(state));
+            ui.painter()
+                .rect_filled(rect, 2.0, crate::style::block_color(state));
             ui.label(label);
         }
     });
@@ -309,7 +309,7 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
                         egui::pos2(x, rect.top()),
                         egui::vec2(w.max(1.0), rect.height()),
                     );
-                    painter.rect_filled(r, 0.0, state_color(b.state));
+                    painter.rect_filled(r, 0.0, crate::style::block_color(b.state));
                     x += w;
                 }
                 response.on_hover_text(format!(
@@ -322,13 +322,4 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
                 ));
             }
         });
-}
-
-fn state_color(state: BlockState) -> egui::Color32 {
-    match state {
-        BlockState::ActiveAllocated => egui::Color32::from_rgb(0xd6, 0x45, 0x45),
-        BlockState::ActivePendingFree => egui::Color32::from_rgb(0xe0, 0x9a, 0x1f),
-        BlockState::Inactive => egui::Color32::from_rgb(0x3b, 0x7d, 0xd8),
-        BlockState::Other => egui::Color32::GRAY,
-    }
 }

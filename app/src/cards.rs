@@ -1,14 +1,10 @@
 //! The verdict card and the run information.
 
 use collector::analysis::FindingKind;
-
 use collector::format::{format_bytes, format_duration};
 use collector::recording::Recording;
 
-use crate::app::Run;
-
-/// The green of a verdict that finds nothing wrong.
-const OK_GREEN: egui::Color32 = egui::Color32::from_rgb(0x2f, 0xa3, 0x6b);
+use crate::run::Run;
 
 /// The verdict in one line, as the report leads with it, and its colour: a snapshot's own
 /// verdict, or the recording's.
@@ -24,7 +20,7 @@ pub fn headline(ui: &egui::Ui, run: &Run) -> (String, egui::Color32) {
     let (text, problem) = collector::analysis::headline(&run.analysis);
     let color = match problem {
         Some(true) => ui.visuals().error_fg_color,
-        Some(false) => OK_GREEN,
+        Some(false) => crate::style::OK_GREEN,
         None => ui.visuals().warn_fg_color,
     };
     (text, color)
@@ -117,7 +113,7 @@ pub fn run_info_ui(ui: &mut egui::Ui, name: &str, run: &Recording) {
     let header = &run.header;
     egui::Grid::new("run_info")
         .num_columns(2)
-        .striped(true)
+        .striped(crate::style::STRIPED)
         .show(ui, |ui| {
             let row = |ui: &mut egui::Ui, key: &str, value: String| {
                 ui.strong(key);

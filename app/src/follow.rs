@@ -1,13 +1,12 @@
 //! Following a recording while the collector writes it: the file is re-read from where the last
-//! read stopped, and the views are rebuilt when records arrive.
+//! read stopped, and what arrived is handed back as the grown recording (the app rebuilds its
+//! views from it; this module knows nothing of them).
 
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use collector::recording::Follower;
-
-use crate::app::Run;
+use collector::recording::{Follower, Recording};
 
 /// How often the file is checked.
 const POLL: Duration = Duration::from_millis(250);
@@ -65,45 +64,53 @@ impl Follow {
         self.follower.ended() || self.error.is_some()
     }
 
-    /// Reads what was added to the file since the last poll (at most every 250 ms unless `now`)
-    /// and rebuilds `run` when records arrived.
-    pub fn poll(&mut self, run: &mut Result<Run, String>, now: bool) {
+    /// Reads what was added to the file since the last poll (at most every 250 ms unless `now`).
+    /// `None`: nothing new. Otherwise the grown recording, or why there is none: `current` is
+    /// asked for the recording read so far (taken from the app's run) only when records arrived
+    /// that extend it.
+    pub fn poll(
+        &mut self,
+        current: impl FnOnce() -> Option<Recording>,
+        now: bool,
+    ) -> Option<Result<Recording, String>> {
         if self.is_done() || (!now && self.last_poll.is_some_and(|t| t.elapsed() < self.interval)) {
-            return;
+            return None;
         }
         self.last_poll = Some(Instant::now());
         let bytes = match self.read_more() {
             Ok(bytes) => bytes,
             Err(err) => {
                 self.error = Some(format!("{}: {err}", self.path.display()));
-                return;
+                return None;
             }
         };
         if bytes.is_empty() {
-            return;
+            return None;
         }
-        let started = Instant::now();
-        self.last_data = Some(started);
+        self.last_data = Some(Instant::now());
         // The first bytes start a new recording, even over one already open from the same file
         // (ticking Follow on an open recording): the follower reads the header itself.
         let first = self.offset == bytes.len() as u64;
-        let mut recording = match std::mem::replace(run, Err(String::new())) {
-            Ok(previous) if !first => Some(previous.recording),
-            _ => None,
-        };
+        let mut recording = if first { None } else { current() };
         let fed = self.follower.feed(&bytes, &mut recording);
         if let Err(err) = &fed {
             self.error = Some(format!("{}: {err}", self.path.display()));
         }
-        *run = match (recording, fed) {
-            (Some(recording), _) => Ok(Run::new(recording)),
+        Some(match (recording, fed) {
+            (Some(recording), _) => Ok(recording),
             (None, Err(err)) => Err(format!("{}: {err}", self.path.display())),
             (None, Ok(_)) => Err(format!(
                 "{}: waiting for the recording's header…",
                 self.path.display()
             )),
-        };
-        self.interval = POLL.max(started.elapsed() * 3);
+        })
+    }
+
+    /// How long the app took to rebuild its views from the last poll's recording: the next
+    /// poll waits three times that when it is longer than 250 ms (a big recording re-analysed
+    /// every 250 ms would leave the window no time to draw).
+    pub fn rebuilt_in(&mut self, took: Duration) {
+        self.interval = POLL.max(took * 3);
     }
 
     fn read_more(&mut self) -> std::io::Result<Vec<u8>> {

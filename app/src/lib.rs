@@ -1,17 +1,24 @@
 //! The tidemark viewer: one egui app, built natively (desktop) and for the web (WASM).
 //!
-//! The views are handed their data and never load it; loading lives in [`TidemarkApp`].
+//! The views are handed their data and never load it; files come in through `intake`, and the
+//! app ([`TidemarkApp`]) holds the open runs.
 
 mod app;
 mod attribution;
 pub mod blocks;
 mod cards;
+mod compare;
 #[cfg(not(target_arch = "wasm32"))]
 mod follow;
+mod intake;
 pub mod lod;
+mod run;
+pub mod style;
 pub mod timeline;
 pub mod view;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
 
-pub use app::{EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run, Tab, TidemarkApp, compare_text};
+pub use app::{Tab, TidemarkApp};
+pub use compare::compare_text;
+pub use run::{EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run};

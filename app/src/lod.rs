@@ -66,15 +66,6 @@ impl Levels {
         start + times[start..end].partition_point(|&x| x < t)
     }
 
-    /// Bytes held.
-    pub fn heap_bytes(&self) -> usize {
-        self.levels
-            .iter()
-            .map(|l| l.capacity() * std::mem::size_of::<(u64, u64)>())
-            .sum::<usize>()
-            + self.index.capacity() * 8
-    }
-
     /// The minimum and maximum of `values[lo..hi]` (`values` being the slice the levels were
     /// built over); `None` for an empty range.
     pub fn min_max(&self, values: &[u64], lo: usize, hi: usize) -> Option<(u64, u64)> {

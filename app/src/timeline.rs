@@ -9,6 +9,7 @@ use egui_plot::{
     PlotPoints, PlotUi, Points, Polygon, VLine,
 };
 
+use crate::style::{phase_color, trace_color};
 use crate::view::{EventKind, RunView, TraceKind};
 
 /// What goes on the x axis.
@@ -81,35 +82,6 @@ pub struct Overlay<'a> {
     pub recording: &'a Recording,
     /// Its view.
     pub view: &'a RunView,
-}
-
-/// The colour of a curve.
-pub fn trace_color(kind: TraceKind) -> Color32 {
-    match kind {
-        TraceKind::Allocated => Color32::from_rgb(0xd6, 0x45, 0x45),
-        TraceKind::Reserved => Color32::from_rgb(0x3b, 0x7d, 0xd8),
-        TraceKind::Peak => Color32::from_rgb(0xe0, 0x9a, 0x1f),
-        TraceKind::DeviceUsed => Color32::from_rgb(0x2f, 0xa3, 0x6b),
-        TraceKind::Host => Color32::from_rgb(0x9a, 0x6b, 0xd0),
-    }
-}
-
-/// The colour of a phase, opaque (`alpha` 255) or for a band behind curves.
-pub fn phase_color(phase: &Phase, alpha: u8) -> Color32 {
-    let (r, g, b) = match phase {
-        Phase::Forward => (0x4c, 0x9b, 0xe8),
-        Phase::Backward => (0xf0, 0x8c, 0x3c),
-        Phase::Optimizer => (0x4c, 0xb8, 0x72),
-        Phase::Eval => (0xb0, 0x6c, 0xd8),
-        Phase::Custom(name) => {
-            let hash = name.bytes().fold(2166136261u32, |h, b| {
-                (h ^ u32::from(b)).wrapping_mul(16777619)
-            });
-            let [a, b, c, _] = hash.to_le_bytes();
-            (0x60 + a / 3, 0x60 + b / 3, 0x60 + c / 3)
-        }
-    };
-    Color32::from_rgba_unmultiplied(r, g, b, alpha)
 }
 
 /// Grid lines at binary multiples (1, 4, 16 … of a power of two), so that byte labels are round.
@@ -342,7 +314,7 @@ pub fn timeline_ui(
         if let Some(t) = pinned {
             pui.vline(
                 VLine::new("pinned (click to move)", map.x(t))
-                    .color(Color32::from_rgb(0x20, 0xa0, 0xc0))
+                    .color(crate::style::PINNED)
                     .width(1.5),
             );
         }
@@ -390,7 +362,6 @@ fn extent(
 /// Phase bands for the visible range, from `y0` to `y1`: one band per run of occurrences of the
 /// same phase when they are a few pixels wide, else the phase at the middle of each pixel column,
 /// merged. Drawn as filled rectangles, which (unlike spans) lay out no text.
-#[allow(clippy::too_many_arguments)]
 fn phase_bands(
     pui: &mut PlotUi<'_>,
     view: &RunView,
@@ -478,9 +449,9 @@ fn events(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, t0: u64, t1: u64
         .take(200)
     {
         let (name, color) = match event.kind {
-            EventKind::Oom => ("OOM", Color32::from_rgb(0xe0, 0x20, 0x20)),
+            EventKind::Oom => ("OOM", crate::style::OOM),
             EventKind::Exit => ("exit", Color32::GRAY),
-            EventKind::Dropped => ("lost messages", Color32::from_rgb(0xc0, 0x90, 0x00)),
+            EventKind::Dropped => ("lost messages", crate::style::DROPPED),
         };
         pui.vline(
             VLine::new(name, map.x(event.t_ns))
@@ -531,7 +502,6 @@ fn overlay_line(
 }
 
 /// Exact values, phase, step and nearby events at the pointer.
-#[allow(clippy::too_many_arguments)]
 fn readout(
     ui: &mut egui::Ui,
     recording: &Recording,

@@ -98,14 +98,6 @@ impl Trace {
             levels: &self.levels,
         }
     }
-
-    fn heap_bytes(&self) -> usize {
-        let own = match &self.source {
-            Source::Series(_) => 0,
-            Source::Owned { times_ns, values } => (times_ns.capacity() + values.capacity()) * 8,
-        };
-        own + self.levels.heap_bytes()
-    }
 }
 
 /// Maps time to a fractional step number (and back), through the step starts.
@@ -323,13 +315,6 @@ impl RunView {
         view.retained = view.retained_bins(analysis);
         view.shape = view.step_shape(recording, analysis);
         view
-    }
-
-    /// Bytes the view holds beyond the recording.
-    pub fn heap_bytes(&self) -> usize {
-        self.traces.iter().map(Trace::heap_bytes).sum::<usize>()
-            + self.occurrences.capacity() * std::mem::size_of::<Occurrence>()
-            + self.steps.times_ns.capacity() * 16
     }
 
     /// The phase at `t_ns`, with its step.

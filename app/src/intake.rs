@@ -1,0 +1,296 @@
+//! How files come in: dialogs, drops, background reads, `?url=` on the web, recent files, and
+//! files followed while the collector writes them.
+
+use crate::app::TidemarkApp;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::run::OpenRun;
+use crate::run::Run;
+
+/// How many recent files are remembered.
+#[cfg(not(target_arch = "wasm32"))]
+const RECENT: usize = 10;
+
+/// A file arriving from a dialog, a drop, a download or a background read.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))] // `Run` comes from browsers only.
+pub(crate) enum Incoming {
+    /// A file, read (or not).
+    Run {
+        /// Where it came from.
+        name: String,
+        /// It, or why it could not be opened.
+        run: Result<Box<Run>, String>,
+    },
+    /// A file read from this path (remembered among the recent files when it opened).
+    #[cfg(not(target_arch = "wasm32"))]
+    Path {
+        /// The file.
+        path: std::path::PathBuf,
+        /// It, or why it could not be opened.
+        run: Result<Box<Run>, String>,
+    },
+    /// The task that sent the files is done.
+    Done,
+}
+
+impl Incoming {
+    /// Reads and opens a file.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn read(path: std::path::PathBuf) -> Self {
+        let run = read_path(&path).map(Box::new);
+        Self::Path { path, run }
+    }
+}
+
+/// Reads and opens a file; the error names it.
+#[cfg(not(target_arch = "wasm32"))]
+fn read_path(path: &std::path::Path) -> Result<Run, String> {
+    let name = path.to_string_lossy();
+    match std::fs::read(path) {
+        Ok(bytes) => Run::from_bytes(&name, &bytes),
+        Err(err) => Err(format!("{name}: cannot read the file: {err}")),
+    }
+}
+
+impl TidemarkApp {
+    pub(crate) fn take_dropped_files(&mut self, ctx: &egui::Context) {
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        for file in dropped {
+            #[cfg(not(target_arch = "wasm32"))]
+            self.open_path_in_background(ctx, file.path().to_owned());
+            #[cfg(target_arch = "wasm32")]
+            {
+                let tx = self.sender();
+                let ctx = ctx.clone();
+                self.loading += 1;
+                wasm_bindgen_futures::spawn_local(async move {
+                    let name = file.path().to_string_lossy().into_owned();
+                    let run = match file.bytes_async().await {
+                        Ok(bytes) => Run::from_bytes(&name, &bytes).map(Box::new),
+                        Err(err) => Err(format!("{name}: cannot read the file: {err}")),
+                    };
+                    let _ = tx.send(Incoming::Run { name, run });
+                    let _ = tx.send(Incoming::Done);
+                    ctx.request_repaint();
+                });
+            }
+        }
+    }
+
+    pub(crate) fn pick_files(&mut self, ctx: &egui::Context) {
+        let tx = self.sender();
+        let ctx = ctx.clone();
+        self.loading += 1;
+        const TITLE: &str = "Open recordings";
+        const KINDS: &str = "tidemark recordings and PyTorch snapshots";
+        const EXTENSIONS: [&str; 3] = ["msgpack", "pickle", "pkl"];
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            // The dialog blocks its thread until the user answers; files are read there too.
+            let dialog = rfd::FileDialog::new()
+                .set_title(TITLE)
+                .add_filter(KINDS, &EXTENSIONS)
+                .add_filter("all files", &["*"]);
+            std::thread::spawn(move || {
+                for path in dialog.pick_files().unwrap_or_default() {
+                    let _ = tx.send(Incoming::read(path));
+                }
+                let _ = tx.send(Incoming::Done);
+                ctx.request_repaint();
+            });
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let dialog = rfd::AsyncFileDialog::new()
+                .set_title(TITLE)
+                .add_filter(KINDS, &EXTENSIONS)
+                .add_filter("all files", &["*"]);
+            wasm_bindgen_futures::spawn_local(async move {
+                for file in dialog.pick_files().await.unwrap_or_default() {
+                    let bytes = file.read().await;
+                    let name = file.file_name();
+                    let run = Run::from_bytes(&name, &bytes).map(Box::new);
+                    let _ = tx.send(Incoming::Run { name, run });
+                }
+                let _ = tx.send(Incoming::Done);
+                ctx.request_repaint();
+            });
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl TidemarkApp {
+    /// Reads a file in the background and shows it when it is read.
+    pub fn open_path_in_background(&mut self, ctx: &egui::Context, path: std::path::PathBuf) {
+        let tx = self.sender();
+        let ctx = ctx.clone();
+        self.loading += 1;
+        std::thread::spawn(move || {
+            let _ = tx.send(Incoming::read(path));
+            let _ = tx.send(Incoming::Done);
+            ctx.request_repaint();
+        });
+    }
+
+    /// Opens a file now, on this thread.
+    pub fn open_path(&mut self, path: &std::path::Path) {
+        let run = read_path(path);
+        if run.is_ok() {
+            self.remember(path);
+        }
+        self.add(OpenRun::new(path.to_string_lossy().into_owned(), run));
+    }
+
+    /// Opens a file that may still be written, and keeps reading what is added to it.
+    pub fn follow_path(&mut self, path: &std::path::Path) {
+        let name = path.to_string_lossy().into_owned();
+        let mut open = OpenRun::new(
+            name,
+            Err("waiting for the recording's first bytes…".to_owned()),
+        );
+        open.follow = Some(crate::follow::Follow::new(path.to_owned()));
+        self.add(open);
+        self.poll_follow_now();
+    }
+
+    /// Reads what was added to followed files (at most every 250 ms unless `now`).
+    pub(crate) fn poll_follow(&mut self, ctx: &egui::Context) {
+        let mut any = false;
+        for open in &mut self.runs {
+            any |= open.follow.is_some();
+            poll(open, false);
+        }
+        if any {
+            ctx.request_repaint_after(std::time::Duration::from_millis(250));
+        }
+    }
+
+    fn poll_follow_now(&mut self) {
+        for open in &mut self.runs {
+            poll(open, true);
+        }
+    }
+
+    /// Starts or stops following the current file.
+    pub fn set_follow(&mut self, on: bool) {
+        let Some(open) = self.runs.get_mut(self.current) else {
+            return;
+        };
+        // A snapshot is written once: there is nothing to follow (and its Blocks would go).
+        let snapshot = matches!(
+            &open.run,
+            Ok(Run {
+                snapshot: Some(_),
+                ..
+            })
+        );
+        if !on {
+            open.follow = None;
+        } else if open.follow.is_none() && !snapshot && std::path::Path::new(&open.name).is_file() {
+            open.follow = Some(crate::follow::Follow::new(open.name.clone().into()));
+            poll(open, true);
+        }
+    }
+
+    pub(crate) fn remember(&mut self, path: &std::path::Path) {
+        let path = std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.to_owned())
+            .to_string_lossy()
+            .into_owned();
+        self.recent.retain(|p| p != &path);
+        self.recent.insert(0, path);
+        self.recent.truncate(RECENT);
+    }
+
+    /// Recently opened files, newest first.
+    pub fn recent(&self) -> &[String] {
+        &self.recent
+    }
+
+    pub(crate) fn recent_menu(&mut self, ui: &mut egui::Ui) {
+        let mut open = None;
+        ui.add_enabled_ui(!self.recent.is_empty(), |ui| {
+            ui.menu_button("Recent", |ui| {
+                for path in &self.recent {
+                    if ui.button(path).clicked() {
+                        open = Some(path.clone());
+                        ui.close();
+                    }
+                }
+            });
+        });
+        if let Some(path) = open {
+            self.open_path_in_background(ui.ctx(), path.into());
+        }
+        if let Some(current) = self.runs.get(self.current) {
+            let following = current.follow.is_some();
+            let mut on = following;
+            if std::path::Path::new(&current.name).is_file() {
+                ui.checkbox(&mut on, "Follow")
+                    .on_hover_text("Keep reading the file as the collector writes it");
+            }
+            if on != following {
+                self.set_follow(on);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl TidemarkApp {
+    /// Fetches a recording hosted next to the page (same origin) and shows it, or shows why it
+    /// could not be fetched.
+    pub fn open_url(&mut self, ctx: &egui::Context, url: String) {
+        let tx = self.sender();
+        let ctx = ctx.clone();
+        self.loading += 1;
+        wasm_bindgen_futures::spawn_local(async move {
+            let run = match crate::web::fetch(&url).await {
+                Ok(bytes) => Run::from_bytes(&url, &bytes).map(Box::new),
+                Err(err) => Err(format!("{url}: {err}")),
+            };
+            let _ = tx.send(Incoming::Run { name: url, run });
+            let _ = tx.send(Incoming::Done);
+            ctx.request_repaint();
+        });
+    }
+}
+
+/// While files are dragged over the window, say that dropping opens them.
+pub(crate) fn drop_hint(ctx: &egui::Context) {
+    if ctx.input(|i| i.raw.hovered_files.is_empty()) {
+        return;
+    }
+    let painter = ctx.layer_painter(egui::LayerId::new(
+        egui::Order::Foreground,
+        egui::Id::unique("drop_hint"),
+    ));
+    let rect = ctx.content_rect();
+    painter.rect_filled(rect, 0.0, egui::Color32::from_black_alpha(160));
+    painter.text(
+        rect.center(),
+        egui::Align2::CENTER_CENTER,
+        "Drop to open",
+        egui::FontId::proportional(28.0),
+        egui::Color32::WHITE,
+    );
+}
+
+/// One followed file: what arrived goes into its recording, and its run is rebuilt.
+#[cfg(not(target_arch = "wasm32"))]
+fn poll(open: &mut OpenRun, now: bool) {
+    let Some(follow) = &mut open.follow else {
+        return;
+    };
+    let run = &mut open.run;
+    let taken = || match std::mem::replace(run, Err(String::new())) {
+        Ok(previous) => Some(previous.recording),
+        Err(_) => None,
+    };
+    let Some(update) = follow.poll(taken, now) else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    *run = update.map(Run::new);
+    follow.rebuilt_in(started.elapsed());
+}

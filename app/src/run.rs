@@ -1,0 +1,104 @@
+//! One open file: the recording, its analysis and what the views draw (a [`Run`]), or why it
+//! could not be opened, with the state of its views (an [`OpenRun`]).
+
+use collector::analysis::{Analysis, analyze};
+use collector::recording::Recording;
+
+use crate::timeline::TimelineState;
+use crate::view::RunView;
+
+/// The recording shown when nothing else is opened: made by the collector from a real job
+/// (`collector/tests/data/corpus/eval_keeps_predictions.py`, recorded by `make.sh` there).
+pub const EXAMPLE_RECORDING: &[u8] =
+    include_bytes!("../../collector/tests/data/corpus/eval_keeps_predictions.msgpack");
+
+/// The name the embedded example is shown under.
+pub const EXAMPLE_NAME: &str = "example: eval_keeps_predictions.msgpack";
+
+/// A recording with its diagnosis and what the views draw.
+pub struct Run {
+    /// The recording.
+    pub recording: Recording,
+    /// What the analysis makes of it.
+    pub analysis: Analysis,
+    /// What the views draw.
+    pub view: RunView,
+    /// When the file was a PyTorch memory snapshot: its blocks, suspects and segments.
+    pub snapshot: Option<crate::blocks::SnapshotView>,
+}
+
+impl Run {
+    /// Analyses a recording and prepares its views.
+    pub fn new(recording: Recording) -> Self {
+        // The analysis and the curves' levels of detail are independent: natively, in parallel.
+        #[cfg(not(target_arch = "wasm32"))]
+        let (analysis, traces) = std::thread::scope(|scope| {
+            let traces = scope.spawn(|| RunView::traces(&recording));
+            let analysis = analyze(&recording);
+            let traces = traces
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (analysis, traces)
+        });
+        #[cfg(target_arch = "wasm32")]
+        let (analysis, traces) = (analyze(&recording), RunView::traces(&recording));
+        let view = RunView::with_traces(&recording, &analysis, traces);
+        Self {
+            recording,
+            analysis,
+            view,
+            snapshot: None,
+        }
+    }
+
+    /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error
+    /// names `name`.
+    pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self, String> {
+        let opened = collector::open::read_any(bytes).map_err(|err| format!("{name}: {err}"))?;
+        let (recording, snapshot) = opened.into_recording();
+        let mut run = Self::new(recording);
+        run.snapshot = snapshot.map(|s| crate::blocks::SnapshotView::new(s, &run.analysis));
+        Ok(run)
+    }
+}
+
+/// One open file: its run, or why it could not be opened.
+pub struct OpenRun {
+    /// Where it came from (a path, a file name, a URL).
+    pub name: String,
+    /// The run, or the error that stopped it from opening.
+    pub run: Result<Run, String>,
+    /// What the timeline shows.
+    pub timeline: TimelineState,
+    /// The blocks view's time (snapshots only).
+    pub blocks: crate::blocks::BlocksState,
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) follow: Option<crate::follow::Follow>,
+    /// Whether the page was told that this file is shown (see `web::announce`).
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) announced: bool,
+}
+
+impl OpenRun {
+    pub(crate) fn new(name: String, run: Result<Run, String>) -> Self {
+        Self {
+            name,
+            run,
+            timeline: TimelineState::default(),
+            blocks: crate::blocks::BlocksState::default(),
+            #[cfg(not(target_arch = "wasm32"))]
+            follow: None,
+            #[cfg(target_arch = "wasm32")]
+            announced: false,
+        }
+    }
+
+    /// The short name shown on its tab.
+    pub fn title(&self) -> &str {
+        self.name
+            .rsplit(['/', '\\'])
+            .next()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&self.name)
+    }
+}
