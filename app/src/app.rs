@@ -125,7 +125,8 @@ impl TidemarkApp {
         self.current = self.runs.len() - 1;
     }
 
-    /// A sender for files read elsewhere (a download, a dialog); `ctx` is woken when one comes.
+    /// A sender for files read elsewhere (a download, a dialog); the sender wakes the window
+    /// (`request_repaint`) after sending.
     pub(crate) fn sender(&self) -> Sender<Incoming> {
         self.inbox.0.clone()
     }

@@ -38,7 +38,7 @@ pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &
                 "occurrences",
                 "net Δ",
                 "watermark Δ",
-                "retained / step",
+                "retained / occurrence",
                 "share of growth",
                 "net trend",
             ] {

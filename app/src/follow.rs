@@ -64,7 +64,8 @@ impl Follow {
         self.follower.ended() || self.error.is_some()
     }
 
-    /// Reads what was added to the file since the last poll (at most every 250 ms unless `now`).
+    /// Reads what was added to the file since the last poll (at most every 250 ms, or three times
+    /// the last rebuild when that took longer, unless `now`).
     /// `None`: nothing new. Otherwise the grown recording, or why there is none: `current` is
     /// asked for the recording read so far (taken from the app's run) only when records arrived
     /// that extend it.

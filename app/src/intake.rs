@@ -153,7 +153,8 @@ impl TidemarkApp {
         self.poll_follow_now();
     }
 
-    /// Reads what was added to followed files (at most every 250 ms unless `now`).
+    /// Reads what was added to followed files (each at its own pace, see `Follow::poll`, unless
+    /// `now`).
     pub(crate) fn poll_follow(&mut self, ctx: &egui::Context) {
         let mut any = false;
         for open in &mut self.runs {
