@@ -5,8 +5,8 @@
 
 use collector::analysis::{Basis, FindingKind, analyze};
 use collector::recording::{
-    AllocatorSample, Chunk, Column, Device, Edge, Header, Origin, Phase, PhaseEdge, Record,
-    Recording, SeriesKey, SeriesKind, read_file,
+    AllocatorSample, Chunk, Column, Edge, Header, Origin, Phase, Record, Recording, SeriesKey,
+    SeriesKind, read_file,
 };
 
 const MIB: u64 = 1 << 20;
@@ -78,18 +78,7 @@ impl Default for Run {
 }
 
 fn header() -> Header {
-    let mut header = Header::new(
-        0,
-        "test".to_owned(),
-        vec!["python".to_owned(), "train.py".to_owned()],
-    );
-    header.devices = vec![Device {
-        index: 0,
-        name: "GPU".to_owned(),
-        uuid: "GPU-0".to_owned(),
-        total_bytes: 80 * GIB,
-    }];
-    header
+    tidemark_tests::header(&["python", "train.py"])
 }
 
 /// A recording with phase edges and allocator numbers at every edge.
@@ -119,15 +108,13 @@ fn synthesize(run: &Run) -> Recording {
             for (edge, allocated, peak) in
                 [(Edge::Begin, start, start), (Edge::End, end, start + peak)]
             {
-                recording.push(Record::Phase(PhaseEdge {
-                    t_ns: t,
+                recording.push(Record::Phase(tidemark_tests::edge(
+                    t,
                     edge,
-                    phase: phase.clone(),
-                    step: Some(step),
+                    phase.clone(),
+                    Some(step),
                     origin,
-                    host_heap: None,
-                    host_rss: None,
-                }));
+                )));
                 recording.push(Record::Allocator(AllocatorSample {
                     t_ns: t,
                     origin,
@@ -412,37 +399,31 @@ fn bad_recordings_get_a_verdict_that_says_what_it_cannot_tell() {
         }],
     }));
     let origin = Origin { pid: 1, rank: None };
-    messy.push(Record::Phase(PhaseEdge {
-        t_ns: 3,
-        edge: Edge::End,
-        phase: Phase::Eval,
-        step: None,
+    messy.push(Record::Phase(tidemark_tests::edge(
+        3,
+        Edge::End,
+        Phase::Eval,
+        None,
         origin,
-        host_heap: None,
-        host_rss: None,
-    }));
+    )));
     for i in 0..30u64 {
         for edge in [Edge::Begin, Edge::End] {
-            messy.push(Record::Phase(PhaseEdge {
-                t_ns: i * 6_000_000 + (edge == Edge::End) as u64,
+            messy.push(Record::Phase(tidemark_tests::edge(
+                i * 6_000_000 + (edge == Edge::End) as u64,
                 edge,
-                phase: Phase::Forward,
-                step: None,
+                Phase::Forward,
+                None,
                 origin,
-                host_heap: None,
-                host_rss: None,
-            }));
+            )));
         }
     }
-    messy.push(Record::Phase(PhaseEdge {
-        t_ns: 10,
-        edge: Edge::Begin,
-        phase: Phase::Forward,
-        step: None,
+    messy.push(Record::Phase(tidemark_tests::edge(
+        10,
+        Edge::Begin,
+        Phase::Forward,
+        None,
         origin,
-        host_heap: None,
-        host_rss: None,
-    }));
+    )));
     let analysis = analyze(&messy);
     assert_eq!(analysis.basis, Basis::HostRss);
     assert!(analysis.by_step, "steps from the first phase's occurrences");

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use collector::recording::{
     AllocatorSample, Chunk, Column, Device, Dropped, Edge, Exit, Follower, Header, Note, Oom,
-    Origin, Phase, PhaseEdge, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file,
+    Origin, Phase, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file,
     read_recording,
 };
 use proptest::prelude::*;
@@ -90,15 +90,13 @@ fn golden_v1() -> (Header, Vec<Record>) {
     for step in 0..2u64 {
         for phase in &phases {
             for edge in [Edge::Begin, Edge::End] {
-                records.push(Record::Phase(PhaseEdge {
-                    t_ns: t,
+                records.push(Record::Phase(tidemark_tests::edge(
+                    t,
                     edge,
-                    phase: phase.clone(),
-                    step: Some(step),
+                    phase.clone(),
+                    Some(step),
                     origin,
-                    host_heap: None,
-                    host_rss: None,
-                }));
+                )));
                 records.push(Record::Allocator(AllocatorSample {
                     t_ns: t,
                     origin,
@@ -115,15 +113,13 @@ fn golden_v1() -> (Header, Vec<Record>) {
             }
         }
     }
-    records.push(Record::Phase(PhaseEdge {
-        t_ns: t,
-        edge: Edge::Begin,
-        phase: Phase::Custom("checkpoint".to_owned()),
-        step: None,
+    records.push(Record::Phase(tidemark_tests::edge(
+        t,
+        Edge::Begin,
+        Phase::Custom("checkpoint".to_owned()),
+        None,
         origin,
-        host_heap: None,
-        host_rss: None,
-    }));
+    )));
     records.push(Record::Dropped(Dropped {
         t_ns: t,
         dropped: 2,
