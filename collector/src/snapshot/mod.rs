@@ -24,5 +24,5 @@ pub use model::{
     Snapshot, SnapshotError, TraceEntry,
 };
 pub use pickle::Frame;
-pub use read::{is_pickle, read_snapshot};
+pub use read::read_snapshot;
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

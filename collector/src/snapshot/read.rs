@@ -377,8 +377,3 @@ fn read_annotation(machine: &Machine<'_>, value: Value) -> Result<Annotation, St
         time_us,
     })
 }
-
-/// Whether `bytes` look like a pickle (protocol 2 or newer) rather than a recording.
-pub fn is_pickle(bytes: &[u8]) -> bool {
-    bytes.len() >= 2 && bytes[0] == 0x80 && (2..=5).contains(&bytes[1])
-}
