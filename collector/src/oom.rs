@@ -31,6 +31,8 @@ struct Patterns {
     allocated_old: Regex,
     free_old: Regex,
     reserved_old: Regex,
+    this_process: Regex,
+    other_process: Regex,
 }
 
 fn patterns() -> &'static Patterns {
@@ -53,6 +55,8 @@ fn patterns() -> &'static Patterns {
             allocated_old: re(r"SIZE already allocated"),
             free_old: re(r"SIZE free"),
             reserved_old: re(r"SIZE reserved in total by PyTorch"),
+            this_process: re(r"this process has SIZE memory in use"),
+            other_process: re(r"Process [0-9]+ has SIZE memory in use"),
         }
     })
 }
@@ -68,6 +72,19 @@ fn size(re: &Regex, line: &str) -> Option<u64> {
         _ => 1024.0 * 1024.0 * 1024.0 * 1024.0,
     };
     Some((number * unit).round() as u64)
+}
+
+/// The sum of every match of `re` (a SIZE pattern); `None` when there is none.
+fn sizes(re: &Regex, line: &str) -> Option<u64> {
+    let mut total = None;
+    let mut rest = line;
+    while let Some(m) = re.find(rest) {
+        if let Some(bytes) = size(re, m.as_str()) {
+            *total.get_or_insert(0) += bytes;
+        }
+        rest = &rest[m.end()..];
+    }
+    total
 }
 
 fn index(re: &Regex, line: &str) -> Option<u32> {
@@ -90,6 +107,8 @@ pub fn parse_oom_line(line: &str, t_ns: u64) -> Option<Oom> {
         t_ns,
         rank: index(&p.rank, line),
         tried_bytes: size(&p.tried, line),
+        process_bytes: size(&p.this_process, line),
+        other_processes_bytes: sizes(&p.other_process, line),
         message: line.trim().to_owned(),
         ..Oom::default()
     };
@@ -135,6 +154,17 @@ mod tests {
         assert_eq!(oom.free_bytes, bytes(1.27 * GIB));
         assert_eq!(oom.allocated_bytes, bytes(76.5 * GIB));
         assert_eq!(oom.reserved_unallocated_bytes, bytes(120.0 * MIB));
+        assert_eq!(oom.other_processes_bytes, bytes(77.86 * GIB));
+        assert_eq!(oom.process_bytes, None);
+    }
+
+    #[test]
+    fn this_process_and_two_others() {
+        let line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which 512.00 MiB is free. Process 4242 has 12.00 GiB memory in use. Process 4343 has 2.50 GiB memory in use. Including non-PyTorch memory, this process has 8.60 GiB memory in use. Of the allocated memory 7.50 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.";
+        let oom = parse_oom_line(line, 0).unwrap();
+        assert_eq!(oom.other_processes_bytes, bytes(14.5 * GIB));
+        assert_eq!(oom.process_bytes, bytes(8.6 * GIB));
+        assert_eq!(oom.allocated_bytes, bytes(7.5 * GIB));
     }
 
     #[test]

@@ -140,12 +140,15 @@ fn golden_v1() -> (Header, Vec<Record>) {
         free_bytes: Some(1_300 * MIB),
         allocated_bytes: Some(78 * 1024 * MIB),
         reserved_unallocated_bytes: Some(120 * MIB),
+        process_bytes: None,
+        other_processes_bytes: None,
         message: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.65 GiB of which 1.27 GiB is free.".to_owned(),
     }));
     records.push(Record::Exit(Exit {
         t_ns: 600_000_000,
         code: Some(1),
         signal: None,
+        stderr_tail: Vec::new(),
     }));
     (header, records)
 }

@@ -6,6 +6,7 @@
 //! about is, in order of preference: PyTorch's allocated bytes (from the probe), the device's used
 //! memory (NVML), the job's host memory (`/proc`). No I/O here: the viewer uses it too.
 
+mod ending;
 mod phases;
 mod rules;
 mod trend;
@@ -14,6 +15,7 @@ use serde::Serialize;
 
 use crate::format::format_bytes;
 
+pub use self::ending::{Ending, OomCause, OomVerdict};
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::trend::{Trend, trend};
 use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
@@ -103,6 +105,10 @@ impl StepSeries {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FindingKind {
+    /// The job ran out of device memory (with the cause).
+    Oom,
+    /// The job failed or was killed for another reason.
+    Failed,
     /// Memory at the same point of every step rises and never falls back.
     Leak,
     /// Fragmentation: reserved minus allocated grows while allocated is flat.
@@ -125,6 +131,8 @@ impl FindingKind {
     /// The stable name used in JSON and on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Oom => "oom",
+            Self::Failed => "failed",
             Self::Leak => "leak",
             Self::Fragmentation => "fragmentation",
             Self::PeakCreep => "peak_creep",
@@ -145,13 +153,20 @@ impl FindingKind {
     pub fn is_problem(self) -> bool {
         matches!(
             self,
-            Self::Leak | Self::Fragmentation | Self::PeakCreep | Self::CapacityPressure
+            Self::Oom
+                | Self::Failed
+                | Self::Leak
+                | Self::Fragmentation
+                | Self::PeakCreep
+                | Self::CapacityPressure
         )
     }
 }
 
 /// Every finding kind.
-pub const ALL_KINDS: [FindingKind; 8] = [
+pub const ALL_KINDS: [FindingKind; 10] = [
+    FindingKind::Oom,
+    FindingKind::Failed,
     FindingKind::Leak,
     FindingKind::Fragmentation,
     FindingKind::PeakCreep,
@@ -219,6 +234,10 @@ pub struct Analysis {
     pub attribution: Option<Attribution>,
     /// Why the attribution is not from the C heap when the probe read it (`None` otherwise).
     pub attribution_note: Option<String>,
+    /// Each out-of-memory error: when, where, the numbers, and the cause.
+    pub ooms: Vec<OomVerdict>,
+    /// How the job ended.
+    pub ending: Ending,
     /// The phase occurrences of the training process, by begin time (for views; not reported).
     #[serde(skip)]
     pub occurrences: Vec<Occurrence>,
@@ -389,6 +408,8 @@ pub fn analyze(recording: &Recording) -> Analysis {
         lacks,
         attribution: has_phases.then_some(attribution),
         attribution_note: attribution_note.filter(|_| has_phases),
+        ooms: Vec::new(),
+        ending: Ending::default(),
         occurrences: Vec::new(),
         step_starts: Vec::new(),
         retained: Vec::new(),
@@ -399,12 +420,13 @@ pub fn analyze(recording: &Recording) -> Analysis {
         fallback.as_ref().map(|(_, s)| s.as_ref()),
         &mut analysis,
     );
-    analysis
-        .findings
-        .sort_by_key(|f| (!f.kind.is_problem(), f.kind));
     analysis.occurrences = occurrences;
     analysis.step_starts = step_starts;
     analysis.retained = retained;
+    ending::judge_ending(recording, &mut analysis);
+    analysis
+        .findings
+        .sort_by_key(|f| (!f.kind.is_problem(), f.kind));
     analysis
 }
 

@@ -42,9 +42,22 @@ pub fn exit_code(status: ExitStatus) -> (u8, Option<i32>, Option<i32>) {
     }
 }
 
+/// The last lines the job wrote to stderr, for the report of a job that failed.
+pub type Tail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
+
+/// How many of the last stderr lines are kept, and how long each may be.
+const TAIL_LINES: usize = 20;
+const TAIL_LINE_CHARS: usize = 400;
+
 /// Copies the job's stderr to ours as it comes (no waiting for whole lines: progress bars stay
-/// live), and parses each line for CUDA out-of-memory messages.
-pub fn tee_stderr(mut stderr: ChildStderr, clock: Clock, live_status: bool, tx: &Sender<Msg>) {
+/// live), parses each line for CUDA out-of-memory messages, and keeps the last lines in `tail`.
+pub fn tee_stderr(
+    mut stderr: ChildStderr,
+    clock: Clock,
+    live_status: bool,
+    tx: &Sender<Msg>,
+    tail: &Tail,
+) {
     let mut buf = [0u8; 16 * 1024];
     let mut line = Vec::new();
     let mut last_message = String::new();
@@ -66,6 +79,7 @@ pub fn tee_stderr(mut stderr: ChildStderr, clock: Clock, live_status: bool, tx: 
         for &byte in &buf[..n] {
             if byte == b'\n' || byte == b'\r' {
                 check_line(&line, clock, &mut last_message, tx);
+                keep(&line, tail);
                 line.clear();
             } else if line.len() < 64 * 1024 {
                 line.push(byte);
@@ -73,6 +87,22 @@ pub fn tee_stderr(mut stderr: ChildStderr, clock: Clock, live_status: bool, tx: 
         }
     }
     check_line(&line, clock, &mut last_message, tx);
+    keep(&line, tail);
+}
+
+fn keep(line: &[u8], tail: &Tail) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end();
+    if text.trim().is_empty() {
+        return;
+    }
+    let text: String = text.chars().take(TAIL_LINE_CHARS).collect();
+    if let Ok(mut tail) = tail.lock() {
+        if tail.len() == TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(text);
+    }
 }
 
 fn check_line(line: &[u8], clock: Clock, last_message: &mut String, tx: &Sender<Msg>) {

@@ -214,13 +214,15 @@ pub fn run(args: RecordArgs) -> ExitCode {
     let listener = channel.as_ref().and_then(|channel| {
         probe::spawn_listener(channel.clone(), clock, stop.clone(), tx.clone(), host_tx).ok()
     });
+    let tail = job::Tail::default();
     let tee = child
         .as_mut()
         .and_then(|c| c.stderr.take())
         .and_then(|stderr| {
             let tx = tx.clone();
+            let tail = tail.clone();
             spawn_named("stderr-tee", move || {
-                job::tee_stderr(stderr, clock, live_status, &tx)
+                job::tee_stderr(stderr, clock, live_status, &tx, &tail)
             })
         });
     let recorder = writer.and_then(|writer| {
@@ -259,6 +261,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
                         t_ns: clock.now_ns(),
                         code: exit_code,
                         signal,
+                        stderr_tail: Vec::new(),
                     }),
                 )
             }
@@ -294,7 +297,12 @@ pub fn run(args: RecordArgs) -> ExitCode {
             let _ = tee.join();
         }
     }
-    if let Some(exit) = exit {
+    if let Some(mut exit) = exit {
+        if exit.code != Some(0)
+            && let Ok(tail) = tail.lock()
+        {
+            exit.stderr_tail = tail.iter().cloned().collect();
+        }
         let _ = tx.send(Msg::Record(Record::Exit(exit)));
     }
     drop(tx);

@@ -317,6 +317,13 @@ pub struct Oom {
     /// "… reserved by PyTorch but unallocated".
     #[serde(default)]
     pub reserved_unallocated_bytes: Option<u64>,
+    /// "Including non-PyTorch memory, this process has … memory in use" (since 1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_bytes: Option<u64>,
+    /// The other processes' memory on the device: the sum of "Process N has … memory in use"
+    /// (since 1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_processes_bytes: Option<u64>,
     /// The message as printed.
     pub message: String,
 }
@@ -332,6 +339,9 @@ pub struct Exit {
     /// Signal number, when the job was killed by a signal.
     #[serde(default)]
     pub signal: Option<i32>,
+    /// When the job failed: the last lines it wrote to stderr, oldest first (since 1.1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stderr_tail: Vec<String>,
 }
 
 /// Probe messages the collector lost or refused since the previous such record.

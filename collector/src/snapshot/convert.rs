@@ -143,6 +143,8 @@ impl Snapshot {
                     free_bytes: Some(e.device_free),
                     allocated_bytes: u64::try_from(l.0).ok(),
                     reserved_unallocated_bytes: u64::try_from(l.1 - l.0).ok(),
+                    process_bytes: None,
+                    other_processes_bytes: None,
                     message: format!(
                         "out of memory on cuda:{}: tried to allocate {} bytes with {} bytes free",
                         e.device, e.size, e.device_free

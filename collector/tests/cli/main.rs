@@ -5,6 +5,7 @@
 mod gpu;
 mod jobs;
 mod lifecycle;
+mod oom;
 mod probe;
 mod report;
 
