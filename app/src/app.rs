@@ -117,6 +117,7 @@ impl TidemarkApp {
             snapshot: Some(view),
             ..
         }) = &run.run
+            && view.paired.is_none()
             && !view.has_timeline()
         {
             self.tab = Tab::Blocks;

@@ -14,6 +14,9 @@ pub struct SnapshotView {
     pub verdict: SnapshotVerdict,
     /// The first and last time of the trace (µs since the epoch).
     pub range_us: (i64, i64),
+    /// For a snapshot dumped next to a recording (`collector --history`): the file and why it
+    /// was dumped; `None` when the opened file is the snapshot.
+    pub paired: Option<(String, String)>,
 }
 
 impl SnapshotView {
@@ -24,6 +27,16 @@ impl SnapshotView {
             range_us: snapshot.time_range_us().unwrap_or((0, 0)),
             verdict,
             snapshot,
+            paired: None,
+        }
+    }
+
+    /// A snapshot the probe dumped next to a recording, `reason` being `oom` or `end`.
+    pub fn paired(snapshot: Snapshot, file: String, reason: String) -> Self {
+        let trace = collector::analysis::analyze(&snapshot.to_recording());
+        Self {
+            paired: Some((file, reason)),
+            ..Self::new(snapshot, &trace)
         }
     }
 
@@ -113,6 +126,15 @@ pub fn blocks_ui(
 ) {
     let s = &view.snapshot;
     let span_us = (view.range_us.1 - view.range_us.0).max(0);
+    if let Some((file, reason)) = &view.paired {
+        let when = if reason == "oom" {
+            "at the out-of-memory error"
+        } else {
+            "at the end of the job"
+        };
+        ui.strong(format!("The allocator {when}: {file}"));
+        ui.label(&view.verdict.headline);
+    }
     if !view.has_timeline() {
         // No trace with times: the blocks at the snapshot are all there is.
         state.at_us = None;

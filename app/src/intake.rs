@@ -45,10 +45,29 @@ impl Incoming {
 #[cfg(not(target_arch = "wasm32"))]
 fn read_path(path: &std::path::Path) -> Result<Run, String> {
     let name = path.to_string_lossy();
-    match std::fs::read(path) {
-        Ok(bytes) => Run::from_bytes(&name, &bytes),
-        Err(err) => Err(format!("{name}: cannot read the file: {err}")),
+    let mut run = match std::fs::read(path) {
+        Ok(bytes) => Run::from_bytes(&name, &bytes)?,
+        Err(err) => return Err(format!("{name}: cannot read the file: {err}")),
+    };
+    // A recording made with --history opens with the snapshot dumped next to it (at the OOM).
+    if run.snapshot.is_none()
+        && let Some(paired) = collector::open::paired_snapshot(path, &run.recording)
+    {
+        let file = paired.path.to_string_lossy().into_owned();
+        match paired.snapshot {
+            Ok(snapshot) => {
+                run.snapshot = Some(crate::blocks::SnapshotView::paired(
+                    snapshot,
+                    file,
+                    paired.reason,
+                ));
+            }
+            Err(err) => run.recording.warnings.push(format!(
+                "the snapshot dumped next to it cannot be read: {err}"
+            )),
+        }
     }
+    Ok(run)
 }
 
 impl TidemarkApp {

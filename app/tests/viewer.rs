@@ -385,3 +385,40 @@ fn a_broken_snapshot_opens_as_an_error_naming_it() {
     harness.get_by_label_contains("truncated");
     assert!(harness.query_by_label("Blocks").is_none());
 }
+
+/// A recording made with `--history` opens with the snapshot dumped next to it: the timeline
+/// first, and a Blocks tab that says which file and when it was dumped.
+#[test]
+fn a_recording_opens_with_the_snapshot_dumped_at_its_oom() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recording =
+        collector::recording::read_file(&corpus("eval_keeps_predictions.msgpack")).unwrap();
+    let snapshot = dir.path().join("run.rank0.oom.pickle");
+    std::fs::copy(snapshot_file("mini_snapshot.pickle"), &snapshot).unwrap();
+    recording
+        .snapshots
+        .push(collector::recording::SnapshotFile {
+            t_ns: 1,
+            origin: collector::recording::Origin {
+                pid: 1,
+                rank: Some(0),
+            },
+            reason: "oom".to_owned(),
+            // Written on another machine: found beside the recording by its name.
+            path: "/elsewhere/run.rank0.oom.pickle".to_owned(),
+        });
+    let path = dir.path().join("run.msgpack");
+    collector::recording::write_file(&path, &recording).unwrap();
+
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    assert_eq!(app.tab, Tab::Timeline, "a recording opens on its timeline");
+    let run = app.runs()[0].run.as_ref().unwrap();
+    let view = run.snapshot.as_ref().expect("the paired snapshot");
+    assert_eq!(view.paired.as_ref().unwrap().1, "oom");
+    app.tab = Tab::Blocks;
+    let mut harness = harness(app);
+    harness.run();
+    harness.get_by_label_contains("The allocator at the out-of-memory error");
+    harness.get_by_label_contains("run.rank0.oom.pickle");
+}

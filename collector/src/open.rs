@@ -80,3 +80,49 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
         reason,
     })
 }
+
+/// A snapshot the probe dumped next to a recording (`collector --history`), read.
+#[derive(Debug)]
+pub struct PairedSnapshot {
+    /// The file read.
+    pub path: PathBuf,
+    /// Why it was dumped: `oom` or `end`.
+    pub reason: String,
+    /// The snapshot, or why it cannot be read.
+    pub snapshot: Result<Snapshot, OpenError>,
+}
+
+/// The snapshot a recording names that tells the most (the first dumped at an out-of-memory
+/// error, else the first dumped at the end), found where the probe wrote it or, when the files
+/// were moved together, beside the recording at `recording_path`. `None` when the recording
+/// names none, or none of the files is there.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn paired_snapshot(recording_path: &Path, recording: &Recording) -> Option<PairedSnapshot> {
+    let file = recording
+        .snapshots
+        .iter()
+        .find(|s| s.reason == "oom")
+        .or_else(|| recording.snapshots.first())?;
+    let written = PathBuf::from(&file.path);
+    let beside = written
+        .file_name()
+        .and_then(|name| recording_path.parent().map(|dir| dir.join(name)));
+    let path = std::iter::once(written)
+        .chain(beside)
+        .find(|p| p.is_file())?;
+    let snapshot = match read_any_file(&path) {
+        Ok(Opened::Snapshot(s)) => Ok(*s),
+        Ok(Opened::Recording(_)) => Err(OpenError::Format {
+            path: path.clone(),
+            reason: FormatError::Snapshot(SnapshotError::Schema(
+                "a tidemark recording where a snapshot was expected".to_owned(),
+            )),
+        }),
+        Err(err) => Err(err),
+    };
+    Some(PairedSnapshot {
+        path,
+        reason: file.reason.clone(),
+        snapshot,
+    })
+}

@@ -54,6 +54,10 @@ _warned_step = False
 _statm = None                # /proc/self/statm, open: this process' resident memory
 _page_size = 4096
 _mallinfo2 = None            # glibc's mallinfo2(): the C heap's bytes in use
+_history = 0                 # collector --history: entries of allocator history to keep
+_snapshots = ""              # where the snapshots go: "<base>.rank0.oom.pickle"
+_history_started = False
+_dumped = set()              # the reasons already dumped by this process
 
 
 def enabled():
@@ -205,6 +209,8 @@ def _allocator_numbers(torch, edge):
     try:
         if not torch.cuda.is_initialized():
             return _NO_NUMBERS
+        if _history and not _history_started:
+            _start_history(torch)
         device = torch.cuda.current_device()
         s = torch.cuda.memory_stats_as_nested_dict(device)
         numbers = (
@@ -266,6 +272,57 @@ def _open_host_readers():
             _mallinfo2 = function
         except Exception:
             _mallinfo2 = None
+
+
+def _start_history(torch):
+    """`collector --history`: once CUDA is up, record the allocator's history with Python stacks,
+    and dump a snapshot at an out-of-memory error and at exit. Never raises into the job."""
+    global _history_started
+    _history_started = True
+    try:
+        torch.cuda.memory._record_memory_history(max_entries=_history, stacks="python")
+    except Exception as error:
+        _say(f"tidemark: cannot record the allocator's history ({error!r}); no snapshots")
+        return
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(_on_out_of_memory)
+    except Exception as error:
+        _say(f"tidemark: cannot watch for out-of-memory errors ({error!r}); a snapshot at exit only")
+    import atexit
+
+    atexit.register(_dump_snapshot, "end")
+
+
+def _on_out_of_memory(device, alloc, device_alloc, device_free):
+    """Called by PyTorch's allocator when it is about to raise an out-of-memory error."""
+    _dump_snapshot("oom")
+
+
+def _dump_snapshot(reason):
+    """Dumps the allocator's snapshot next to the recording, once per reason, and tells the
+    collector where."""
+    if reason in _dumped or not _snapshots:
+        return
+    _dumped.add(reason)
+    who = f"rank{_rank}" if _rank != "-" else f"pid{_pid}"
+    path = f"{_snapshots}.{who}.{reason}.pickle"
+    try:
+        torch = _torch if _torch is not None else sys.modules.get("torch")
+        torch.cuda.memory._dump_snapshot(path)
+    except Exception as error:
+        _say(f"tidemark: cannot write the memory snapshot {path} ({error!r})")
+        return
+    try:
+        _send(f"{_PROTOCOL} S {_monotonic_ns()} {_pid} {_rank} {reason} {path}".encode())
+    except Exception:
+        pass
+
+
+def _say(line):
+    try:
+        print(line, file=sys.stderr)
+    except Exception:
+        pass
 
 
 def _send_queued(data):
@@ -361,7 +418,7 @@ def _after_fork_in_child():
 
 def _start_from_environment():
     """Called by the injected sitecustomize: connect, and install the automatic hooks."""
-    global _rank, _keep_peaks
+    global _rank, _keep_peaks, _history, _snapshots
     path = os.environ.get("TIDEMARK_SOCKET")
     if not path:
         return
@@ -374,6 +431,9 @@ def _start_from_environment():
     rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", ""))
     _rank = rank if rank.isdigit() else "-"
     _keep_peaks = os.environ.get("TIDEMARK_KEEP_PEAKS") == "1"
+    history = os.environ.get("TIDEMARK_HISTORY", "0")
+    _history = int(history) if history.isdigit() else 0
+    _snapshots = os.environ.get("TIDEMARK_SNAPSHOTS", "")
     import atexit
 
     atexit.register(_flush_at_exit)

@@ -98,6 +98,14 @@ pub struct RecordArgs {
     #[arg(long)]
     pub keep_peaks: bool,
 
+    /// Record the allocator's history once CUDA is up (`torch.cuda.memory._record_memory_history`
+    /// with Python stacks, the last ENTRIES allocations and frees; default 100000), and dump a
+    /// PyTorch memory snapshot next to the recording at an out-of-memory error
+    /// (`run.rank0.oom.pickle`) and at the end of the job (`run.rank0.end.pickle`). Off by
+    /// default: recording a stack with every allocation slows the job down.
+    #[arg(long, value_name = "ENTRIES", num_args = 0..=1, default_missing_value = "100000", value_parser = clap::value_parser!(u64).range(1..))]
+    pub history: Option<u64>,
+
     /// How often the recording is flushed to disk, in milliseconds: at most this much is lost if
     /// the collector is killed.
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1000))]

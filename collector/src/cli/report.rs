@@ -40,6 +40,22 @@ struct JsonReport<'a> {
     /// Present for PyTorch memory snapshots.
     #[serde(skip_serializing_if = "Option::is_none")]
     snapshot: Option<SnapshotJson>,
+    /// The snapshot dumped next to the recording (`collector --history`), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paired_snapshot: Option<PairedJson>,
+}
+
+/// A snapshot dumped next to the recording.
+#[derive(Serialize)]
+struct PairedJson {
+    file: String,
+    /// `oom` or `end`.
+    reason: String,
+    /// Why it cannot be read (then `snapshot` is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot: Option<SnapshotJson>,
 }
 
 /// What a snapshot adds to the JSON report.
@@ -133,6 +149,19 @@ pub fn report(args: &ReportArgs) -> ExitCode {
     let verdict = snapshot
         .as_ref()
         .map(|s| SnapshotVerdict::new(s, &analysis));
+    // A recording made with --history names the snapshots dumped next to it: the one at the OOM
+    // says what was alive when the job died.
+    let paired = snapshot
+        .is_none()
+        .then(|| collector::open::paired_snapshot(&args.file, &recording))
+        .flatten()
+        .map(|paired| {
+            let verdict = paired.snapshot.as_ref().ok().map(|s| {
+                let trace = analyze(&s.to_recording());
+                SnapshotVerdict::new(s, &trace)
+            });
+            (paired, verdict)
+        });
     if args.json {
         let report = JsonReport {
             schema: REPORT_SCHEMA,
@@ -149,6 +178,17 @@ pub fn report(args: &ReportArgs) -> ExitCode {
                 .as_ref()
                 .zip(verdict)
                 .map(|(s, v)| SnapshotJson::new(s, v)),
+            paired_snapshot: paired.map(|(paired, verdict)| PairedJson {
+                file: paired.path.display().to_string(),
+                reason: paired.reason,
+                error: paired.snapshot.as_ref().err().map(ToString::to_string),
+                snapshot: paired
+                    .snapshot
+                    .as_ref()
+                    .ok()
+                    .zip(verdict)
+                    .map(|(s, v)| SnapshotJson::new(s, v)),
+            }),
         };
         match serde_json::to_string_pretty(&report) {
             Ok(json) => println!("{json}"),
@@ -164,6 +204,22 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         );
         if let (Some(snapshot), Some(verdict)) = (&snapshot, &verdict) {
             print!("\n{}", snapshot_text(snapshot, verdict, 10));
+        }
+        if let Some((paired, verdict)) = &paired {
+            let when = if paired.reason == "oom" {
+                "AT THE OUT-OF-MEMORY ERROR"
+            } else {
+                "AT THE END OF THE JOB"
+            };
+            println!("\n{when}: {}", paired.path.display());
+            match (&paired.snapshot, verdict) {
+                (Ok(snapshot), Some(verdict)) => {
+                    println!("  {}", verdict.headline);
+                    print!("{}", snapshot_text(snapshot, verdict, 10));
+                }
+                (Err(err), _) => println!("  cannot be read: {err}"),
+                _ => {}
+            }
         }
     }
     ExitCode::SUCCESS

@@ -132,9 +132,14 @@ pub fn run(args: RecordArgs) -> ExitCode {
             pid
         }
         None => {
+            // Snapshots go next to the recording: run.msgpack → run.rank0.oom.pickle.
+            let base = std::path::absolute(&out)
+                .unwrap_or_else(|_| out.clone())
+                .with_extension("");
+            let history = args.history.map(|entries| (entries, base.as_path()));
             let env = channel
                 .as_ref()
-                .map(|c| probe::job_environment(c, !args.no_auto_phases, args.keep_peaks))
+                .map(|c| probe::job_environment(c, !args.no_auto_phases, args.keep_peaks, history))
                 .unwrap_or_default();
             match job::spawn(&args.command, &env) {
                 Ok(spawned) => {

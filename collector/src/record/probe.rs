@@ -5,7 +5,8 @@
 //! <device> <allocated> <reserved> <peak> <active> <inactive_split> <retries> <ooms> <host_heap>
 //! <host_rss> <phase name…>` for a phase edge (`-` where a number is unknown; the allocator
 //! numbers only once CUDA is initialised; the host numbers are the sending process' own, read at
-//! the edge), and `tm2 D <pid> <count>` for messages the probe had to drop.
+//! the edge), `tm2 D <pid> <count>` for messages the probe had to drop, and `tm2 S <t_ns> <pid> <rank> <reason>
+//! <path…>` for a PyTorch memory snapshot it dumped (`--history`).
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 
-use collector::recording::{AllocatorSample, Edge, Origin, Phase, PhaseEdge, Record};
+use collector::recording::{AllocatorSample, Edge, Origin, Phase, PhaseEdge, Record, SnapshotFile};
 use nix::sys::socket::{
     AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, bind, recvmsg,
     setsockopt, socket, sockopt,
@@ -209,6 +210,9 @@ impl Channel {
                         }
                     }
                     Some(Message::Dropped(n)) => counts.dropped += n,
+                    Some(Message::Snapshot(file)) => {
+                        let _ = tx.send(Msg::Record(Record::Snapshot(file)));
+                    }
                     None => counts.malformed += 1,
                 }
             }
@@ -253,6 +257,8 @@ pub enum Message {
     Edge(PhaseEdge, Option<AllocatorSample>),
     /// The probe dropped this many messages.
     Dropped(u64),
+    /// The probe dumped a PyTorch memory snapshot.
+    Snapshot(SnapshotFile),
 }
 
 /// Parses one datagram; `None` when it is malformed.
@@ -275,6 +281,28 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
             let _pid: u32 = fields.next()?.parse().ok()?;
             let count = fields.next()?.trim_end().parse().ok()?;
             fields.next().is_none().then_some(Message::Dropped(count))
+        }
+        "S" => {
+            let t_ns = clock.since_start_ns(fields.next()?.parse().ok()?);
+            let pid = fields.next()?.parse().ok()?;
+            let rank = optional(fields.next()?)?
+                .map(u32::try_from)
+                .transpose()
+                .ok()?;
+            let reason = fields.next()?.to_owned();
+            // The path is the rest of the line (it may hold spaces).
+            let path: Vec<&str> = fields.collect();
+            let path = path.join(" ");
+            let path = path.trim_end_matches(['\n', '\r']);
+            if path.is_empty() || !matches!(reason.as_str(), "oom" | "end") {
+                return None;
+            }
+            Some(Message::Snapshot(SnapshotFile {
+                t_ns,
+                origin: Origin { pid, rank },
+                reason,
+                path: path.to_owned(),
+            }))
         }
         "P" => {
             let t_ns = clock.since_start_ns(fields.next()?.parse().ok()?);
@@ -345,6 +373,7 @@ pub fn job_environment(
     channel: &Channel,
     auto_phases: bool,
     keep_peaks: bool,
+    history: Option<(u64, &std::path::Path)>,
 ) -> Vec<(String, std::ffi::OsString)> {
     let mut pythonpath = channel.probe_dir().into_os_string();
     if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
@@ -364,6 +393,14 @@ pub fn job_environment(
         (
             "TIDEMARK_KEEP_PEAKS".to_owned(),
             if keep_peaks { "1" } else { "0" }.into(),
+        ),
+        (
+            "TIDEMARK_HISTORY".to_owned(),
+            history.map_or(0, |(entries, _)| entries).to_string().into(),
+        ),
+        (
+            "TIDEMARK_SNAPSHOTS".to_owned(),
+            history.map_or_else(Default::default, |(_, base)| base.as_os_str().to_owned()),
         ),
     ]
 }
@@ -420,6 +457,16 @@ mod tests {
         assert_eq!(edge.origin.rank, None);
         assert_eq!((edge.host_heap, edge.host_rss), (None, Some(4096)));
         assert_eq!(parse(b"tm2 D 42 7", clock), Some(Message::Dropped(7)));
+        let Some(Message::Snapshot(file)) = parse(
+            b"tm2 S 5 42 0 oom /data/my runs/run.rank0.oom.pickle",
+            clock,
+        ) else {
+            panic!("a snapshot message");
+        };
+        assert_eq!(file.path, "/data/my runs/run.rank0.oom.pickle");
+        assert_eq!((file.reason.as_str(), file.origin.rank), ("oom", Some(0)));
+        assert_eq!(parse(b"tm2 S 5 42 0 why /x.pickle", clock), None);
+        assert_eq!(parse(b"tm2 S 5 42 0 oom", clock), None);
     }
 
     #[test]

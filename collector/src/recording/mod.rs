@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 pub use model::{
     AllocatorSample, Chunk, Column, Device, Dropped, Edge, End, Exit, FORMAT_MAJOR, FORMAT_MINOR,
     Header, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record, SeriesKey, SeriesKind,
+    SnapshotFile,
 };
 pub use read::{ReadError, Reader};
 pub use write::Writer;
@@ -72,6 +73,8 @@ pub struct Recording {
     pub drops: Vec<Dropped>,
     /// Remarks from the collector.
     pub notes: Vec<Note>,
+    /// PyTorch memory snapshots the probe dumped next to the recording.
+    pub snapshots: Vec<SnapshotFile>,
     /// The end record; `None` when the recording is incomplete.
     pub end: Option<End>,
     /// What the reader noticed: an incomplete file, skipped records.
@@ -91,6 +94,7 @@ impl Recording {
             exits: Vec::new(),
             drops: Vec::new(),
             notes: Vec::new(),
+            snapshots: Vec::new(),
             end: None,
             warnings: Vec::new(),
             series_index: BTreeMap::new(),
@@ -107,6 +111,7 @@ impl Recording {
             Record::Exit(exit) => self.exits.push(exit),
             Record::Dropped(dropped) => self.drops.push(dropped),
             Record::Note(note) => self.notes.push(note),
+            Record::Snapshot(file) => self.snapshots.push(file),
             Record::End(end) => self.end = Some(end),
         }
     }
@@ -366,7 +371,8 @@ pub fn write_file(path: &std::path::Path, recording: &Recording) -> std::io::Res
     let rest = (recording.ooms.iter().cloned().map(Record::Oom))
         .chain(recording.exits.iter().cloned().map(Record::Exit))
         .chain(recording.drops.iter().cloned().map(Record::Dropped))
-        .chain(recording.notes.iter().cloned().map(Record::Note));
+        .chain(recording.notes.iter().cloned().map(Record::Note))
+        .chain(recording.snapshots.iter().cloned().map(Record::Snapshot));
     for record in rest {
         writer.write(&record)?;
     }

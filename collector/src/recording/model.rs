@@ -328,6 +328,21 @@ pub struct Oom {
     pub message: String,
 }
 
+/// A PyTorch memory snapshot the probe dumped (`collector --history`): at an out-of-memory error
+/// or at the end of the job, one file per process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotFile {
+    /// Nanoseconds after the start.
+    pub t_ns: u64,
+    /// Who dumped it.
+    #[serde(flatten)]
+    pub origin: Origin,
+    /// Why: `oom` or `end`.
+    pub reason: String,
+    /// The file, as the probe wrote it (absolute).
+    pub path: String,
+}
+
 /// The job's end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exit {
@@ -434,6 +449,8 @@ pub enum Record {
     Dropped(Dropped),
     /// A remark.
     Note(Note),
+    /// A PyTorch memory snapshot the probe dumped next to the recording (since 1.1).
+    Snapshot(SnapshotFile),
     /// The end of the recording.
     End(End),
 }

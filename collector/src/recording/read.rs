@@ -6,6 +6,7 @@ use serde::de::DeserializeOwned;
 use super::model::SeriesKey;
 use super::model::{
     AllocatorSample, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note, Oom, PhaseEdge, Record,
+    SnapshotFile,
 };
 use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 
@@ -207,6 +208,7 @@ impl<'a> Reader<'a> {
                 kind::EXIT => Record::Exit(decode::<Exit>(body).map_err(corrupt)?),
                 kind::DROPPED => Record::Dropped(decode::<Dropped>(body).map_err(corrupt)?),
                 kind::NOTE => Record::Note(decode::<Note>(body).map_err(corrupt)?),
+                kind::SNAPSHOT => Record::Snapshot(decode::<SnapshotFile>(body).map_err(corrupt)?),
                 kind::END => {
                     self.ended = true;
                     Record::End(decode::<End>(body).map_err(corrupt)?)

@@ -19,6 +19,7 @@ pub mod kind {
     pub const EXIT: &str = "exit";
     pub const DROPPED: &str = "dropped";
     pub const NOTE: &str = "note";
+    pub const SNAPSHOT: &str = "snapshot";
     pub const END: &str = "end";
 }
 

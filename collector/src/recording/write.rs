@@ -48,6 +48,7 @@ impl<W: Write> Writer<W> {
                 self.write_body(kind::DROPPED, dropped)
             }
             Record::Note(note) => self.write_body(kind::NOTE, note),
+            Record::Snapshot(file) => self.write_body(kind::SNAPSHOT, file),
             Record::End(end) => self.write_body(kind::END, end),
         }
     }

@@ -276,3 +276,110 @@ die("[rank5]: RuntimeError: CUDA error: out of memory")
         "{report}"
     );
 }
+
+/// `--history`: the probe turns on the allocator's history once CUDA is up, dumps a snapshot at
+/// the OOM (PyTorch's out-of-memory observer) and at exit, next to the recording, and the
+/// recording names both; `report` opens the pair as one. The stand-in `torch` copies a real
+/// snapshot where PyTorch would write its own.
+#[test]
+fn with_history_the_snapshot_at_the_oom_is_dumped_beside_the_recording_and_reported() {
+    let body = r#"
+import os, shutil
+calls, observers = [], []
+def dump(path):
+    calls.append(("dump", os.path.basename(path)))
+    shutil.copy(os.environ["SNAPSHOT_FIXTURE"], path)
+torch.cuda.memory = types.SimpleNamespace(
+    _record_memory_history=lambda **kw: calls.append(("history", kw)),
+    _dump_snapshot=dump,
+)
+torch._C = types.SimpleNamespace(_cuda_attach_out_of_memory_observer=observers.append)
+train(12, lambda i: 3 * GIB, lambda i: GIB)
+if observers:
+    observers[0](0, 2 * GIB, 14 * GIB, 512 * MIB)  # the allocator, about to raise
+print(calls)
+die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which 512.00 MiB is free.")
+"#;
+    let job = oom_job(body);
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/snapshots/real/bcrafton_cs336_training_step.pickle");
+    let output = job
+        .command(&["--history=5000"])
+        .env("RANK", "0")
+        .env("SNAPSHOT_FIXTURE", &fixture)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "[('history', {'max_entries': 5000, 'stacks': 'python'}), ('dump', 'run.rank0.oom.pickle')]\n",
+        "history once CUDA is up, then the dump at the OOM"
+    );
+    let oom_file = job.path("run.rank0.oom.pickle");
+    let end_file = job.path("run.rank0.end.pickle");
+    assert!(
+        oom_file.is_file() && end_file.is_file(),
+        "{}",
+        stderr(&output)
+    );
+    let recording = job.recording();
+    let named: Vec<(&str, &str)> = recording
+        .snapshots
+        .iter()
+        .map(|s| (s.reason.as_str(), s.path.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        vec![
+            ("oom", oom_file.to_str().unwrap()),
+            ("end", end_file.to_str().unwrap())
+        ]
+    );
+    assert_eq!(recording.snapshots[0].origin.rank, Some(0));
+
+    // Moved elsewhere together, the pair still opens as one.
+    let moved = tempfile::tempdir().unwrap();
+    for name in ["run.msgpack", "run.rank0.oom.pickle"] {
+        std::fs::rename(job.path(name), moved.path().join(name)).unwrap();
+    }
+    let report = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .arg(moved.path().join("run.msgpack"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("Out of memory ("), "{text}");
+    let at = text
+        .find("AT THE OUT-OF-MEMORY ERROR")
+        .expect("the paired snapshot");
+    assert!(text[at..].contains("run.rank0.oom.pickle"), "{text}");
+    assert!(
+        text[at..].contains("LIVE BLOCKS AT THE END (447 blocks"),
+        "{text}"
+    );
+    assert!(
+        text[at..].contains("cs336_basics/optimizer.py:74"),
+        "{text}"
+    );
+    let json = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["report", "--json"])
+        .arg(moved.path().join("run.msgpack"))
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["paired_snapshot"]["reason"], "oom");
+    assert_eq!(
+        json["paired_snapshot"]["snapshot"]["live_blocks_at_end"],
+        447
+    );
+
+    // Without --history nothing is turned on and nothing is written.
+    let plain = oom_job(body);
+    let output = plain
+        .command(&[])
+        .env("SNAPSHOT_FIXTURE", &fixture)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "[]\n");
+    assert!(plain.recording().snapshots.is_empty());
+}
