@@ -23,3 +23,14 @@ for name, series in sorted(s["series"].items()):
     ./target/release/collector report "$out/$leak.msgpack" || true
   fi
 done
+
+# The job that dies: a leak-driven OOM, with the allocator's history. The snapshot at the OOM
+# (oom.rank0.oom.pickle) opens with the recording; the verdict names the cause. The steps/s of
+# "none" with and without --history is the history's cost.
+echo "=== leak: oom, --history"
+./target/release/collector --out "$out/oom.msgpack" --history -- "$python" collector/gpu-check/train.py --leak oom --steps 100000 || true
+ls -l "$out"/oom.*.pickle || echo "no snapshot was dumped"
+./target/release/collector report "$out/oom.msgpack" || true
+echo "=== the cost of --history (steps/s of the same job)"
+./target/release/collector --out "$out/plain.msgpack" -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
+./target/release/collector --out "$out/history.msgpack" --history -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
