@@ -294,8 +294,13 @@ fn hints(cause: OomCause) -> Vec<String> {
     hints.iter().map(|h| (*h).to_owned()).collect()
 }
 
-/// Adds the ending's findings: one per OOM (first), or how the job failed otherwise.
-pub(super) fn judge_ending(recording: &Recording, analysis: &mut Analysis) {
+/// Adds the ending's findings: one per OOM (first), or how the job failed otherwise. An OOM of
+/// a rank in `by_rank` is judged with that rank's analysis.
+pub(super) fn judge_ending(
+    recording: &Recording,
+    analysis: &mut Analysis,
+    by_rank: &[(u32, &Analysis)],
+) {
     let exit = recording.exits.last();
     analysis.ending = Ending {
         exit_code: exit.and_then(|e| e.code),
@@ -306,7 +311,13 @@ pub(super) fn judge_ending(recording: &Recording, analysis: &mut Analysis) {
     let verdicts: Vec<OomVerdict> = recording
         .ooms
         .iter()
-        .map(|oom| judge_oom(recording, analysis, oom))
+        .map(|oom| {
+            let rank = by_rank
+                .iter()
+                .find(|(r, _)| Some(*r) == oom.rank)
+                .map_or(&*analysis, |(_, a)| *a);
+            judge_oom(recording, rank, oom)
+        })
         .collect();
     let how_it_ended = match exit {
         Some(e) if e.code == Some(0) => {

@@ -8,6 +8,7 @@
 
 mod ending;
 mod phases;
+mod ranks;
 mod rules;
 mod trend;
 
@@ -17,6 +18,7 @@ use crate::format::format_bytes;
 
 pub use self::ending::{Ending, OomCause, OomVerdict};
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
+pub use self::ranks::RankSummary;
 pub use self::trend::{Trend, trend};
 use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
 
@@ -121,6 +123,8 @@ pub enum FindingKind {
     NonPytorchMemory,
     /// Other processes use the GPU too.
     OtherProcesses,
+    /// One rank holds much more memory than the others.
+    Imbalance,
     /// The allocator's cache: high but flat, falling back every step.
     Cache,
     /// Too few steps to judge.
@@ -139,6 +143,7 @@ impl FindingKind {
             Self::CapacityPressure => "capacity_pressure",
             Self::NonPytorchMemory => "non_pytorch_memory",
             Self::OtherProcesses => "other_processes",
+            Self::Imbalance => "imbalance",
             Self::Cache => "cache",
             Self::NotEnoughData => "not_enough_data",
         }
@@ -164,7 +169,7 @@ impl FindingKind {
 }
 
 /// Every finding kind.
-pub const ALL_KINDS: [FindingKind; 10] = [
+pub const ALL_KINDS: [FindingKind; 11] = [
     FindingKind::Oom,
     FindingKind::Failed,
     FindingKind::Leak,
@@ -173,6 +178,7 @@ pub const ALL_KINDS: [FindingKind; 10] = [
     FindingKind::CapacityPressure,
     FindingKind::NonPytorchMemory,
     FindingKind::OtherProcesses,
+    FindingKind::Imbalance,
     FindingKind::Cache,
     FindingKind::NotEnoughData,
 ];
@@ -238,6 +244,10 @@ pub struct Analysis {
     pub ooms: Vec<OomVerdict>,
     /// How the job ended.
     pub ending: Ending,
+    /// Each rank's verdict, when the recording holds several ranks (then the findings say which
+    /// rank they are about, and the rest of this analysis is that of the rank the verdict leads
+    /// with).
+    pub ranks: Vec<RankSummary>,
     /// The phase occurrences of the training process, by begin time (for views; not reported).
     #[serde(skip)]
     pub occurrences: Vec<Occurrence>,
@@ -313,8 +323,53 @@ pub(crate) fn value_at(series: &Series, t_ns: u64) -> Option<u64> {
         .copied()
 }
 
-/// Diagnoses a recording.
+/// Diagnoses a recording: each rank on its own when it holds several, then how the job ended.
 pub fn analyze(recording: &Recording) -> Analysis {
+    let ranks = ranks::ranks_of(recording);
+    let mut analysis = if ranks.len() < 2 {
+        let mut analysis = analyze_one(recording);
+        ending::judge_ending(recording, &mut analysis, &[]);
+        analysis
+    } else {
+        let per: Vec<(RankSummary, Analysis)> = ranks
+            .iter()
+            .map(|&(rank, pid)| {
+                let analysis = analyze_one(&ranks::project(recording, pid));
+                (ranks::summary(rank, pid, &analysis), analysis)
+            })
+            .collect();
+        // The run's own curves and phases are those of the rank the verdict leads with: the
+        // first with a problem, else the lowest.
+        let lead = per
+            .iter()
+            .position(|(s, _)| s.problem == Some(true))
+            .unwrap_or(0);
+        let mut analysis = per[lead].1.clone();
+        analysis
+            .findings
+            .retain(|f| !f.kind.is_problem() && f.kind != FindingKind::NotEnoughData);
+        analysis.findings.extend(ranks::findings(&per));
+        if per
+            .iter()
+            .all(|(_, a)| a.finding(FindingKind::NotEnoughData).is_some())
+        {
+            analysis
+                .findings
+                .extend(per[lead].1.finding(FindingKind::NotEnoughData).cloned());
+        }
+        let by_rank: Vec<(u32, &Analysis)> = per.iter().map(|(s, a)| (s.rank, a)).collect();
+        ending::judge_ending(recording, &mut analysis, &by_rank);
+        analysis.ranks = per.iter().map(|(s, _)| s.clone()).collect();
+        analysis
+    };
+    analysis
+        .findings
+        .sort_by_key(|f| (!f.kind.is_problem(), f.kind));
+    analysis
+}
+
+/// Diagnoses one process' view of a run (the whole recording when it has one rank).
+fn analyze_one(recording: &Recording) -> Analysis {
     let occurrences = phases::occurrences(recording);
     let allocator = phases::AllocatorIndex::new(recording);
     let step_starts = phases::step_starts(&occurrences);
@@ -410,6 +465,7 @@ pub fn analyze(recording: &Recording) -> Analysis {
         attribution_note: attribution_note.filter(|_| has_phases),
         ooms: Vec::new(),
         ending: Ending::default(),
+        ranks: Vec::new(),
         occurrences: Vec::new(),
         step_starts: Vec::new(),
         retained: Vec::new(),
@@ -423,10 +479,6 @@ pub fn analyze(recording: &Recording) -> Analysis {
     analysis.occurrences = occurrences;
     analysis.step_starts = step_starts;
     analysis.retained = retained;
-    ending::judge_ending(recording, &mut analysis);
-    analysis
-        .findings
-        .sort_by_key(|f| (!f.kind.is_problem(), f.kind));
     analysis
 }
 

@@ -394,7 +394,7 @@ fn projection(
 }
 
 /// The median, estimated from at most 100,000 evenly spaced values.
-fn median_u64(values: &[u64]) -> Option<u64> {
+pub(super) fn median_u64(values: &[u64]) -> Option<u64> {
     let stride = values.len().div_ceil(100_000).max(1);
     let mut picked: Vec<u64> = values.iter().step_by(stride).copied().collect();
     if picked.is_empty() {

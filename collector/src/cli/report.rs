@@ -291,10 +291,36 @@ pub fn text(
             }
         }
     }
+    if !analysis.ranks.is_empty() {
+        let _ = writeln!(out, "\nRANKS (each judged on its own memory)");
+        for r in &analysis.ranks {
+            let mark = match r.problem {
+                Some(true) => "✗",
+                Some(false) => "✓",
+                None => "?",
+            };
+            let baseline = r
+                .baseline_bytes
+                .map_or("—".to_owned(), |b| format_bytes(b as f64));
+            let growth = r.growth_per_step_bytes.map_or("no trend".to_owned(), |g| {
+                format!("{}/step", format_bytes(g))
+            });
+            let _ = writeln!(
+                out,
+                "  {mark} rank {:<3} pid {:<8} {:>10} at a step's start, {growth:<14} {}",
+                r.rank, r.pid, baseline, r.headline
+            );
+        }
+    }
     if !analysis.phases.is_empty() {
+        let whose = analysis
+            .ranks
+            .iter()
+            .find(|r| analysis.step_series == r.step_series)
+            .map_or(String::new(), |r| format!(" (rank {})", r.rank));
         let _ = writeln!(
             out,
-            "\nPHASES          count   net Δ (mean ± sd)        watermark Δ (mean ± sd)   retained/occ  share of growth  watermark trend"
+            "\nPHASES{whose:<9} count   net Δ (mean ± sd)        watermark Δ (mean ± sd)   retained/occ  share of growth  watermark trend"
         );
         for p in &analysis.phases {
             let share = p

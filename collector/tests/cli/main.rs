@@ -7,6 +7,7 @@ mod jobs;
 mod lifecycle;
 mod oom;
 mod probe;
+mod ranks;
 mod report;
 
 use std::path::PathBuf;

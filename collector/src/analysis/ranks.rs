@@ -1,0 +1,210 @@
+//! Many ranks in one recording (torchrun, `accelerate launch`, DeepSpeed, `mpirun`,
+//! `multiprocessing`): each rank is judged on its own numbers — its phases, its allocator
+//! readings, its own host memory read by the probe at its edges, its processes' device memory —
+//! and the findings say which rank they are about. One rank's growth is no longer drowned by the
+//! launcher's and the other ranks' memory, and a rank that holds much more than the others is a
+//! finding of its own (imbalance).
+
+use serde::Serialize;
+
+use super::rules::median_u64;
+use super::{Analysis, Basis, Finding, FindingKind, MIB, StepSeries, headline};
+use crate::format::format_bytes;
+use crate::recording::{Chunk, Column, Record, Recording, Series, SeriesKey, SeriesKind};
+
+/// One rank's verdict, for the report, the JSON and the viewer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RankSummary {
+    /// The rank.
+    pub rank: u32,
+    /// Its training process.
+    pub pid: u32,
+    /// The memory its verdict is about.
+    pub basis: Basis,
+    /// Its verdict in one line.
+    pub headline: String,
+    /// Whether that is a problem (`None`: cannot tell).
+    pub problem: Option<bool>,
+    /// Its memory at the start of a step, the median over the run.
+    pub baseline_bytes: Option<u64>,
+    /// Its growth per step (the trend's slope), when it has a trend.
+    pub growth_per_step_bytes: Option<f64>,
+    /// Its memory at the start of every step.
+    pub step_series: StepSeries,
+}
+
+/// The ranks that sent phase edges, each with its busiest process: `(rank, pid)`, by rank.
+pub(super) fn ranks_of(recording: &Recording) -> Vec<(u32, u32)> {
+    let mut counts: std::collections::BTreeMap<(u32, u32), usize> = Default::default();
+    for e in &recording.phases {
+        if let Some(rank) = e.origin.rank {
+            *counts.entry((rank, e.origin.pid)).or_default() += 1;
+        }
+    }
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for (&(rank, pid), &n) in &counts {
+        match out.last_mut() {
+            Some(last) if last.0 == rank => {
+                if n > counts[&(rank, last.1)] {
+                    last.1 = pid;
+                }
+            }
+            _ => out.push((rank, pid)),
+        }
+    }
+    out
+}
+
+/// The recording as one rank sees it: its process' phases and allocator readings, its own host
+/// memory at its edges (the tree's sum would hold every rank), its processes' device memory, the
+/// devices; the job's end stays with the whole run.
+pub(super) fn project(recording: &Recording, pid: u32) -> Recording {
+    let mut one = Recording::new(recording.header.clone());
+    let keep = |s: &Series| match s.key.kind {
+        SeriesKind::HostRss => false,
+        SeriesKind::ProcessDevice => s.key.pid == Some(pid),
+        _ => true,
+    };
+    for series in recording.series.iter().filter(|s| keep(s)) {
+        one.push(Record::Chunk(Chunk {
+            times_ns: series.times_ns.clone(),
+            columns: vec![Column {
+                series: series.key.clone(),
+                values: series.values.clone(),
+                valid: None,
+            }],
+        }));
+    }
+    let edges: Vec<_> = recording
+        .phases
+        .iter()
+        .filter(|e| e.origin.pid == pid)
+        .cloned()
+        .collect();
+    let rss: Option<Vec<u64>> = edges.iter().map(|e| e.host_rss).collect();
+    if let Some(rss) = rss.filter(|v| !v.is_empty()) {
+        one.push(Record::Chunk(Chunk {
+            times_ns: edges.iter().map(|e| e.t_ns).collect(),
+            columns: vec![Column {
+                series: SeriesKey::new(SeriesKind::HostRss),
+                values: rss,
+                valid: None,
+            }],
+        }));
+    }
+    one.phases = edges;
+    one.allocator = recording
+        .allocator
+        .iter()
+        .filter(|a| a.origin.pid == pid)
+        .cloned()
+        .collect();
+    one.end = recording.end.clone();
+    one
+}
+
+/// The summary of one rank's analysis.
+pub(super) fn summary(rank: u32, pid: u32, analysis: &Analysis) -> RankSummary {
+    let (headline, problem) = headline(analysis);
+    RankSummary {
+        rank,
+        pid,
+        basis: analysis.basis,
+        headline,
+        problem,
+        baseline_bytes: median_u64(&analysis.step_series.values),
+        growth_per_step_bytes: analysis.trend.as_ref().map(|t| t.slope_per_step),
+        step_series: analysis.step_series.clone(),
+    }
+}
+
+/// The run's findings from its ranks': each rank's problems, named by rank, with the other
+/// ranks' baselines as evidence; and an imbalance when one rank holds much more than the rest.
+pub(super) fn findings(ranks: &[(RankSummary, Analysis)]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (summary, analysis) in ranks {
+        for finding in analysis.findings.iter().filter(|f| f.kind.is_problem()) {
+            let mut finding = finding.clone();
+            finding.title = format!("Rank {}: {}", summary.rank, lower_first(&finding.title));
+            if finding.kind == FindingKind::Leak {
+                for (other, _) in ranks.iter().filter(|(o, _)| o.rank != summary.rank) {
+                    let growth = other
+                        .growth_per_step_bytes
+                        .map_or("no trend".to_owned(), |g| {
+                            format!("{}/step", format_bytes(g))
+                        });
+                    let state = if other.problem == Some(true) {
+                        "also grows"
+                    } else {
+                        "does not"
+                    };
+                    finding.evidence.push(format!(
+                        "rank {} {state}: {} at the start of a step ({growth})",
+                        other.rank,
+                        other
+                            .baseline_bytes
+                            .map_or("unknown".to_owned(), |b| format_bytes(b as f64)),
+                    ));
+                }
+            }
+            out.push(finding);
+        }
+    }
+    if let Some(imbalance) = imbalance(ranks) {
+        out.push(imbalance);
+    }
+    out
+}
+
+/// One rank whose baseline is well above the median of the others'.
+fn imbalance(ranks: &[(RankSummary, Analysis)]) -> Option<Finding> {
+    let baselines: Vec<(u32, u64, Basis)> = ranks
+        .iter()
+        .filter_map(|(s, _)| s.baseline_bytes.map(|b| (s.rank, b, s.basis)))
+        .collect();
+    if baselines.len() < 2 {
+        return None;
+    }
+    let &(rank, top, basis) = baselines.iter().max_by_key(|(_, b, _)| *b)?;
+    let others: Vec<u64> = baselines
+        .iter()
+        .filter(|(r, _, _)| *r != rank)
+        .map(|(_, b, _)| *b)
+        .collect();
+    let rest = median_u64(&others)?;
+    let excess = top.saturating_sub(rest) as f64;
+    if excess < (64.0 * MIB).max(0.25 * rest as f64) {
+        return None;
+    }
+    let list: Vec<String> = baselines
+        .iter()
+        .map(|(r, b, _)| format!("rank {r} {}", format_bytes(*b as f64)))
+        .collect();
+    Some(Finding {
+        kind: FindingKind::Imbalance,
+        title: format!(
+            "Imbalance: rank {rank} holds {} more than the other ranks",
+            format_bytes(excess)
+        ),
+        phase: None,
+        basis,
+        growth_per_step_bytes: None,
+        evidence: vec![format!(
+            "{} at the start of a step (the median over the run): {}",
+            basis.name(),
+            list.join(", ")
+        )],
+        hints: vec![
+            "the other ranks' CUDA contexts on this rank's GPU (a `torch.cuda.set_device(local_rank)` missing before the first CUDA call): per-process device memory shows their pids there".to_owned(),
+            "uneven shapes or batches across ranks, or a rank that keeps extra state (rank 0 gathering metrics, logging, checkpoints)".to_owned(),
+        ],
+    })
+}
+
+fn lower_first(title: &str) -> String {
+    let mut chars = title.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}

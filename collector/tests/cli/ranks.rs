@@ -1,0 +1,157 @@
+//! Many ranks in one recording: real `torchrun` (DDP on CPU with gloo) under the collector. Each
+//! rank is judged on its own memory (the probe's numbers at its edges), so one rank's leak is
+//! found on that rank only, and a rank holding more than the others is an imbalance.
+
+use collector::analysis::{Analysis, FindingKind, analyze};
+
+use crate::{Job, python, stderr};
+
+const DDP_JOB: &str = r#"
+import os
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+leaky = [int(r) for r in os.environ.get("LEAKY_RANKS", "").split(",") if r]
+big = [int(r) for r in os.environ.get("BIG_RANKS", "").split(",") if r]
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+extra = torch.ones(64 << 20) if rank in big else None  # 256 MiB more on this rank, all run long
+kept = []
+x = torch.randn(512, 256)
+for step in range(30):
+    opt.zero_grad(set_to_none=True)
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    if rank in leaky:
+        kept.append(torch.randn(1 << 20))  # 4 MiB a step, kept for good
+dist.destroy_process_group()
+"#;
+
+/// `collector -- python -m torch.distributed.run --standalone --nproc-per-node N job.py`.
+fn torchrun(ranks: u32, env: &[(&str, &str)]) -> (Job, Analysis) {
+    let job = Job::new(DDP_JOB);
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_collector"));
+    command
+        .arg("--out")
+        .arg(job.out())
+        .arg("--")
+        .arg(python())
+        .args(["-m", "torch.distributed.run", "--standalone"])
+        .arg(format!("--nproc-per-node={ranks}"))
+        .arg(job.path("job.py"))
+        .current_dir(job.dir.path())
+        .env("OMP_NUM_THREADS", "1");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let analysis = analyze(&job.recording());
+    (job, analysis)
+}
+
+fn leaks(analysis: &Analysis) -> Vec<&str> {
+    analysis
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::Leak)
+        .map(|f| f.title.as_str())
+        .collect()
+}
+
+#[test]
+fn one_leaking_rank_of_two_is_found_on_that_rank_only() {
+    let (job, analysis) = torchrun(2, &[("LEAKY_RANKS", "1")]);
+    let ranks: Vec<(u32, Option<bool>)> =
+        analysis.ranks.iter().map(|r| (r.rank, r.problem)).collect();
+    assert_eq!(
+        ranks,
+        vec![(0, Some(false)), (1, Some(true))],
+        "{analysis:#?}"
+    );
+    let leaks = leaks(&analysis);
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    assert!(
+        leaks[0].starts_with("Rank 1: host memory leak"),
+        "{leaks:?}"
+    );
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert!(
+        leak.evidence
+            .iter()
+            .any(|e| e.starts_with("rank 0 does not:")),
+        "{leak:#?}"
+    );
+    let growth = leak.growth_per_step_bytes.unwrap() / (1 << 20) as f64;
+    assert!(
+        (3.0..8.0).contains(&growth),
+        "{growth} MiB/step for 4 MiB kept a step"
+    );
+
+    let report = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .arg(job.out())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("RANKS (each judged on its own memory)"),
+        "{text}"
+    );
+    assert!(text.contains("PHASES (rank 1)"), "{text}");
+    let json = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["report", "--json"])
+        .arg(job.out())
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let ranks = json["analysis"]["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    assert!(ranks[0]["baseline_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(
+        ranks[1]["step_series"]["values"].as_array().unwrap().len(),
+        30
+    );
+}
+
+#[test]
+fn no_rank_leaking_is_no_leak_on_any() {
+    let (_, analysis) = torchrun(2, &[]);
+    assert!(leaks(&analysis).is_empty(), "{:#?}", analysis.findings);
+    assert_eq!(analysis.ranks.len(), 2);
+    assert!(
+        analysis.ranks.iter().all(|r| r.problem == Some(false)),
+        "{:#?}",
+        analysis.ranks
+    );
+    assert!(analysis.finding(FindingKind::Imbalance).is_none());
+}
+
+#[test]
+fn a_rank_holding_more_than_the_others_is_an_imbalance() {
+    let (_, analysis) = torchrun(2, &[("BIG_RANKS", "1")]);
+    let imbalance = analysis
+        .finding(FindingKind::Imbalance)
+        .unwrap_or_else(|| panic!("{:#?}", analysis.ranks));
+    assert!(
+        imbalance.title.starts_with("Imbalance: rank 1 holds"),
+        "{}",
+        imbalance.title
+    );
+    assert!(leaks(&analysis).is_empty(), "{:#?}", analysis.findings);
+}
+
+#[test]
+fn four_ranks_one_leaking_is_found_on_that_rank_only() {
+    let (_, analysis) = torchrun(4, &[("LEAKY_RANKS", "2")]);
+    assert_eq!(analysis.ranks.len(), 4);
+    let leaks = leaks(&analysis);
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    assert!(leaks[0].starts_with("Rank 2: "), "{leaks:?}");
+}
