@@ -52,7 +52,14 @@ pub(super) fn judge(
     let middle = median_u64(&analysis.step_series.values[third..2 * third]).unwrap_or(0) as f64;
     let last = median_u64(&analysis.step_series.values[n - third..]).unwrap_or(0) as f64;
     if let Some(t) = &trend {
-        let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes);
+        // Host memory settles for a while in a Python process (arenas, buffers, caches): there
+        // a leak must also grow by a tenth of where it started; allocated bytes are exact.
+        let settling = if basis == Basis::HostRss {
+            0.1 * t.start_bytes
+        } else {
+            0.0
+        };
+        let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes).max(settling);
         let plateau = last - middle < 0.35 * t.slope_per_step * third as f64;
         let falls_back = t.end_bytes <= t.start_bytes + t.noise_bytes.max(MIB);
         if t.rises(ALPHA) && t.growth_bytes >= floor && !plateau && !falls_back {
