@@ -23,7 +23,7 @@ step "toolchain: wasm32 target, rustfmt, clippy"
 rustup target add wasm32-unknown-unknown >/dev/null
 rustup component add rustfmt clippy >/dev/null
 
-step "python environment (.venv): msgpack, torch, selenium, pillow"
+step "python environment (.venv): msgpack, torch, lightning, transformers, selenium, pillow"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || fail "cannot create .venv (is python3-venv installed?)"
 fi
@@ -33,6 +33,10 @@ fi
   || fail "pip install torch"
 .venv/bin/python -c 'import selenium, PIL' 2>/dev/null || .venv/bin/pip install --quiet selenium pillow \
   || fail "pip install selenium pillow"
+# Training code others wrote, for the framework tests (collector/tests/cli/frameworks.rs).
+.venv/bin/python -c 'import lightning, transformers, accelerate' 2>/dev/null \
+  || .venv/bin/pip install --quiet lightning transformers accelerate \
+  || fail "pip install lightning transformers accelerate"
 export TIDEMARK_PYTHON="$PWD/.venv/bin/python"
 
 step "cargo fmt --check"

@@ -248,6 +248,9 @@ pub struct Analysis {
     /// rank they are about, and the rest of this analysis is that of the rank the verdict leads
     /// with).
     pub ranks: Vec<RankSummary>,
+    /// Of the growth over the run, the share that came between the phases (in the loop's own
+    /// code) rather than inside them; `None` without phases or growth.
+    pub between_phases: Option<f64>,
     /// The phase occurrences of the training process, by begin time (for views; not reported).
     #[serde(skip)]
     pub occurrences: Vec<Occurrence>,
@@ -445,7 +448,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
                 .map(|(_, s)| std::borrow::Cow::Borrowed(s.as_ref())),
         ),
     };
-    let (phase_stats, retained) = phases::stats(
+    let (phase_stats, retained, between_phases) = phases::stats(
         &occurrences,
         &step_starts,
         &allocator,
@@ -466,6 +469,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         ooms: Vec::new(),
         ending: Ending::default(),
         ranks: Vec::new(),
+        between_phases,
         occurrences: Vec::new(),
         step_starts: Vec::new(),
         retained: Vec::new(),

@@ -19,6 +19,9 @@ pub struct Occurrence {
     pub begin_ns: u64,
     /// End, nanoseconds after the start.
     pub end_ns: u64,
+    /// For a piece of a phase that had phases inside it: where the whole one began (its
+    /// pieces count as one occurrence in the statistics).
+    pub piece_of: Option<u64>,
 }
 
 /// The most frequent key (the smallest among equals). Jobs have a handful of processes, so a
@@ -74,6 +77,7 @@ pub fn occurrences(recording: &Recording) -> Vec<Occurrence> {
                         pid,
                         begin_ns,
                         end_ns: edge.t_ns.max(begin_ns),
+                        piece_of: None,
                     });
                 }
             }
@@ -82,6 +86,71 @@ pub fn occurrences(recording: &Recording) -> Vec<Occurrence> {
     if !out.windows(2).all(|w| w[0].begin_ns <= w[1].begin_ns) {
         out.sort_by_key(|o| o.begin_ns);
     }
+    unnest(out)
+}
+
+/// The name of the part of an optimizer step that runs before its last nested phase ends: the
+/// closure `optimizer.step(closure)` calls (Lightning's `training_step`, LBFGS), where the job's
+/// own code between forward and backward runs.
+pub const CLOSURE: &str = "optimizer closure";
+
+/// Phases inside phases (Lightning runs forward and backward inside `optimizer.step`'s closure)
+/// become a sequence: an outer occurrence keeps only the time its inner ones do not cover, so
+/// that every moment belongs to the innermost phase open then. The pieces of an optimizer step
+/// before its last inner phase ends are its closure ([`CLOSURE`]). Sorted by begin.
+fn unnest(occurrences: Vec<Occurrence>) -> Vec<Occurrence> {
+    let nested = occurrences
+        .windows(2)
+        .any(|w| w[1].begin_ns < w[0].end_ns && w[1].end_ns <= w[0].end_ns);
+    if !nested {
+        return occurrences;
+    }
+    // (the outer occurrence, where its uncovered time resumes, whether it had inner ones)
+    let mut open: Vec<(Occurrence, u64, bool)> = Vec::new();
+    let mut out = Vec::with_capacity(occurrences.len() * 2);
+    let piece = |o: &Occurrence, begin_ns: u64, end_ns: u64, closure: bool| Occurrence {
+        phase: if closure && o.phase == Phase::Optimizer {
+            Phase::Custom(CLOSURE.to_owned())
+        } else {
+            o.phase.clone()
+        },
+        begin_ns,
+        end_ns,
+        piece_of: Some(o.begin_ns),
+        ..o.clone()
+    };
+    let close = |(o, from, split): (Occurrence, u64, bool), out: &mut Vec<Occurrence>| {
+        if !split {
+            out.push(o);
+        } else if from < o.end_ns {
+            out.push(piece(&o, from, o.end_ns, false));
+        }
+    };
+    for o in occurrences {
+        while open
+            .last()
+            .is_some_and(|(top, _, _)| top.end_ns <= o.begin_ns)
+        {
+            if let Some(top) = open.pop() {
+                close(top, &mut out);
+            }
+        }
+        if let Some((top, from, split)) = open.last_mut()
+            && o.end_ns <= top.end_ns
+        {
+            if *from < o.begin_ns {
+                out.push(piece(top, *from, o.begin_ns, true));
+            }
+            *from = o.end_ns;
+            *split = true;
+        }
+        let begin = o.begin_ns;
+        open.push((o, begin, false));
+    }
+    while let Some(top) = open.pop() {
+        close(top, &mut out);
+    }
+    out.sort_by_key(|o| o.begin_ns);
     out
 }
 
@@ -354,26 +423,41 @@ fn retained(
     out
 }
 
+/// Of the growth from the first phase's begin to the last one's end, the share that happened
+/// between phases (from one phase's end to the next one's begin); `None` without growth. The
+/// sum telescopes, so noise in the levels cancels out.
+fn between_share(levels: &[Option<Levels>]) -> Option<f64> {
+    let known: Vec<&Levels> = levels.iter().flatten().collect();
+    let (first, last) = (known.first()?, known.last()?);
+    let total = last.end - first.begin;
+    let between: f64 = known.windows(2).map(|w| w[1].begin - w[0].end).sum();
+    (total > 0.0).then(|| between / total)
+}
+
 /// Attribution per phase, from the allocator numbers at the edges when there are any, else from
-/// `fallback` (a sorted series: host or device memory sampled at the edges); and what each
-/// occurrence retained, in the order of `occurrences`.
+/// `fallback` (a sorted series: host or device memory sampled at the edges); what each
+/// occurrence retained, in the order of `occurrences`; and the share of the growth that came
+/// between the phases.
 pub fn stats(
     occurrences: &[Occurrence],
     starts: &[StepStart],
     allocator: &AllocatorIndex<'_>,
     fallback: Option<&Series>,
-) -> (Vec<PhaseStats>, Vec<Option<f64>>) {
+) -> (Vec<PhaseStats>, Vec<Option<f64>>, Option<f64>) {
     let mut cursors = (0, 0);
     let levels: Vec<Option<Levels>> = occurrences
         .iter()
         .map(|o| levels(o, allocator, &mut cursors, fallback))
         .collect();
     let retained = retained(occurrences, starts, &levels);
+    let between = between_share(&levels);
     #[derive(Default)]
     struct Acc {
         net: Vec<f64>,
         watermark: Vec<f64>,
         retained: Vec<f64>,
+        /// The whole occurrence the last entries came from, when they were pieces of one.
+        last_piece_of: Option<u64>,
     }
     // A handful of phases: a short list, with the last one used checked first.
     let mut per_phase: Vec<(&Phase, Acc)> = Vec::new();
@@ -390,10 +474,24 @@ pub fn stats(
                 };
             }
             let acc = &mut per_phase[last].1;
-            acc.net.push(l.end - l.begin);
-            acc.watermark.push(l.peak - l.begin);
-            if let Some(r) = r {
-                acc.retained.push(*r);
+            let same_whole = o.piece_of.is_some() && o.piece_of == acc.last_piece_of;
+            acc.last_piece_of = o.piece_of;
+            match (same_whole, acc.net.last_mut(), acc.watermark.last_mut()) {
+                // Another piece of the same occurrence: one occurrence in the statistics.
+                (true, Some(net), Some(watermark)) => {
+                    *net += l.end - l.begin;
+                    *watermark = watermark.max(l.peak - l.begin);
+                    if let (Some(r), Some(sum)) = (r, acc.retained.last_mut()) {
+                        *sum += *r;
+                    }
+                }
+                _ => {
+                    acc.net.push(l.end - l.begin);
+                    acc.watermark.push(l.peak - l.begin);
+                    if let Some(r) = r {
+                        acc.retained.push(*r);
+                    }
+                }
             }
         }
     }
@@ -421,5 +519,5 @@ pub fn stats(
             }
         })
         .collect();
-    (stats, retained)
+    (stats, retained, between)
 }

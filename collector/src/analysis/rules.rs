@@ -69,6 +69,7 @@ pub(super) fn judge(
                 t,
                 &analysis.step_series,
                 &analysis.phases,
+                analysis.between_phases,
             ));
             analysis.projection = projection(recording, allocator, analysis, t);
             if analysis.projection.is_none() && basis != Basis::HostRss {
@@ -96,6 +97,7 @@ fn leak_finding(
     t: &Trend,
     series: &StepSeries,
     phases: &[PhaseStats],
+    between_phases: Option<f64>,
 ) -> Finding {
     let first = series.values.first().copied().unwrap_or(0) as f64;
     let last = series.values.last().copied().unwrap_or(0) as f64;
@@ -123,7 +125,7 @@ fn leak_finding(
                 .partial_cmp(&b.share_of_growth)
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
-    let phase = culprit.map(|p| p.phase.clone());
+    let mut phase = culprit.map(|p| p.phase.clone());
     if let Some(p) = culprit {
         evidence.push(format!(
             "{} retains {} per occurrence (mean over {} occurrences): {:.0}% of what the phases keep",
@@ -133,9 +135,24 @@ fn leak_finding(
             100.0 * p.share_of_growth.unwrap_or(0.0)
         ));
     }
+    // Most of the growth from one phase's end to the next one's begin: the memory grows between
+    // the phases, in the loop's own code.
+    let between = unit == "step" && between_phases.is_some_and(|s| s > 0.5);
+    if between {
+        phase = None;
+        evidence.push(format!(
+            "{:.0}% of the growth came between the phases (from one phase's end to the next one's begin), in the loop's own code",
+            100.0 * between_phases.unwrap_or(0.0)
+        ));
+    }
     let title = match &phase {
         Some(phase) => format!(
             "{} leak in {phase}: +{}/{unit}",
+            capitalize(basis.name()),
+            format_bytes(t.slope_per_step)
+        ),
+        None if between => format!(
+            "{} leak between phases: +{}/{unit}",
             capitalize(basis.name()),
             format_bytes(t.slope_per_step)
         ),
@@ -145,6 +162,10 @@ fn leak_finding(
             format_bytes(t.slope_per_step)
         ),
     };
+    let mut hints = leak_hints(basis, phase.as_ref());
+    if between {
+        hints.insert(0, "code that runs between the phases keeps what it makes: a callback or logger that stores tensors (`on_step_end`, metrics kept as tensors), a list appended to after `optimizer.step()`".to_owned());
+    }
     Finding {
         kind: FindingKind::Leak,
         title,
@@ -152,7 +173,7 @@ fn leak_finding(
         basis,
         growth_per_step_bytes: Some(t.slope_per_step),
         evidence,
-        hints: leak_hints(basis, phase.as_ref()),
+        hints,
     }
 }
 
@@ -193,6 +214,13 @@ fn leak_hints(basis: Basis, phase: Option<&Phase>) -> Vec<String> {
             "DataLoader workers touching Python objects of a large Dataset (copy-on-access of lists and dicts): use numpy arrays or tensors",
             "a cache or a log that grows every step",
         ];
+    }
+    if phase.is_some_and(|p| p.as_str() == super::phases::CLOSURE) {
+        // Lightning's `training_step` (and any `optimizer.step(closure)`) runs here.
+        hints.insert(
+            0,
+            "the code around forward in `training_step` (Lightning) or the optimizer's closure keeps what it makes: outputs or losses appended to `self`, metrics logged as tensors with their graph (log `loss.detach()` or `.item()`)",
+        );
     }
     hints.into_iter().map(str::to_owned).collect()
 }

@@ -320,7 +320,7 @@ pub fn text(
             .map_or(String::new(), |r| format!(" (rank {})", r.rank));
         let _ = writeln!(
             out,
-            "\nPHASES{whose:<9} count   net Δ (mean ± sd)        watermark Δ (mean ± sd)   retained/occ  share of growth  watermark trend"
+            "\nPHASES{whose:<13} count   net Δ (mean ± sd)        watermark Δ (mean ± sd)   retained/occ  share of growth  watermark trend"
         );
         for p in &analysis.phases {
             let share = p
@@ -331,7 +331,7 @@ pub fn text(
             });
             let _ = writeln!(
                 out,
-                "  {:<13} {:>5}   {:>10} ± {:<10}  {:>10} ± {:<10}   {:>12}  {:>15}  {trend}",
+                "  {:<17} {:>5}   {:>10} ± {:<10}  {:>10} ± {:<10}   {:>12}  {:>15}  {trend}",
                 p.phase.as_str(),
                 p.occurrences,
                 format_bytes(p.net_mean_bytes),
