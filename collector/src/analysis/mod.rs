@@ -337,7 +337,7 @@ pub fn analyze(recording: &Recording) -> Analysis {
         let per: Vec<(RankSummary, Analysis)> = ranks
             .iter()
             .map(|&(rank, pid)| {
-                let analysis = analyze_one(&ranks::project(recording, pid));
+                let analysis = analyze_one(&ranks::project(recording, rank, pid));
                 (ranks::summary(rank, pid, &analysis), analysis)
             })
             .collect();

@@ -58,7 +58,9 @@ pub(super) fn ranks_of(recording: &Recording) -> Vec<(u32, u32)> {
 /// The recording as one rank sees it: its process' phases and allocator readings, its own host
 /// memory at its edges (the tree's sum would hold every rank), its processes' device memory, the
 /// devices; the job's end stays with the whole run.
-pub(super) fn project(recording: &Recording, pid: u32) -> Recording {
+pub(super) fn project(recording: &Recording, rank: u32, pid: u32) -> Recording {
+    // A pid is only unique on its node: the rank tells processes of several nodes apart.
+    let mine = |o: &crate::recording::Origin| o.pid == pid && o.rank == Some(rank);
     let mut one = Recording::new(recording.header.clone());
     let keep = |s: &Series| match s.key.kind {
         SeriesKind::HostRss => false,
@@ -78,7 +80,7 @@ pub(super) fn project(recording: &Recording, pid: u32) -> Recording {
     let edges: Vec<_> = recording
         .phases
         .iter()
-        .filter(|e| e.origin.pid == pid)
+        .filter(|e| mine(&e.origin))
         .cloned()
         .collect();
     let rss: Option<Vec<u64>> = edges.iter().map(|e| e.host_rss).collect();
@@ -96,7 +98,7 @@ pub(super) fn project(recording: &Recording, pid: u32) -> Recording {
     one.allocator = recording
         .allocator
         .iter()
-        .filter(|a| a.origin.pid == pid)
+        .filter(|a| mine(&a.origin))
         .cloned()
         .collect();
     one.end = recording.end.clone();

@@ -19,6 +19,10 @@ pub const REPORT_SCHEMA: u32 = 1;
 pub struct ReportArgs {
     /// The recording (or PyTorch memory snapshot) to analyse.
     pub file: PathBuf,
+    /// More recordings of the same run, one per node (`collector --out run-%h.msgpack`): all
+    /// are aligned by wall clock and judged as one run, rank by rank.
+    #[arg(value_name = "MORE")]
+    pub more: Vec<PathBuf>,
     /// Print the analysis as JSON (schema in the README) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -139,9 +143,14 @@ impl SnapshotJson {
     }
 }
 
-/// `collector report FILE [--json]`.
+/// `collector report FILE [MORE…] [--json]`.
 pub fn report(args: &ReportArgs) -> ExitCode {
-    let (recording, snapshot) = match load(&args.file) {
+    let loaded = if args.more.is_empty() {
+        load(&args.file)
+    } else {
+        load_nodes(&args.file, &args.more)
+    };
+    let (recording, snapshot) = match loaded {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
@@ -223,6 +232,54 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Several nodes' recordings as one run. A file that cannot be read, is a snapshot, or belongs
+/// to another job is left out with a warning naming it; the others open.
+fn load_nodes(
+    first: &Path,
+    more: &[PathBuf],
+) -> Result<(Recording, Option<collector::snapshot::Snapshot>), ExitCode> {
+    let files: Vec<&Path> = std::iter::once(first)
+        .chain(more.iter().map(PathBuf::as_path))
+        .collect();
+    let mut recordings = Vec::new();
+    let mut read = Vec::new();
+    let mut warnings = Vec::new();
+    for file in &files {
+        match collector::open::read_any_file(file) {
+            Ok(collector::open::Opened::Recording(r)) => {
+                recordings.push(*r);
+                read.push(*file);
+            }
+            Ok(collector::open::Opened::Snapshot(_)) => warnings.push(format!(
+                "left out {}: a PyTorch memory snapshot (report it on its own)",
+                file.display()
+            )),
+            Err(err) => warnings.push(format!("left out: {err}")),
+        }
+    }
+    if recordings.is_empty() {
+        for w in &warnings {
+            eprintln!("collector: {w}");
+        }
+        return Err(ExitCode::from(2));
+    }
+    let merged = collector::recording::merge(recordings);
+    let mut recording = merged.recording;
+    for (index, why) in merged.left_out {
+        warnings.push(format!("left out {}: {why}", read[index].display()));
+    }
+    recording.notes.push(collector::recording::Note {
+        t_ns: 0,
+        text: format!(
+            "one run from {} recordings (hosts {})",
+            merged.hosts.len(),
+            merged.hosts.join(", ")
+        ),
+    });
+    recording.warnings.extend(warnings);
+    Ok((recording, None))
 }
 
 /// The text report: the verdict first (a snapshot's own verdict before the trace's), then the

@@ -34,6 +34,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
         eprintln!("collector: --out PATH is required to record");
         return ExitCode::from(EXIT_SETUP);
     };
+    let out = expand_out(&out, &host_name(), std::process::id());
     let clock = Clock::start();
     let start_unix_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -387,7 +388,45 @@ fn sample_host(
     }
 }
 
+/// `--out` with `%h` (this host), `%r` (the node's rank: `SLURM_NODEID`, `GROUP_RANK` or
+/// `NODE_RANK`, else 0), `%p` (the collector's pid) and `%%` filled in, so that one command line
+/// gives every node of a job its own file.
+fn expand_out(out: &std::path::Path, host: &str, pid: u32) -> std::path::PathBuf {
+    let text = out.to_string_lossy();
+    if !text.contains('%') {
+        return out.to_owned();
+    }
+    let node = ["SLURM_NODEID", "GROUP_RANK", "NODE_RANK"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "0".to_owned());
+    let mut expanded = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            expanded.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('h') => expanded.push_str(host),
+            Some('r') => expanded.push_str(&node),
+            Some('p') => expanded.push_str(&pid.to_string()),
+            Some('%') => expanded.push('%'),
+            Some(other) => {
+                expanded.push('%');
+                expanded.push(other);
+            }
+            None => expanded.push('%'),
+        }
+    }
+    std::path::PathBuf::from(expanded)
+}
+
+/// This host's name (`TIDEMARK_HOSTNAME` overrides it: tests stand in for several nodes).
 fn host_name() -> String {
+    if let Some(name) = std::env::var_os("TIDEMARK_HOSTNAME").and_then(|n| n.into_string().ok()) {
+        return name;
+    }
     nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())
@@ -431,5 +470,19 @@ fn print_summary(out: &std::path::Path, clock: Clock, summary: Option<&Summary>,
     }
     if let Some(err) = &summary.write_error {
         eprintln!("collector: the recording stopped early: {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_out;
+    use std::path::Path;
+
+    #[test]
+    fn out_patterns_name_each_node_s_file() {
+        let out = |p: &str| expand_out(Path::new(p), "gpu-07", 4242);
+        assert_eq!(out("run.msgpack"), Path::new("run.msgpack"));
+        assert_eq!(out("/r/run-%h-%p.msgpack"), Path::new("/r/run-gpu-07-4242.msgpack"));
+        assert_eq!(out("100%%-%x-%"), Path::new("100%-%x-%"));
     }
 }

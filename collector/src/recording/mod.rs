@@ -5,6 +5,7 @@
 //! and last an end record with totals. `collector/FORMAT.md` describes it byte by byte.
 
 pub mod codec;
+mod merge;
 mod model;
 mod read;
 mod wire;
@@ -12,6 +13,7 @@ mod write;
 
 use std::collections::BTreeMap;
 
+pub use merge::{Merged, merge};
 pub use model::{
     AllocatorSample, Chunk, Column, Device, Dropped, Edge, End, Exit, FORMAT_MAJOR, FORMAT_MINOR,
     Header, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record, SeriesKey, SeriesKind,

@@ -155,3 +155,107 @@ fn four_ranks_one_leaking_is_found_on_that_rank_only() {
     assert_eq!(leaks.len(), 1, "{leaks:?}");
     assert!(leaks[0].starts_with("Rank 2: "), "{leaks:?}");
 }
+
+/// Two collectors standing in for two nodes (`--out run-%h.msgpack`, a host override): `report`
+/// takes both files as one run, rank by rank; a file of another job, a missing one, are named
+/// and left out, and the rest still open.
+#[test]
+fn two_nodes_recordings_report_as_one_run() {
+    let job = Job::new(
+        r#"
+import os, time, tidemark
+kept = []
+for i in range(20):
+    tidemark.step(i)
+    with tidemark.phase("forward"):
+        time.sleep(0.005)
+        if os.environ["RANK"] == "1":
+            kept.append(b"k" * (8 << 20))  # 8 MiB a step on rank 1 only
+    with tidemark.phase("backward"):
+        time.sleep(0.005)
+"#,
+    );
+    let node = |host: &str, rank: &str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_collector"));
+        command
+            .arg("--out")
+            .arg(job.path("run-%h.msgpack"))
+            .arg("--")
+            .arg(python())
+            .arg(job.path("job.py"))
+            .env("TIDEMARK_HOSTNAME", host)
+            .env("RANK", rank);
+        command.spawn().unwrap()
+    };
+    let (mut a, mut b) = (node("node-a", "0"), node("node-b", "1"));
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let (file_a, file_b) = (
+        job.path("run-node-a.msgpack"),
+        job.path("run-node-b.msgpack"),
+    );
+    assert!(
+        file_a.is_file() && file_b.is_file(),
+        "%h names each node's file"
+    );
+
+    // A recording of another job, and a file that is not there.
+    let other = Job::new("print('hello')\n");
+    assert!(other.run(&[]).status.success());
+    let report = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["report", "--json"])
+        .arg(&file_a)
+        .arg(&file_b)
+        .arg(other.out())
+        .arg(job.path("missing.msgpack"))
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", stderr(&report));
+    let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let analysis = &json["analysis"];
+    let ranks: Vec<u64> = analysis["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ranks, vec![0, 1]);
+    let leaks: Vec<&str> = analysis["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "leak")
+        .map(|f| f["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    assert!(leaks[0].starts_with("Rank 1: "), "{leaks:?}");
+    let warnings: Vec<&str> = json["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("left out") && w.contains("another job: its command is")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("left out: cannot read the file")
+                && w.contains("missing.msgpack")),
+        "{warnings:?}"
+    );
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .arg(&file_a)
+        .arg(&file_b)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("one run from 2 recordings (hosts node-a, node-b)"),
+        "{text}"
+    );
+}

@@ -1,0 +1,166 @@
+//! Several recordings of one run (one collector per node: `srun collector --out run-%h.msgpack
+//! …`) as one: aligned by wall clock, each node's series kept apart, every rank's records in
+//! one place, and the files that do not belong named with the reason.
+
+use super::{Chunk, Column, Record, Recording, SeriesKey};
+
+/// How far apart two nodes' recordings may start and still be one run.
+const SAME_RUN_NS: u64 = 10 * 60 * 1_000_000_000;
+
+/// One run from several nodes' recordings, and what did not fit.
+#[derive(Debug)]
+pub struct Merged {
+    /// The run: the first recording's header (its start is the earliest), times from it.
+    pub recording: Recording,
+    /// The files merged, by index in the input, with their hosts.
+    pub hosts: Vec<String>,
+    /// Files left out, by index in the input, and why.
+    pub left_out: Vec<(usize, String)>,
+}
+
+/// Merges `recordings` (at least one). A recording of another job (another command, or started
+/// more than ten minutes from the others) is left out and named; ranks claimed by two files are
+/// kept and said in a warning.
+pub fn merge(recordings: Vec<Recording>) -> Merged {
+    let mut left_out = Vec::new();
+    let Some(first) = recordings
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, r)| r.header.start_unix_ns)
+        .map(|(i, _)| i)
+    else {
+        return Merged {
+            recording: Recording::new(super::Header::new(0, String::new(), Vec::new())),
+            hosts: Vec::new(),
+            left_out,
+        };
+    };
+    let start = recordings[first].header.start_unix_ns;
+    let command = recordings[first].header.command.clone();
+    let mut merged = Recording::new(recordings[first].header.clone());
+    let mut hosts = Vec::new();
+    let mut rank_files: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    let mut ends = Vec::new();
+    for (index, recording) in recordings.into_iter().enumerate() {
+        let offset = recording.header.start_unix_ns.saturating_sub(start);
+        if recording.header.command != command {
+            left_out.push((
+                index,
+                format!(
+                    "another job: its command is `{}`, not `{}`",
+                    recording.header.command.join(" "),
+                    command.join(" ")
+                ),
+            ));
+            continue;
+        }
+        if offset > SAME_RUN_NS {
+            left_out.push((
+                index,
+                format!(
+                    "another run: it started {:.0} s after the first",
+                    offset as f64 / 1e9
+                ),
+            ));
+            continue;
+        }
+        hosts.push(recording.header.host.clone());
+        let node = hosts.len() - 1;
+        let mut ranks: Vec<u32> = recording
+            .phases
+            .iter()
+            .filter_map(|e| e.origin.rank)
+            .collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        for rank in ranks {
+            rank_files.entry(rank).or_default().push(index);
+        }
+        // Each node's series stay its own: its host memory is that node's process tree.
+        for series in &recording.series {
+            let key = if node == 0 {
+                series.key.clone()
+            } else {
+                SeriesKey {
+                    pid: series.key.pid.or(Some(u32::MAX - node as u32)),
+                    ..series.key.clone()
+                }
+            };
+            merged.push(Record::Chunk(Chunk {
+                times_ns: series.times_ns.iter().map(|t| t + offset).collect(),
+                columns: vec![Column {
+                    series: key,
+                    values: series.values.clone(),
+                    valid: None,
+                }],
+            }));
+        }
+        if node > 0 {
+            for device in &recording.header.devices {
+                if !merged.header.devices.iter().any(|d| d.uuid == device.uuid) {
+                    merged.header.devices.push(device.clone());
+                }
+            }
+        }
+        let shift = |t: u64| t + offset;
+        merged
+            .phases
+            .extend(recording.phases.into_iter().map(|mut e| {
+                e.t_ns = shift(e.t_ns);
+                e
+            }));
+        merged
+            .allocator
+            .extend(recording.allocator.into_iter().map(|mut a| {
+                a.t_ns = shift(a.t_ns);
+                a
+            }));
+        merged.ooms.extend(recording.ooms.into_iter().map(|mut o| {
+            o.t_ns = shift(o.t_ns);
+            o
+        }));
+        merged
+            .exits
+            .extend(recording.exits.into_iter().map(|mut x| {
+                x.t_ns = shift(x.t_ns);
+                x
+            }));
+        merged.drops.extend(recording.drops);
+        merged.notes.extend(recording.notes);
+        merged.snapshots.extend(recording.snapshots);
+        merged.warnings.extend(
+            recording
+                .warnings
+                .into_iter()
+                .map(|w| format!("{}: {w}", recording.header.host)),
+        );
+        ends.push(recording.end.map(|mut end| {
+            end.t_ns += offset;
+            end
+        }));
+    }
+    // Complete when every node's recording is.
+    merged.end = ends.iter().all(Option::is_some).then(|| super::End {
+        t_ns: ends.iter().flatten().map(|e| e.t_ns).max().unwrap_or(0),
+        records: ends.iter().flatten().map(|e| e.records).sum(),
+        samples: ends.iter().flatten().map(|e| e.samples).sum(),
+        dropped: ends.iter().flatten().map(|e| e.dropped).sum(),
+    });
+    for (rank, files) in rank_files {
+        if files.len() > 1 {
+            merged.warnings.push(format!(
+                "rank {rank} is claimed by {} recordings: the process with the most phase edges is judged as rank {rank}",
+                files.len()
+            ));
+        }
+    }
+    merged.phases.sort_by_key(|e| e.t_ns);
+    merged.allocator.sort_by_key(|a| a.t_ns);
+    merged.ooms.sort_by_key(|o| o.t_ns);
+    merged.exits.sort_by_key(|x| x.t_ns);
+    Merged {
+        recording: merged,
+        hosts,
+        left_out,
+    }
+}
