@@ -482,7 +482,10 @@ mod tests {
     fn out_patterns_name_each_node_s_file() {
         let out = |p: &str| expand_out(Path::new(p), "gpu-07", 4242);
         assert_eq!(out("run.msgpack"), Path::new("run.msgpack"));
-        assert_eq!(out("/r/run-%h-%p.msgpack"), Path::new("/r/run-gpu-07-4242.msgpack"));
+        assert_eq!(
+            out("/r/run-%h-%p.msgpack"),
+            Path::new("/r/run-gpu-07-4242.msgpack")
+        );
         assert_eq!(out("100%%-%x-%"), Path::new("100%-%x-%"));
     }
 }

@@ -78,3 +78,23 @@ pub fn begins<'a>(
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// `collector report FILE`: its text.
+pub fn report(file: &std::path::Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .arg(file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `collector report --json FILE`, parsed.
+pub fn report_json(file: &std::path::Path) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["report", "--json"])
+        .arg(file)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}

@@ -64,15 +64,7 @@ fn run(job: &Job) -> (collector::analysis::Analysis, String) {
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let recording = job.recording();
     let analysis = analyze(&recording);
-    let report = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .arg("report")
-        .arg(job.out())
-        .output()
-        .unwrap();
-    (
-        analysis,
-        String::from_utf8_lossy(&report.stdout).into_owned(),
-    )
+    (analysis, crate::report(&job.out()))
 }
 
 fn verdict_line(report: &str) -> &str {
@@ -115,12 +107,7 @@ die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU
     assert!(report.contains("the job exited with status 1"), "{report}");
 
     // --json carries the numbers; check fails on it by default.
-    let json = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .args(["report", "--json"])
-        .arg(job.out())
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let json = crate::report_json(&job.out());
     let ooms = &json["analysis"]["ooms"];
     assert_eq!(ooms[0]["cause"], "leak");
     assert_eq!(ooms[0]["requested_bytes"], GIB);
@@ -342,12 +329,7 @@ die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU
     for name in ["run.msgpack", "run.rank0.oom.pickle"] {
         std::fs::rename(job.path(name), moved.path().join(name)).unwrap();
     }
-    let report = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .arg("report")
-        .arg(moved.path().join("run.msgpack"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = crate::report(&moved.path().join("run.msgpack"));
     assert!(text.contains("Out of memory ("), "{text}");
     let at = text
         .find("AT THE OUT-OF-MEMORY ERROR")
@@ -361,12 +343,7 @@ die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU
         text[at..].contains("cs336_basics/optimizer.py:74"),
         "{text}"
     );
-    let json = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .args(["report", "--json"])
-        .arg(moved.path().join("run.msgpack"))
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let json = crate::report_json(&moved.path().join("run.msgpack"));
     assert_eq!(json["paired_snapshot"]["reason"], "oom");
     assert_eq!(
         json["paired_snapshot"]["snapshot"]["live_blocks_at_end"],

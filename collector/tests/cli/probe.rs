@@ -473,12 +473,7 @@ print(len(kept))
         .unwrap_or_else(|| panic!("no leak finding: {:#?}", analysis.findings));
     assert!(leak.title.contains("forward"), "{}", leak.title);
 
-    let report = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .arg("report")
-        .arg(job.out())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = crate::report(&job.out());
     assert!(
         text.contains(
             "phases attributed with the training process' C heap in use (glibc mallinfo2)"

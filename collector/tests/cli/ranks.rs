@@ -94,23 +94,13 @@ fn one_leaking_rank_of_two_is_found_on_that_rank_only() {
         "{growth} MiB/step for 8 MiB kept a step"
     );
 
-    let report = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .arg("report")
-        .arg(job.out())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = crate::report(&job.out());
     assert!(
         text.contains("RANKS (each judged on its own memory)"),
         "{text}"
     );
     assert!(text.contains("PHASES (rank 1)"), "{text}");
-    let json = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .args(["report", "--json"])
-        .arg(job.out())
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let json = crate::report_json(&job.out());
     let ranks = json["analysis"]["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 2);
     assert!(ranks[0]["baseline_bytes"].as_u64().unwrap() > 0);
