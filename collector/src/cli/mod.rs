@@ -3,6 +3,7 @@
 
 mod check;
 mod import;
+mod ranks;
 mod report;
 
 use std::ffi::OsString;

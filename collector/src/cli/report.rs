@@ -17,7 +17,8 @@ pub const REPORT_SCHEMA: u32 = 1;
 /// Arguments of `collector report`.
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The recording (or PyTorch memory snapshot) to analyse.
+    /// The recording (or PyTorch memory snapshot) to analyse; or a folder of per-rank snapshots
+    /// (`rank0_memory_snapshot.pickle`, …) to compare.
     pub file: PathBuf,
     /// More recordings of the same run, one per node (`collector --out run-%h.msgpack`): all
     /// are aligned by wall clock and judged as one run, rank by rank.
@@ -145,6 +146,9 @@ impl SnapshotJson {
 
 /// `collector report FILE [MORE…] [--json]`.
 pub fn report(args: &ReportArgs) -> ExitCode {
+    if args.more.is_empty() && args.file.is_dir() {
+        return super::ranks::report_folder(&args.file, args.json);
+    }
     let loaded = if args.more.is_empty() {
         load(&args.file)
     } else {

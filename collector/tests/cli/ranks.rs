@@ -249,3 +249,84 @@ for i in range(20):
         "{text}"
     );
 }
+
+/// A folder of per-rank snapshots (torchtitan's `rank{r}_memory_snapshot.pickle`, and
+/// `memory_trace_{r}.pickle`) built from the real snapshots: one multi-rank run, peaks compared;
+/// a truncated file and a rank claimed twice are named, and the others open.
+#[test]
+fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
+    let real = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshots/real");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |from: &str, to: &str| std::fs::copy(real.join(from), dir.path().join(to)).unwrap();
+    copy(
+        "bcrafton_cs336_training_step.pickle",
+        "rank0_memory_snapshot.pickle",
+    );
+    copy("verl_rollout_state.pickle", "rank1_memory_snapshot.pickle");
+    copy(
+        "bcrafton_cs336_training_step.pickle",
+        "rank2_memory_snapshot.pickle",
+    );
+    copy(
+        "bcrafton_cs336_training_step.pickle",
+        "memory_trace_2.pickle",
+    );
+    let legacy = std::fs::read(real.join("flexgen_oom_legacy_history.pickle")).unwrap();
+    std::fs::write(
+        dir.path().join("rank3_memory_snapshot.pickle"),
+        &legacy[..5000],
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a snapshot").unwrap();
+
+    let json = crate::report_json(dir.path());
+    let ranks = json["ranks"].as_array().unwrap();
+    let listed: Vec<(u64, bool, bool)> = ranks
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["duplicate"].as_bool().unwrap(),
+                r["error"].is_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (0, false, false),
+            (1, false, false),
+            (2, true, false),
+            (2, true, false),
+            (3, false, true)
+        ]
+    );
+    assert!(
+        ranks[4]["error"]
+            .as_str()
+            .unwrap()
+            .contains("rank3_memory_snapshot.pickle")
+    );
+    let standout = json["standout"].as_str().unwrap();
+    assert!(
+        standout.starts_with("rank 1 peaks at 23.2 GiB"),
+        "{standout}"
+    );
+    let text = crate::report(dir.path());
+    assert!(text.contains("✗ Imbalance: rank 1 peaks at"), "{text}");
+    assert!(text.contains("(rank claimed twice)"), "{text}");
+    assert!(text.contains("vllm/worker/cache_engine.py:83"), "{text}");
+
+    let empty = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("no per-rank snapshots in"),
+        "{}",
+        stderr(&output)
+    );
+}
