@@ -271,6 +271,7 @@ impl RunView {
                 levels,
             });
         }
+        traces.extend(rank_host_traces(recording));
         traces.sort_by(|a, b| (a.kind, a.device, &a.origin).cmp(&(b.kind, b.device, &b.origin)));
         traces
     }
@@ -414,6 +415,41 @@ impl RunView {
             late_steps,
         })
     }
+}
+
+/// With several ranks: each rank's own host memory, as its probe read it at its phase edges
+/// (the sampled host series is the whole process tree, every rank summed).
+fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
+    let mut groups: BTreeMap<(u32, u32), (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    for e in &recording.phases {
+        if let (Some(rank), Some(rss)) = (e.origin.rank, e.host_rss) {
+            let (times, values) = groups.entry((rank, e.origin.pid)).or_default();
+            times.push(e.t_ns);
+            values.push(rss);
+        }
+    }
+    let ranks: std::collections::BTreeSet<u32> = groups.keys().map(|k| k.0).collect();
+    if ranks.len() < 2 {
+        return Vec::new();
+    }
+    groups
+        .into_iter()
+        .map(|((rank, _), (mut times_ns, mut values))| {
+            if !times_ns.windows(2).all(|w| w[0] <= w[1]) {
+                let mut pairs: Vec<(u64, u64)> = times_ns.into_iter().zip(values).collect();
+                pairs.sort_unstable();
+                (times_ns, values) = pairs.into_iter().unzip();
+            }
+            (rank, times_ns, values)
+        })
+        .map(|(rank, times_ns, values)| Trace {
+            kind: TraceKind::Host,
+            device: None,
+            origin: Some(format!("rank {rank}")),
+            levels: Levels::new(&times_ns, &values),
+            source: Source::Owned { times_ns, values },
+        })
+        .collect()
 }
 
 /// Allocated, reserved and peak curves per process and device, from the probe's numbers.

@@ -422,3 +422,56 @@ fn a_recording_opens_with_the_snapshot_dumped_at_its_oom() {
     harness.get_by_label_contains("The allocator at the out-of-memory error");
     harness.get_by_label_contains("run.rank0.oom.pickle");
 }
+
+/// Several ranks' host memory, each as its probe read it at its edges: one curve per rank, and
+/// the rank picker lists them.
+#[test]
+fn each_rank_gets_its_own_host_memory_curve() {
+    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    let mut recording = Recording::new(tidemark_tests::header(&["torchrun", "train.py"]));
+    for rank in 0..2u32 {
+        let origin = Origin {
+            pid: 100 + rank,
+            rank: Some(rank),
+        };
+        for step in 0..20u64 {
+            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+                let mut e = tidemark_tests::edge(
+                    step * 10 + k as u64,
+                    edge,
+                    Phase::Forward,
+                    Some(step),
+                    origin,
+                );
+                e.host_rss = Some((1 << 30) + u64::from(rank) * step * (8 << 20));
+                recording.push(Record::Phase(e));
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ranks.msgpack");
+    collector::recording::write_file(&path, &recording).unwrap();
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let run = app.runs()[0].run.as_ref().unwrap();
+    assert_eq!(
+        run.view.origins,
+        vec!["rank 0".to_owned(), "rank 1".to_owned()]
+    );
+    let hosts: Vec<_> = run
+        .view
+        .traces
+        .iter()
+        .filter(|t| t.kind == TraceKind::Host)
+        .map(|t| t.origin.clone())
+        .collect();
+    assert_eq!(
+        hosts,
+        vec![Some("rank 0".to_owned()), Some("rank 1".to_owned())]
+    );
+    assert!(
+        run.analysis.findings[0].title.starts_with("Rank 1: "),
+        "{}",
+        run.analysis.findings[0].title
+    );
+}
