@@ -132,6 +132,14 @@ struct XMap<'a> {
 }
 
 impl XMap<'_> {
+    /// The last time the axis shows: the end on the time axis, the last step's end on steps.
+    fn end_ns(&self) -> u64 {
+        match self.axis {
+            XAxis::Time => self.view.duration_ns,
+            XAxis::Steps => self.view.steps.end_ns(self.view.duration_ns),
+        }
+    }
+
     fn x(&self, t_ns: u64) -> f64 {
         match self.axis {
             XAxis::Time => t_ns as f64 / 1e9,
@@ -257,7 +265,10 @@ pub fn timeline_ui(
             pui.plot_bounds()
         };
         let width = (pui.transform().frame().width() as usize).clamp(100, columns.max(100));
-        let (t0, t1) = (map.t_ns(bounds.min()[0]), map.t_ns(bounds.max()[0]));
+        let (t0, t1) = (
+            map.t_ns(bounds.min()[0]),
+            map.t_ns(bounds.max()[0]).min(map.end_ns()),
+        );
         if state.phase_bands {
             let (y0, y1) = if pui.auto_bounds().y {
                 (0.0, y_max * 1.05)
@@ -356,7 +367,7 @@ fn extent(
             y_max = y_max.max(max as f64);
         }
     }
-    (map.x(view.duration_ns).max(1e-3), y_max)
+    (map.x(map.end_ns()).max(1e-3), y_max)
 }
 
 /// Phase bands for the visible range, from `y0` to `y1`: one band per run of occurrences of the

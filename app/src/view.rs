@@ -140,6 +140,15 @@ impl StepAxis {
     pub fn time_at(&self, step: f64) -> f64 {
         interpolate(&self.steps, &self.times_ns, step)
     }
+
+    /// Where the steps axis ends: the end of the last step (its start plus the pace of the one
+    /// before), never past `duration_ns`. The time after it is not steps, so it is left out.
+    pub fn end_ns(&self, duration_ns: u64) -> u64 {
+        match self.steps.last() {
+            Some(&last) => (self.time_at(last + 1.0).max(0.0) as u64).min(duration_ns),
+            None => duration_ns,
+        }
+    }
 }
 
 /// Piecewise-linear `y(x)` through `(xs, ys)` (both increasing, at least two points).

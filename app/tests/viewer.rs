@@ -475,3 +475,42 @@ fn each_rank_gets_its_own_host_memory_curve() {
         run.analysis.findings[0].title
     );
 }
+
+/// The steps axis ends where the last step ends: a 150-step run whose job lingers 100 s after
+/// its last step is not drawn to step 250.
+#[test]
+fn the_steps_axis_ends_at_the_last_step() {
+    use collector::recording::{
+        Chunk, Column, Edge, Origin, Phase, Record, Recording, SeriesKey, SeriesKind,
+    };
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    let origin = Origin { pid: 1, rank: None };
+    let s = 1_000_000_000u64;
+    for step in 0..150u64 {
+        for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+            let t = step * s + k as u64 * s / 2;
+            recording.push(Record::Phase(tidemark_tests::edge(
+                t,
+                edge,
+                Phase::Forward,
+                Some(step),
+                origin,
+            )));
+        }
+    }
+    recording.push(Record::Chunk(Chunk {
+        times_ns: vec![0, 250 * s],
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values: vec![1 << 30, 1 << 30],
+            valid: None,
+        }],
+    }));
+    let run = tidemark_app::Run::new(recording);
+    let steps = &run.view.steps;
+    assert!(steps.is_available());
+    assert_eq!(run.view.duration_ns, 250 * s);
+    let end = steps.end_ns(run.view.duration_ns);
+    assert_eq!(end, 150 * s, "the end of step 149");
+    assert!((steps.step_at(end as f64) - 150.0).abs() < 1e-9);
+}
