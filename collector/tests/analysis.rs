@@ -533,3 +533,57 @@ fn no_projection_without_a_device_capacity() {
         without.lacks
     );
 }
+
+/// Two ranks, each training on its own GPU; rank 1 also holds memory on GPU 0 (a CUDA context
+/// made before `set_device`), as per-process NVML numbers show: an imbalance that names it.
+#[test]
+fn a_rank_with_memory_on_another_ranks_gpu_is_named() {
+    let mut recording = collector::recording::Recording::new(tidemark_tests::header(&["torchrun"]));
+    for rank in 0..2u32 {
+        let origin = Origin {
+            pid: 100 + rank,
+            rank: Some(rank),
+        };
+        for step in 0..20 {
+            for mut record in tidemark_tests::sawtooth_step(step, 100_000_000, origin) {
+                if let Record::Allocator(a) = &mut record {
+                    a.device = rank;
+                }
+                recording.push(record);
+            }
+        }
+    }
+    let series = |device: u32, pid: u32, bytes: u64| Column {
+        series: SeriesKey {
+            kind: SeriesKind::ProcessDevice,
+            device: Some(device),
+            pid: Some(pid),
+        },
+        values: vec![bytes; 3],
+        valid: None,
+    };
+    recording.push(Record::Chunk(Chunk {
+        times_ns: vec![0, 1_000_000_000, 2_000_000_000],
+        columns: vec![
+            series(0, 100, 6 * GIB),
+            series(0, 101, 600 * MIB),
+            series(1, 101, 6 * GIB),
+        ],
+    }));
+    let analysis = analyze(&recording);
+    assert_eq!(analysis.ranks.len(), 2);
+    let imbalance = analysis
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Imbalance)
+        .unwrap_or_else(|| panic!("{:#?}", analysis.findings));
+    assert_eq!(
+        imbalance.title,
+        "Imbalance: other ranks hold 600 MiB on GPU 0"
+    );
+    assert_eq!(
+        imbalance.evidence,
+        vec!["rank 1 (pid 101, on GPU 1) holds 600 MiB on GPU 0 (rank 0's)".to_owned()]
+    );
+    assert!(imbalance.hints[0].contains("set_device(local_rank)"));
+}

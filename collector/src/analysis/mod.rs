@@ -351,7 +351,7 @@ pub fn analyze(recording: &Recording) -> Analysis {
         analysis
             .findings
             .retain(|f| !f.kind.is_problem() && f.kind != FindingKind::NotEnoughData);
-        analysis.findings.extend(ranks::findings(&per));
+        analysis.findings.extend(ranks::findings(recording, &per));
         if per
             .iter()
             .all(|(_, a)| a.finding(FindingKind::NotEnoughData).is_some())

@@ -122,7 +122,7 @@ pub(super) fn summary(rank: u32, pid: u32, analysis: &Analysis) -> RankSummary {
 
 /// The run's findings from its ranks': each rank's problems, named by rank, with the other
 /// ranks' baselines as evidence; and an imbalance when one rank holds much more than the rest.
-pub(super) fn findings(ranks: &[(RankSummary, Analysis)]) -> Vec<Finding> {
+pub(super) fn findings(recording: &Recording, ranks: &[(RankSummary, Analysis)]) -> Vec<Finding> {
     let mut out = Vec::new();
     for (summary, analysis) in ranks {
         for finding in analysis.findings.iter().filter(|f| f.kind.is_problem()) {
@@ -155,7 +155,76 @@ pub(super) fn findings(ranks: &[(RankSummary, Analysis)]) -> Vec<Finding> {
     if let Some(imbalance) = imbalance(ranks) {
         out.push(imbalance);
     }
+    out.extend(contexts_elsewhere(recording, ranks));
     out
+}
+
+/// Ranks holding device memory on another rank's GPU (per-process NVML numbers): usually their
+/// CUDA contexts, made there before `torch.cuda.set_device(local_rank)`.
+fn contexts_elsewhere(recording: &Recording, ranks: &[(RankSummary, Analysis)]) -> Option<Finding> {
+    // Each rank's own device: the one its allocator readings are about.
+    let own: Vec<(u32, u32, u32)> = ranks
+        .iter()
+        .filter_map(|(s, _)| {
+            let device = recording
+                .allocator
+                .iter()
+                .find(|a| a.origin.pid == s.pid && a.origin.rank == Some(s.rank))?
+                .device;
+            Some((s.rank, s.pid, device))
+        })
+        .collect();
+    let mut lines = Vec::new();
+    let mut total = 0u64;
+    let mut devices = std::collections::BTreeSet::new();
+    for series in recording
+        .series
+        .iter()
+        .filter(|s| s.key.kind == SeriesKind::ProcessDevice)
+    {
+        let (Some(device), Some(pid)) = (series.key.device, series.key.pid) else {
+            continue;
+        };
+        let Some(&(rank, _, home)) = own.iter().find(|(_, p, _)| *p == pid) else {
+            continue;
+        };
+        if home == device {
+            continue;
+        }
+        let bytes = median_u64(&series.values).unwrap_or(0);
+        if bytes == 0 {
+            continue;
+        }
+        let owner = own
+            .iter()
+            .find(|(_, _, d)| *d == device)
+            .map_or(String::new(), |(r, _, _)| format!(" (rank {r}'s)"));
+        lines.push(format!(
+            "rank {rank} (pid {pid}, on GPU {home}) holds {} on GPU {device}{owner}",
+            format_bytes(bytes as f64)
+        ));
+        total += bytes;
+        devices.insert(device);
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    let on: Vec<String> = devices.iter().map(|d| format!("GPU {d}")).collect();
+    Some(Finding {
+        kind: FindingKind::Imbalance,
+        title: format!(
+            "Imbalance: other ranks hold {} on {}",
+            format_bytes(total as f64),
+            on.join(", ")
+        ),
+        phase: None,
+        basis: Basis::DeviceUsed,
+        growth_per_step_bytes: None,
+        evidence: lines,
+        hints: vec![
+            "CUDA contexts made on the wrong GPU: call `torch.cuda.set_device(local_rank)` (or use `device=f\"cuda:{local_rank}\"`) before the first CUDA call, and pass `device_ids=[local_rank]` to DDP".to_owned(),
+        ],
+    })
 }
 
 /// One rank whose baseline is well above the median of the others'.
