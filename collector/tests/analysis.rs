@@ -587,3 +587,56 @@ fn a_rank_with_memory_on_another_ranks_gpu_is_named() {
     );
     assert!(imbalance.hints[0].contains("set_device(local_rank)"));
 }
+
+/// An OOM message without the processes' numbers (the form before PyTorch 2.1): NVML's numbers,
+/// sampled by the collector, show that other processes held the memory.
+#[test]
+fn an_oom_whose_message_lacks_the_others_memory_takes_it_from_nvml() {
+    let mut recording = collector::recording::Recording::new(tidemark_tests::header(&["python"]));
+    let origin = Origin {
+        pid: 100,
+        rank: None,
+    };
+    for step in 0..15 {
+        for record in tidemark_tests::sawtooth_step(step, 100_000_000, origin) {
+            recording.push(record);
+        }
+    }
+    let times: Vec<u64> = (0..16).map(|i| i * 100_000_000).collect();
+    let column = |kind: SeriesKind, pid: Option<u32>, bytes: u64| Column {
+        series: SeriesKey {
+            kind,
+            device: Some(0),
+            pid,
+        },
+        values: vec![bytes; times.len()],
+        valid: None,
+    };
+    recording.push(Record::Chunk(Chunk {
+        times_ns: times.clone(),
+        columns: vec![
+            column(SeriesKind::DeviceUsed, None, 22 * GIB),
+            column(SeriesKind::ProcessDevice, Some(100), 6 * GIB),
+        ],
+    }));
+    recording.push(Record::Oom(collector::recording::Oom {
+        t_ns: 1_500_000_000,
+        device: Some(0),
+        tried_bytes: Some(2 * GIB),
+        capacity_bytes: Some(23 * GIB),
+        free_bytes: Some(GIB),
+        allocated_bytes: Some(5 * GIB),
+        reserved_unallocated_bytes: Some(100 * MIB),
+        message: "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; …)"
+            .to_owned(),
+        ..Default::default()
+    }));
+    let analysis = analyze(&recording);
+    let oom = &analysis.ooms[0];
+    assert_eq!(oom.other_processes_bytes, Some(16 * GIB), "{oom:#?}");
+    assert_eq!(
+        oom.cause,
+        collector::analysis::OomCause::OtherMemory,
+        "{oom:#?}"
+    );
+}

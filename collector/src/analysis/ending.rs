@@ -118,7 +118,9 @@ fn judge_oom(recording: &Recording, analysis: &Analysis, oom: &Oom) -> OomVerdic
         .map(|(process, allocated)| {
             process.saturating_sub(allocated + oom.reserved_unallocated_bytes.unwrap_or(0))
         });
-    let others = oom.other_processes_bytes;
+    let others = oom
+        .other_processes_bytes
+        .or_else(|| others_from_nvml(recording, oom.device, oom.t_ns));
     let mut v = OomVerdict {
         t_ns: oom.t_ns,
         step,
@@ -252,6 +254,31 @@ fn judge_oom(recording: &Recording, analysis: &Analysis, oom: &Oom) -> OomVerdic
         );
     }
     v
+}
+
+/// Other processes' memory on `device` at `t_ns` from NVML, when the message does not list them:
+/// the device's used memory minus the job's processes' (both sampled by the collector).
+fn others_from_nvml(recording: &Recording, device: Option<u32>, t_ns: u64) -> Option<u64> {
+    let device = device?;
+    let at = |s: &crate::recording::Series| {
+        let i = s.times_ns.partition_point(|&t| t <= t_ns).checked_sub(1)?;
+        s.values.get(i).copied()
+    };
+    let used = recording
+        .series(&crate::recording::SeriesKey::device(
+            crate::recording::SeriesKind::DeviceUsed,
+            device,
+        ))
+        .and_then(at)?;
+    let mut own = None;
+    for s in recording.series.iter().filter(|s| {
+        s.key.kind == crate::recording::SeriesKind::ProcessDevice && s.key.device == Some(device)
+    }) {
+        if let Some(v) = at(s) {
+            *own.get_or_insert(0) += v;
+        }
+    }
+    own.map(|own: u64| used.saturating_sub(own))
 }
 
 fn device_capacity(recording: &Recording, device: Option<u32>) -> Option<u64> {
