@@ -151,6 +151,25 @@ impl TidemarkApp {
         });
     }
 
+    /// Opens several nodes' recordings of one run as one (`tidemark --one-run a b …`): ranks
+    /// judged together, the files that do not belong named in the run's warnings.
+    pub fn open_as_one_run(&mut self, paths: &[std::path::PathBuf]) {
+        let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+        let name = match paths {
+            [one] => one.to_string_lossy().into_owned(),
+            [first, ..] => format!(
+                "{} + {} more (one run)",
+                first.to_string_lossy(),
+                paths.len() - 1
+            ),
+            [] => return,
+        };
+        let run = collector::open::read_one_run(&files)
+            .map(Run::new)
+            .map_err(|reasons| format!("{name}: {}", reasons.join("; ")));
+        self.add(OpenRun::new(name, run));
+    }
+
     /// Opens a file now, on this thread.
     pub fn open_path(&mut self, path: &std::path::Path) {
         let run = read_path(path);

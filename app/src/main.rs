@@ -4,23 +4,27 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 const USAGE: &str = "\
-Usage: tidemark [--follow] [FILE]...
+Usage: tidemark [--follow | --one-run] [FILE]...
 
 Shows GPU memory recordings made by `collector` (run.msgpack): the curves over time with their
 phases, the attribution per phase, and an explained verdict. With no FILE, shows an example.
 
 Options:
   --follow     keep reading the files as they are written (a live view of a running job)
+  --one-run    open the FILEs (one recording per node: collector --out run-%h.msgpack) as one
+               run, their ranks judged together
   -h, --help   show this help
   -V, --version";
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() -> std::process::ExitCode {
     let mut follow = false;
+    let mut one_run = false;
     let mut paths = Vec::new();
     for arg in std::env::args_os().skip(1) {
         match arg.to_str() {
             Some("--follow") => follow = true,
+            Some("--one-run") => one_run = true,
             Some("-h" | "--help") => {
                 println!("{USAGE}");
                 return std::process::ExitCode::SUCCESS;
@@ -35,6 +39,10 @@ fn main() -> std::process::ExitCode {
             }
             _ => paths.push(std::path::PathBuf::from(arg)),
         }
+    }
+    if follow && one_run {
+        eprintln!("tidemark: --follow and --one-run do not go together\n\n{USAGE}");
+        return std::process::ExitCode::from(2);
     }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
@@ -53,7 +61,10 @@ fn main() -> std::process::ExitCode {
                 tidemark_app::TidemarkApp::empty()
             }
             .with_storage(cc.storage);
-            for path in &paths {
+            if one_run {
+                app.open_as_one_run(&paths);
+            }
+            for path in paths.iter().filter(|_| !one_run) {
                 if follow {
                     app.follow_path(path);
                 } else {

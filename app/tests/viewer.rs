@@ -514,3 +514,53 @@ fn the_steps_axis_ends_at_the_last_step() {
     assert_eq!(end, 150 * s, "the end of step 149");
     assert!((steps.step_at(end as f64) - 150.0).abs() < 1e-9);
 }
+
+/// Two nodes' recordings opened as one run (`tidemark --one-run`): the ranks are judged
+/// together; a file of another job is named in the run's warnings, and the rest opens.
+#[test]
+fn two_nodes_open_as_one_run() {
+    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    let dir = tempfile::tempdir().unwrap();
+    let node = |rank: u32, command: &str| {
+        let mut header = tidemark_tests::header(&[command]);
+        header.host = format!("node-{rank}");
+        let mut recording = Recording::new(header);
+        let origin = Origin {
+            pid: 7,
+            rank: Some(rank),
+        };
+        for step in 0..20u64 {
+            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+                let mut e = tidemark_tests::edge(
+                    step * 10 + k as u64,
+                    edge,
+                    Phase::Forward,
+                    Some(step),
+                    origin,
+                );
+                e.host_rss = Some((1 << 30) + u64::from(rank) * step * (8 << 20));
+                recording.push(Record::Phase(e));
+            }
+        }
+        let path = dir.path().join(format!("{command}-{rank}.msgpack"));
+        collector::recording::write_file(&path, &recording).unwrap();
+        path
+    };
+    let paths = vec![node(0, "train"), node(1, "train"), node(2, "other")];
+    let mut app = TidemarkApp::empty();
+    app.open_as_one_run(&paths);
+    let open = &app.runs()[0];
+    assert!(open.name.ends_with("+ 2 more (one run)"), "{}", open.name);
+    let run = open.run.as_ref().unwrap();
+    let ranks: Vec<u32> = run.analysis.ranks.iter().map(|r| r.rank).collect();
+    assert_eq!(ranks, vec![0, 1], "the same pid on two nodes is two ranks");
+    assert!(run.analysis.findings[0].title.starts_with("Rank 1: "));
+    assert!(
+        run.recording
+            .warnings
+            .iter()
+            .any(|w| w.contains("other-2.msgpack") && w.contains("another job")),
+        "{:?}",
+        run.recording.warnings
+    );
+}

@@ -126,3 +126,45 @@ pub fn paired_snapshot(recording_path: &Path, recording: &Recording) -> Option<P
         snapshot,
     })
 }
+
+/// Several nodes' recordings of one run (one collector per node) read and merged into one
+/// (see [`crate::recording::merge`]). A file that cannot be read, is a snapshot, or belongs to
+/// another job is left out with a warning in the recording naming it; the others open. `Err`
+/// holds the reasons when none could be read.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_one_run(files: &[&Path]) -> Result<Recording, Vec<String>> {
+    let mut recordings = Vec::new();
+    let mut read = Vec::new();
+    let mut warnings = Vec::new();
+    for file in files {
+        match read_any_file(file) {
+            Ok(Opened::Recording(r)) => {
+                recordings.push(*r);
+                read.push(*file);
+            }
+            Ok(Opened::Snapshot(_)) => warnings.push(format!(
+                "left out {}: a PyTorch memory snapshot (open it on its own)",
+                file.display()
+            )),
+            Err(err) => warnings.push(format!("left out: {err}")),
+        }
+    }
+    if recordings.is_empty() {
+        return Err(warnings);
+    }
+    let merged = crate::recording::merge(recordings);
+    let mut recording = merged.recording;
+    for (index, why) in merged.left_out {
+        warnings.push(format!("left out {}: {why}", read[index].display()));
+    }
+    recording.notes.push(crate::recording::Note {
+        t_ns: 0,
+        text: format!(
+            "one run from {} recordings (hosts {})",
+            merged.hosts.len(),
+            merged.hosts.join(", ")
+        ),
+    });
+    recording.warnings.extend(warnings);
+    Ok(recording)
+}

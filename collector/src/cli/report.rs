@@ -238,8 +238,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Several nodes' recordings as one run. A file that cannot be read, is a snapshot, or belongs
-/// to another job is left out with a warning naming it; the others open.
+/// Several nodes' recordings as one run (see [`collector::open::read_one_run`]).
 fn load_nodes(
     first: &Path,
     more: &[PathBuf],
@@ -247,43 +246,14 @@ fn load_nodes(
     let files: Vec<&Path> = std::iter::once(first)
         .chain(more.iter().map(PathBuf::as_path))
         .collect();
-    let mut recordings = Vec::new();
-    let mut read = Vec::new();
-    let mut warnings = Vec::new();
-    for file in &files {
-        match collector::open::read_any_file(file) {
-            Ok(collector::open::Opened::Recording(r)) => {
-                recordings.push(*r);
-                read.push(*file);
+    collector::open::read_one_run(&files)
+        .map(|recording| (recording, None))
+        .map_err(|reasons| {
+            for reason in reasons {
+                eprintln!("collector: {reason}");
             }
-            Ok(collector::open::Opened::Snapshot(_)) => warnings.push(format!(
-                "left out {}: a PyTorch memory snapshot (report it on its own)",
-                file.display()
-            )),
-            Err(err) => warnings.push(format!("left out: {err}")),
-        }
-    }
-    if recordings.is_empty() {
-        for w in &warnings {
-            eprintln!("collector: {w}");
-        }
-        return Err(ExitCode::from(2));
-    }
-    let merged = collector::recording::merge(recordings);
-    let mut recording = merged.recording;
-    for (index, why) in merged.left_out {
-        warnings.push(format!("left out {}: {why}", read[index].display()));
-    }
-    recording.notes.push(collector::recording::Note {
-        t_ns: 0,
-        text: format!(
-            "one run from {} recordings (hosts {})",
-            merged.hosts.len(),
-            merged.hosts.join(", ")
-        ),
-    });
-    recording.warnings.extend(warnings);
-    Ok((recording, None))
+            ExitCode::from(2)
+        })
 }
 
 /// The text report: the verdict first (a snapshot's own verdict before the trace's), then the
