@@ -276,6 +276,16 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
             field.parse().ok().map(Some)
         }
     };
+    // `<t_ns> <pid> <rank>`: when, and who sent it.
+    let sender = |fields: &mut std::str::SplitN<'_, char>| -> Option<(u64, Origin)> {
+        let t_ns = clock.since_start_ns(fields.next()?.parse().ok()?);
+        let pid = fields.next()?.parse().ok()?;
+        let rank = optional(fields.next()?)?
+            .map(u32::try_from)
+            .transpose()
+            .ok()?;
+        Some((t_ns, Origin { pid, rank }))
+    };
     match fields.next()? {
         "D" => {
             let _pid: u32 = fields.next()?.parse().ok()?;
@@ -283,12 +293,7 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
             fields.next().is_none().then_some(Message::Dropped(count))
         }
         "S" => {
-            let t_ns = clock.since_start_ns(fields.next()?.parse().ok()?);
-            let pid = fields.next()?.parse().ok()?;
-            let rank = optional(fields.next()?)?
-                .map(u32::try_from)
-                .transpose()
-                .ok()?;
+            let (t_ns, origin) = sender(&mut fields)?;
             let reason = fields.next()?.to_owned();
             // The path is the rest of the line (it may hold spaces).
             let path: Vec<&str> = fields.collect();
@@ -299,18 +304,13 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
             }
             Some(Message::Snapshot(SnapshotFile {
                 t_ns,
-                origin: Origin { pid, rank },
+                origin,
                 reason,
                 path: path.to_owned(),
             }))
         }
         "P" => {
-            let t_ns = clock.since_start_ns(fields.next()?.parse().ok()?);
-            let pid = fields.next()?.parse().ok()?;
-            let rank = optional(fields.next()?)?
-                .map(u32::try_from)
-                .transpose()
-                .ok()?;
+            let (t_ns, origin) = sender(&mut fields)?;
             let step = optional(fields.next()?)?;
             let edge = match fields.next()? {
                 "b" => Edge::Begin,
@@ -327,7 +327,6 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
             if name.is_empty() || name.len() > 200 {
                 return None;
             }
-            let origin = Origin { pid, rank };
             let allocator = match numbers {
                 [
                     Some(device),
