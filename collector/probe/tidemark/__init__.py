@@ -58,6 +58,9 @@ _history = 0                 # collector --history: entries of allocator history
 _snapshots = ""              # where the snapshots go: "<base>.rank0.oom.pickle"
 _history_started = False
 _dumped = set()              # the reasons already dumped by this process
+_census_on = True            # collector --no-census turns the censuses off
+_next_census = 16            # censuses at steps 16, 64, 256, …, at the end and at an OOM
+_census_done = set()         # the reasons ("end", "oom") already taken by this process
 
 
 def enabled():
@@ -209,7 +212,7 @@ def _allocator_numbers(torch, edge):
     try:
         if not torch.cuda.is_initialized():
             return _NO_NUMBERS
-        if _history and not _history_started:
+        if not _history_started:
             _start_history(torch)
         device = torch.cuda.current_device()
         s = torch.cuda.memory_stats_as_nested_dict(device)
@@ -274,28 +277,119 @@ def _open_host_readers():
             _mallinfo2 = None
 
 
+def _at_step_start(torch, models, optimizers):
+    """At the start of a step (the first root forward after the step changed): the categories,
+    and a census when one is due. Never raises into the job."""
+    global _next_census
+    try:
+        from . import _census
+
+        step = _step or 0
+        by_device = _census.categories(models, optimizers, step)
+        cuda = _cuda_is_up(torch)
+        now = _monotonic_ns()
+        lines = []
+        for device in sorted(by_device):
+            params, grads, states = by_device[device]
+            total = "-"
+            if device < 0:
+                if _mallinfo2 is not None:
+                    info = _mallinfo2()
+                    total = info.uordblks + info.hblkhd
+            elif cuda:
+                total = torch.cuda.memory_allocated(device)
+            where = "-" if device < 0 else device
+            state = ",".join(str(s) for s in states) or "-"
+            lines.append(f"{_PROTOCOL} C {now} {_pid} {_rank} {step} {where} {params} {grads} {total} {state}")
+        if lines:
+            _send("\n".join(lines).encode())
+        if _census_on and step >= _next_census:
+            while _next_census <= step:
+                _next_census *= 4
+            _send_census(torch, models, optimizers, "step")
+    except Exception:
+        pass
+
+
+def _send_census(torch, models, optimizers, reason):
+    """Takes a census of the live tensors and sends it. Never raises into the job."""
+    if not _census_on or _sock is None:
+        return
+    if reason != "step":
+        if reason in _census_done:
+            return
+        _census_done.add(reason)
+    try:
+        from . import _census
+
+        # Counting the tensors no name reaches looks at every object: only when the job dies
+        # (an out-of-memory error, or an exit by an uncaught exception), where it costs no step.
+        died = reason == "oom" or (reason == "end" and getattr(sys, "last_traceback", None) is not None)
+        result = _census.census(torch, models, optimizers, full=died)
+        step = "-" if _step is None else _step
+        _send(f"{_PROTOCOL} H {_monotonic_ns()} {_pid} {_rank} {step} {reason} {_census.encode(result)}".encode())
+    except Exception as error:
+        _say(f"tidemark: census not taken ({error!r})")
+
+
+def _census_at_exit():
+    """At exit, the last census (with the frames an uncaught exception left)."""
+    try:
+        from . import _auto
+
+        torch = _torch if _torch is not None else sys.modules.get("torch")
+        if torch is not None:
+            _send_census(torch, _auto.models(), _auto.optimizers(), "end")
+    except Exception:
+        pass
+
+
+def _cuda_is_up(torch):
+    try:
+        return torch.cuda.is_initialized()
+    except Exception:
+        return False
+
+
 def _start_history(torch):
-    """`collector --history`: once CUDA is up, record the allocator's history with Python stacks,
-    and dump a snapshot at an out-of-memory error and at exit. Never raises into the job."""
+    """Once CUDA is up: watch for out-of-memory errors (a census and, with `collector --history`,
+    a snapshot there), and with `--history` record the allocator's history with Python stacks and
+    dump a snapshot at exit. Never raises into the job."""
     global _history_started
     _history_started = True
-    try:
-        torch.cuda.memory._record_memory_history(max_entries=_history, stacks="python")
-    except Exception as error:
-        _say(f"tidemark: cannot record the allocator's history ({error!r}); no snapshots")
+    if not _history and not _census_on:
         return
+    if _history:
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=_history, stacks="python")
+        except Exception as error:
+            _say(f"tidemark: cannot record the allocator's history ({error!r}); no snapshots")
+            return
     try:
         torch._C._cuda_attach_out_of_memory_observer(_on_out_of_memory)
     except Exception as error:
-        _say(f"tidemark: cannot watch for out-of-memory errors ({error!r}); a snapshot at exit only")
-    import atexit
+        if _history:
+            _say(f"tidemark: cannot watch for out-of-memory errors ({error!r}); a snapshot at exit only")
+    if _history:
+        import atexit
 
-    atexit.register(_dump_snapshot, "end")
+        atexit.register(_dump_snapshot, "end")
 
 
 def _on_out_of_memory(device, alloc, device_alloc, device_free):
     """Called by PyTorch's allocator when it is about to raise an out-of-memory error."""
     _dump_snapshot("oom")
+    _census_at_oom()
+
+
+def _census_at_oom():
+    try:
+        from . import _auto
+
+        torch = _torch if _torch is not None else sys.modules.get("torch")
+        _send_census(torch, _auto.models(), _auto.optimizers(), "oom")
+    except Exception:
+        pass
 
 
 def _dump_snapshot(reason):
@@ -418,7 +512,7 @@ def _after_fork_in_child():
 
 def _start_from_environment():
     """Called by the injected sitecustomize: connect, and install the automatic hooks."""
-    global _rank, _keep_peaks, _history, _snapshots
+    global _rank, _keep_peaks, _history, _snapshots, _census_on
     path = os.environ.get("TIDEMARK_SOCKET")
     if not path:
         return
@@ -434,9 +528,11 @@ def _start_from_environment():
     history = os.environ.get("TIDEMARK_HISTORY", "0")
     _history = int(history) if history.isdigit() else 0
     _snapshots = os.environ.get("TIDEMARK_SNAPSHOTS", "")
+    _census_on = os.environ.get("TIDEMARK_CENSUS", "1") == "1"
     import atexit
 
     atexit.register(_flush_at_exit)
+    atexit.register(_census_at_exit)  # runs first: exit handlers run last in, first out
     os.register_at_fork(after_in_child=_after_fork_in_child)
     if os.environ.get("TIDEMARK_AUTO", "1") == "1":
         from . import _auto

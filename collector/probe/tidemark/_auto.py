@@ -11,10 +11,13 @@
 import importlib.abc
 import sys
 import threading
+import weakref
 
 import tidemark
 
-_roots = {}
+_roots = weakref.WeakValueDictionary()  # id -> root model (weak: the probe must not keep one alive)
+_optimizers = []                        # weak references to the optimizers seen stepping
+_measured_step = None                   # the step whose start was last measured
 _local = threading.local()  # the module nesting depth, per thread
 _global_handles = []
 _discovering = True
@@ -138,9 +141,25 @@ def _global_post(module, args, output):
 _open = {}
 
 
+def models():
+    """The root models found so far."""
+    return list(_roots.values())
+
+
+def optimizers():
+    """The optimizers seen stepping, alive."""
+    return [o for o in (ref() for ref in _optimizers) if o is not None]
+
+
 def _root_pre(module, args):
+    global _measured_step
     try:
         name = _mode(module)
+        # A step starts with its first training forward (an eval between steps does not count:
+        # the gradients of the step before may still be there).
+        if name == "forward" and tidemark._step != _measured_step:
+            _measured_step = tidemark._step
+            tidemark._at_step_start(tidemark._torch, models(), optimizers())
         _open[(id(module), threading.get_ident())] = name
         tidemark.begin(name)
     except Exception:
@@ -163,7 +182,7 @@ def _stop_discovering():
     for handle in _global_handles:
         handle.remove()
     _global_handles.clear()
-    for module in _roots.values():
+    for module in list(_roots.values()):
         module.register_forward_pre_hook(_root_pre)
         try:
             module.register_forward_hook(_root_post, always_call=True)
@@ -173,6 +192,11 @@ def _stop_discovering():
 
 def _optimizer_pre(opt, args, kwargs):
     tidemark.begin("optimizer")
+    try:
+        if not any(ref() is opt for ref in _optimizers):
+            _optimizers.append(weakref.ref(opt))
+    except Exception:
+        pass
 
 
 def _optimizer_post(opt, args, kwargs):

@@ -7,6 +7,7 @@
 //! memory (NVML), the job's host memory (`/proc`). No I/O here: the viewer uses it too.
 
 mod ending;
+mod holders;
 mod phases;
 mod ranks;
 mod rules;
@@ -17,6 +18,7 @@ use serde::Serialize;
 use crate::format::format_bytes;
 
 pub use self::ending::{Ending, OomCause, OomVerdict};
+pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth};
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::ranks::RankSummary;
 pub use self::trend::{Trend, trend};
@@ -123,10 +125,14 @@ pub enum FindingKind {
     NonPytorchMemory,
     /// Other processes use the GPU too.
     OtherProcesses,
+    /// Parameters, gradients or optimizer state grow from step to step.
+    StateGrowth,
     /// One rank holds much more memory than the others.
     Imbalance,
     /// The allocator's cache: high but flat, falling back every step.
     Cache,
+    /// Gradients stay allocated between steps (zeroed in place, not freed): flat, not a leak.
+    GradientsKept,
     /// Too few steps to judge.
     NotEnoughData,
 }
@@ -143,8 +149,10 @@ impl FindingKind {
             Self::CapacityPressure => "capacity_pressure",
             Self::NonPytorchMemory => "non_pytorch_memory",
             Self::OtherProcesses => "other_processes",
+            Self::StateGrowth => "state_growth",
             Self::Imbalance => "imbalance",
             Self::Cache => "cache",
+            Self::GradientsKept => "gradients_kept",
             Self::NotEnoughData => "not_enough_data",
         }
     }
@@ -164,12 +172,13 @@ impl FindingKind {
                 | Self::Fragmentation
                 | Self::PeakCreep
                 | Self::CapacityPressure
+                | Self::StateGrowth
         )
     }
 }
 
 /// Every finding kind.
-pub const ALL_KINDS: [FindingKind; 11] = [
+pub const ALL_KINDS: [FindingKind; 13] = [
     FindingKind::Oom,
     FindingKind::Failed,
     FindingKind::Leak,
@@ -178,8 +187,10 @@ pub const ALL_KINDS: [FindingKind; 11] = [
     FindingKind::CapacityPressure,
     FindingKind::NonPytorchMemory,
     FindingKind::OtherProcesses,
+    FindingKind::StateGrowth,
     FindingKind::Imbalance,
     FindingKind::Cache,
+    FindingKind::GradientsKept,
     FindingKind::NotEnoughData,
 ];
 
@@ -251,6 +262,10 @@ pub struct Analysis {
     /// Of the growth over the run, the share that came between the phases (in the loop's own
     /// code) rather than inside them; `None` without phases or growth.
     pub between_phases: Option<f64>,
+    /// The training process' memory by category at each step's start, per device.
+    pub categories: Vec<CategoryStats>,
+    /// The holders that grew between the first and the last census, most growth first.
+    pub holders: Vec<HolderGrowth>,
     /// The phase occurrences of the training process, by begin time (for views; not reported).
     #[serde(skip)]
     pub occurrences: Vec<Occurrence>,
@@ -470,6 +485,8 @@ fn analyze_one(recording: &Recording) -> Analysis {
         ending: Ending::default(),
         ranks: Vec::new(),
         between_phases,
+        categories: Vec::new(),
+        holders: Vec::new(),
         occurrences: Vec::new(),
         step_starts: Vec::new(),
         retained: Vec::new(),
@@ -478,6 +495,11 @@ fn analyze_one(recording: &Recording) -> Analysis {
         recording,
         &allocator,
         fallback.as_ref().map(|(_, s)| s.as_ref()),
+        &mut analysis,
+    );
+    holders::judge(
+        recording,
+        occurrences.first().map(|o| o.pid),
         &mut analysis,
     );
     analysis.occurrences = occurrences;

@@ -101,6 +101,18 @@ pub(super) fn project(recording: &Recording, rank: u32, pid: u32) -> Recording {
         .filter(|a| mine(&a.origin))
         .cloned()
         .collect();
+    one.categories = recording
+        .categories
+        .iter()
+        .filter(|c| mine(&c.origin))
+        .cloned()
+        .collect();
+    one.censuses = recording
+        .censuses
+        .iter()
+        .filter(|c| mine(&c.origin))
+        .cloned()
+        .collect();
     one.end = recording.end.clone();
     one
 }

@@ -177,7 +177,7 @@ fn leak_finding(
     }
 }
 
-fn capitalize(text: &str) -> String {
+pub(super) fn capitalize(text: &str) -> String {
     let mut chars = text.chars();
     chars
         .next()

@@ -99,6 +99,12 @@ pub struct RecordArgs {
     #[arg(long)]
     pub keep_peaks: bool,
 
+    /// Take no census of who holds the live tensors. By default the probe takes one at steps 16,
+    /// 64, 256, … (each four times the last), at the end and at an out-of-memory error; each
+    /// walks the job's objects from its globals and frames, which pauses the job briefly.
+    #[arg(long)]
+    pub no_census: bool,
+
     /// Record the allocator's history once CUDA is up (`torch.cuda.memory._record_memory_history`
     /// with Python stacks, the last ENTRIES allocations and frees; default 100000), and dump a
     /// PyTorch memory snapshot next to the recording at an out-of-memory error

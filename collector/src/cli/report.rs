@@ -374,6 +374,8 @@ pub fn text(
             );
         }
     }
+    categories_text(&mut out, analysis);
+    holders_text(&mut out, recording, analysis);
     let _ = writeln!(out, "\nEVIDENCE");
     let _ = writeln!(
         out,
@@ -442,6 +444,114 @@ pub fn text(
         let _ = writeln!(out, "  warning: {warning}");
     }
     out
+}
+
+/// The CATEGORIES section: each device's parameters, gradients, optimizer state and the rest at
+/// the steps' starts.
+fn categories_text(out: &mut String, analysis: &Analysis) {
+    if analysis.categories.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nCATEGORIES (at each step's start: median, or first → last when it grows)\n  {:<8} {:>26} {:>26} {:>26} {:>34}",
+        "", "parameters", "gradients", "optimizer state", "the rest"
+    );
+    let cell = |t: &collector::analysis::CategoryTrend| {
+        if t.grows {
+            format!(
+                "{} → {} (+{}/step)",
+                format_bytes(t.first_bytes as f64),
+                format_bytes(t.last_bytes as f64),
+                format_bytes(t.per_step_bytes)
+            )
+        } else {
+            format_bytes(t.median_bytes as f64)
+        }
+    };
+    for c in &analysis.categories {
+        let place = c.device.map_or("host".to_owned(), |d| format!("cuda:{d}"));
+        let rest = c.rest.as_ref().map_or("—".to_owned(), cell);
+        let _ = writeln!(
+            out,
+            "  {place:<8} {:>26} {:>26} {:>26} {rest:>34}",
+            cell(&c.parameters),
+            cell(&c.gradients),
+            cell(&c.optimizer_state)
+        );
+    }
+    let totals: Vec<&str> = analysis.categories.iter().map(|c| c.total_is).collect();
+    let _ = writeln!(
+        out,
+        "  the rest = {} minus the others: activations and whatever the job keeps",
+        if totals.iter().all(|t| *t == totals[0]) {
+            totals[0]
+        } else {
+            "allocated GPU memory (host: the C heap in use)"
+        }
+    );
+}
+
+/// The HOLDERS section: who holds the live tensors at the last census, and who grew.
+fn holders_text(out: &mut String, recording: &Recording, analysis: &Analysis) {
+    let pid = analysis.occurrences.first().map(|o| o.pid);
+    let censuses: Vec<_> = recording
+        .censuses
+        .iter()
+        .filter(|c| pid.is_none_or(|p| c.origin.pid == p))
+        .collect();
+    let Some(last) = censuses
+        .iter()
+        .filter(|c| !c.holders.is_empty())
+        .max_by_key(|c| (c.step, c.t_ns))
+    else {
+        return;
+    };
+    let step = last.step.map_or("?".to_owned(), |s| s.to_string());
+    let _ = writeln!(
+        out,
+        "\nHOLDERS (census at step {step}, parameters, gradients and optimizer state left out)"
+    );
+    for h in last.holders.iter().take(8) {
+        let grown = analysis.holders.iter().find(|g| {
+            g.device == h.device && (g.key == h.key && !h.key.is_empty() || g.name == h.name)
+        });
+        let grew = grown.map_or(String::new(), |g| {
+            format!(
+                "  +{} since step {}",
+                format_bytes(g.growth_bytes()),
+                g.from_step
+            )
+        });
+        let (name, what) = grown.map_or((&h.name, &h.what), |g| (&g.name, &g.what));
+        let graph = if h.with_graph > 0 {
+            format!(" ({} with grad_fn)", h.with_graph)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {name:<36} {:>10} in {:>4} tensor{}{graph}  {what}{grew}",
+            format_bytes(h.held_bytes() as f64),
+            h.tensors,
+            if h.tensors == 1 { " " } else { "s" },
+        );
+    }
+    let cost: u64 = censuses.iter().map(|c| c.cost_ns).sum();
+    let run = recording.duration_ns().max(1);
+    let _ = writeln!(
+        out,
+        "  {} census{} took {:.1} ms in all ({:.2}% of the run){}",
+        censuses.len(),
+        if censuses.len() == 1 { "" } else { "es" },
+        cost as f64 / 1e6,
+        100.0 * cost as f64 / run as f64,
+        if last.skipped > 0 {
+            format!("; {} objects skipped (they errored when looked at)", last.skipped)
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// What the snapshot adds to a report: the segments' state, the live memory at the end by

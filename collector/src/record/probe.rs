@@ -6,7 +6,10 @@
 //! <host_rss> <phase name…>` for a phase edge (`-` where a number is unknown; the allocator
 //! numbers only once CUDA is initialised; the host numbers are the sending process' own, read at
 //! the edge), `tm2 D <pid> <count>` for messages the probe had to drop, and `tm2 S <t_ns> <pid> <rank> <reason>
-//! <path…>` for a PyTorch memory snapshot it dumped (`--history`).
+//! <path…>` for a PyTorch memory snapshot it dumped (`--history`), `tm2 C <t_ns> <pid> <rank>
+//! <step> <device|-> <parameters> <gradients> <total|-> <state,state…|->` for the categories at a
+//! step's start (device `-` is the host), and `tm2 H <t_ns> <pid> <rank> <step|-> <reason>
+//! <json>` for a census of who holds the live tensors.
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -16,7 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 
-use collector::recording::{AllocatorSample, Edge, Origin, Phase, PhaseEdge, Record, SnapshotFile};
+use collector::recording::{
+    AllocatorSample, Categories, Census, Edge, Origin, Phase, PhaseEdge, Record, SnapshotFile,
+};
 use nix::sys::socket::{
     AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, bind, recvmsg,
     setsockopt, socket, sockopt,
@@ -38,6 +43,10 @@ const PROBE_FILES: &[(&str, &str)] = &[
     (
         "tidemark/_auto.py",
         include_str!("../../probe/tidemark/_auto.py"),
+    ),
+    (
+        "tidemark/_census.py",
+        include_str!("../../probe/tidemark/_census.py"),
     ),
 ];
 
@@ -213,6 +222,12 @@ impl Channel {
                     Some(Message::Snapshot(file)) => {
                         let _ = tx.send(Msg::Record(Record::Snapshot(file)));
                     }
+                    Some(Message::Categories(categories)) => {
+                        let _ = tx.send(Msg::Record(Record::Categories(categories)));
+                    }
+                    Some(Message::Census(census)) => {
+                        let _ = tx.send(Msg::Record(Record::Census(*census)));
+                    }
                     None => counts.malformed += 1,
                 }
             }
@@ -259,6 +274,10 @@ pub enum Message {
     Dropped(u64),
     /// The probe dumped a PyTorch memory snapshot.
     Snapshot(SnapshotFile),
+    /// Memory by category at a step's start.
+    Categories(Categories),
+    /// A census of who holds the live tensors.
+    Census(Box<Census>),
 }
 
 /// Parses one datagram; `None` when it is malformed.
@@ -308,6 +327,67 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 reason,
                 path: path.to_owned(),
             }))
+        }
+        "C" => {
+            let (t_ns, origin) = sender(&mut fields)?;
+            let step = optional(fields.next()?)?;
+            let device = optional(fields.next()?)?
+                .map(u32::try_from)
+                .transpose()
+                .ok()?;
+            let parameters = fields.next()?.parse().ok()?;
+            let gradients = fields.next()?.parse().ok()?;
+            let total = optional(fields.next()?)?;
+            let state = fields.next()?.trim_end_matches(['\n', '\r']);
+            if fields.next().is_some() {
+                return None;
+            }
+            let optimizer_state = if state == "-" {
+                Vec::new()
+            } else {
+                state
+                    .split(',')
+                    .map(|s| s.parse().ok())
+                    .collect::<Option<Vec<u64>>>()?
+            };
+            Some(Message::Categories(Categories {
+                t_ns,
+                origin,
+                step,
+                device,
+                parameters,
+                gradients,
+                optimizer_state,
+                total,
+            }))
+        }
+        "H" => {
+            let (t_ns, origin) = sender(&mut fields)?;
+            let step = optional(fields.next()?)?;
+            let reason = fields.next()?.to_owned();
+            if !matches!(reason.as_str(), "step" | "end" | "oom") {
+                return None;
+            }
+            // The body is the rest of the line: JSON (names may hold spaces).
+            let body: Vec<&str> = fields.collect();
+            let body: CensusBody = serde_json::from_str(&body.join(" ")).ok()?;
+            Some(Message::Census(Box::new(Census {
+                t_ns,
+                origin,
+                step,
+                reason,
+                holders: body.holders,
+                more_holders: body.more_holders,
+                cutoff_bytes: body.cutoff_bytes,
+                tensors: body.tensors,
+                bytes: body.bytes,
+                unreached_tensors: body.unreached_tensors,
+                unreached_bytes: body.unreached_bytes,
+                objects: body.objects,
+                skipped: body.skipped,
+                truncated: body.truncated,
+                cost_ns: body.cost_ns,
+            })))
         }
         "P" => {
             let (t_ns, origin) = sender(&mut fields)?;
@@ -367,11 +447,39 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
     }
 }
 
+/// A census as the probe sends it (the rest of [`Census`] comes from the line).
+#[derive(serde::Deserialize)]
+struct CensusBody {
+    #[serde(default)]
+    holders: Vec<collector::recording::Holder>,
+    #[serde(default)]
+    more_holders: u64,
+    #[serde(default)]
+    cutoff_bytes: u64,
+    #[serde(default)]
+    tensors: u64,
+    #[serde(default)]
+    bytes: u64,
+    #[serde(default)]
+    unreached_tensors: u64,
+    #[serde(default)]
+    unreached_bytes: u64,
+    #[serde(default)]
+    objects: u64,
+    #[serde(default)]
+    skipped: u64,
+    #[serde(default)]
+    truncated: bool,
+    #[serde(default)]
+    cost_ns: u64,
+}
+
 /// Sets up the job's environment so that Python loads the probe.
 pub fn job_environment(
     channel: &Channel,
     auto_phases: bool,
     keep_peaks: bool,
+    census: bool,
     history: Option<(u64, &std::path::Path)>,
 ) -> Vec<(String, std::ffi::OsString)> {
     let mut pythonpath = channel.probe_dir().into_os_string();
@@ -392,6 +500,10 @@ pub fn job_environment(
         (
             "TIDEMARK_KEEP_PEAKS".to_owned(),
             if keep_peaks { "1" } else { "0" }.into(),
+        ),
+        (
+            "TIDEMARK_CENSUS".to_owned(),
+            if census { "1" } else { "0" }.into(),
         ),
         (
             "TIDEMARK_HISTORY".to_owned(),

@@ -127,7 +127,24 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
             }));
         merged.drops.extend(recording.drops);
         merged.notes.extend(recording.notes);
-        merged.snapshots.extend(recording.snapshots);
+        merged
+            .snapshots
+            .extend(recording.snapshots.into_iter().map(|mut f| {
+                f.t_ns = shift(f.t_ns);
+                f
+            }));
+        merged
+            .categories
+            .extend(recording.categories.into_iter().map(|mut c| {
+                c.t_ns = shift(c.t_ns);
+                c
+            }));
+        merged
+            .censuses
+            .extend(recording.censuses.into_iter().map(|mut c| {
+                c.t_ns = shift(c.t_ns);
+                c
+            }));
         merged.warnings.extend(
             recording
                 .warnings

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 pub use merge::{Merged, merge};
 pub use model::{
-    AllocatorSample, Chunk, Column, Device, Dropped, Edge, End, Exit, FORMAT_MAJOR, FORMAT_MINOR,
-    Header, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record, SeriesKey, SeriesKind,
+    AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit, FORMAT_MAJOR, FORMAT_MINOR,
+    Header, Holder, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record, SeriesKey, SeriesKind,
     SnapshotFile,
 };
 pub use read::{ReadError, Reader};
@@ -77,6 +77,10 @@ pub struct Recording {
     pub notes: Vec<Note>,
     /// PyTorch memory snapshots the probe dumped next to the recording.
     pub snapshots: Vec<SnapshotFile>,
+    /// Memory by category at each step's start, per process and device.
+    pub categories: Vec<Categories>,
+    /// Censuses of who holds the live tensors.
+    pub censuses: Vec<Census>,
     /// The end record; `None` when the recording is incomplete.
     pub end: Option<End>,
     /// What the reader noticed: an incomplete file, skipped records.
@@ -97,6 +101,8 @@ impl Recording {
             drops: Vec::new(),
             notes: Vec::new(),
             snapshots: Vec::new(),
+            categories: Vec::new(),
+            censuses: Vec::new(),
             end: None,
             warnings: Vec::new(),
             series_index: BTreeMap::new(),
@@ -114,6 +120,8 @@ impl Recording {
             Record::Dropped(dropped) => self.drops.push(dropped),
             Record::Note(note) => self.notes.push(note),
             Record::Snapshot(file) => self.snapshots.push(file),
+            Record::Categories(categories) => self.categories.push(categories),
+            Record::Census(census) => self.censuses.push(census),
             Record::End(end) => self.end = Some(end),
         }
     }
@@ -374,7 +382,9 @@ pub fn write_file(path: &std::path::Path, recording: &Recording) -> std::io::Res
         .chain(recording.exits.iter().cloned().map(Record::Exit))
         .chain(recording.drops.iter().cloned().map(Record::Dropped))
         .chain(recording.notes.iter().cloned().map(Record::Note))
-        .chain(recording.snapshots.iter().cloned().map(Record::Snapshot));
+        .chain(recording.snapshots.iter().cloned().map(Record::Snapshot))
+        .chain(recording.categories.iter().cloned().map(Record::Categories))
+        .chain(recording.censuses.iter().cloned().map(Record::Census));
     for record in rest {
         writer.write(&record)?;
     }

@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 1;
+pub const FORMAT_MINOR: u32 = 2;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -343,6 +343,148 @@ pub struct SnapshotFile {
     pub path: String,
 }
 
+/// One device's memory split by what holds it, read by the probe at a step's start (since 1.2):
+/// the root models' parameters, their gradients and each optimizer's state, each storage counted
+/// once (sharded tensors by their local size); the rest is what the job keeps besides
+/// (activations, caches, leaks).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Categories {
+    /// Nanoseconds after the start.
+    pub t_ns: u64,
+    /// Who sent it.
+    #[serde(flatten)]
+    pub origin: Origin,
+    /// The step that starts.
+    #[serde(default)]
+    pub step: Option<u64>,
+    /// The CUDA device index; `None` for host memory (tensors on the CPU).
+    #[serde(default)]
+    pub device: Option<u32>,
+    /// Bytes of parameters.
+    pub parameters: u64,
+    /// Bytes of gradients (`.grad` of the parameters).
+    pub gradients: u64,
+    /// Bytes of optimizer state, one number per optimizer in the order they first stepped.
+    #[serde(default)]
+    pub optimizer_state: Vec<u64>,
+    /// All the memory of this kind at that moment: PyTorch's allocated bytes on the device, or the
+    /// process' C heap in use for the host; `None` when unknown.
+    #[serde(default)]
+    pub total: Option<u64>,
+}
+
+impl Categories {
+    /// The optimizers' state together.
+    pub fn optimizer_total(&self) -> u64 {
+        self.optimizer_state.iter().sum()
+    }
+
+    /// What is neither parameters, gradients nor optimizer state, when the total is known.
+    pub fn rest(&self) -> Option<u64> {
+        let counted = self.parameters + self.gradients + self.optimizer_total();
+        self.total.map(|total| total.saturating_sub(counted))
+    }
+}
+
+/// Live tensors grouped by who holds them, counted by the probe at a step's start, at the end
+/// or at an out-of-memory error (since 1.2).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Census {
+    /// Nanoseconds after the start.
+    pub t_ns: u64,
+    /// Who sent it.
+    #[serde(flatten)]
+    pub origin: Origin,
+    /// The step it was taken at.
+    #[serde(default)]
+    pub step: Option<u64>,
+    /// Why: `step`, `end` or `oom`.
+    pub reason: String,
+    /// The largest holders, largest first.
+    #[serde(default)]
+    pub holders: Vec<Holder>,
+    /// Holders left out, each no larger than `cutoff_bytes`.
+    #[serde(default)]
+    pub more_holders: u64,
+    /// The size of the largest holder left out (0: none left out).
+    #[serde(default)]
+    pub cutoff_bytes: u64,
+    /// Tensors reached (parameters, gradients and optimizer state left out).
+    #[serde(default)]
+    pub tensors: u64,
+    /// Their bytes, each storage once.
+    #[serde(default)]
+    pub bytes: u64,
+    /// Tensors alive that the walk did not reach (held from C++, or by objects it does not walk).
+    #[serde(default)]
+    pub unreached_tensors: u64,
+    /// Their bytes not counted elsewhere.
+    #[serde(default)]
+    pub unreached_bytes: u64,
+    /// Python objects looked at.
+    #[serde(default)]
+    pub objects: u64,
+    /// Objects that errored when looked at, skipped.
+    #[serde(default)]
+    pub skipped: u64,
+    /// Whether the walk stopped at its object limit.
+    #[serde(default)]
+    pub truncated: bool,
+    /// What the census cost the job, nanoseconds.
+    #[serde(default)]
+    pub cost_ns: u64,
+}
+
+/// Who holds tensors: a name the user would write, and what it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// Identifies the holder across the censuses of one process while it lives (the container's
+    /// identity; its name may differ from census to census); empty: the name identifies it.
+    #[serde(default)]
+    pub key: String,
+    /// The path: `__main__.all_losses`, `__main__.model.feature_cache`, `hook.outputs`.
+    pub name: String,
+    /// What the name is: "list, a global of __main__", "an attribute of Net", "a closure
+    /// variable of hook(), a forward hook on __main__.model".
+    #[serde(default)]
+    pub what: String,
+    /// The CUDA device of these tensors; `None` for the host.
+    #[serde(default)]
+    pub device: Option<u32>,
+    /// Tensors held.
+    #[serde(default)]
+    pub tensors: u64,
+    /// Their bytes, each storage once.
+    #[serde(default)]
+    pub bytes: u64,
+    /// Bytes of the tensors their autograd graphs saved (kept alive with them).
+    #[serde(default)]
+    pub graph_bytes: u64,
+    /// Tensors that keep their autograd graph (`grad_fn` set).
+    #[serde(default)]
+    pub with_graph: u64,
+    /// The container's length, when the holder is a container.
+    #[serde(default)]
+    pub items: u64,
+}
+
+impl Holder {
+    /// Whether two censuses' holders are the same one.
+    pub fn same_as(&self, other: &Holder) -> bool {
+        self.device == other.device
+            && if self.key.is_empty() || other.key.is_empty() {
+                self.name == other.name
+            } else {
+                self.key == other.key
+            }
+    }
+
+    /// What it keeps alive: its tensors and their graphs.
+    pub fn held_bytes(&self) -> u64 {
+        self.bytes + self.graph_bytes
+    }
+}
+
 /// The job's end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exit {
@@ -451,6 +593,10 @@ pub enum Record {
     Note(Note),
     /// A PyTorch memory snapshot the probe dumped next to the recording (since 1.1).
     Snapshot(SnapshotFile),
+    /// Memory by category at a step's start (since 1.2).
+    Categories(Categories),
+    /// A census of who holds the live tensors (since 1.2).
+    Census(Census),
     /// The end of the recording.
     End(End),
 }

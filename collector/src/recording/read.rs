@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use super::model::SeriesKey;
 use super::model::{
     AllocatorSample, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note, Oom, PhaseEdge, Record,
-    SnapshotFile,
+    SnapshotFile, Categories, Census,
 };
 use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 
@@ -209,6 +209,10 @@ impl<'a> Reader<'a> {
                 kind::DROPPED => Record::Dropped(decode::<Dropped>(body).map_err(corrupt)?),
                 kind::NOTE => Record::Note(decode::<Note>(body).map_err(corrupt)?),
                 kind::SNAPSHOT => Record::Snapshot(decode::<SnapshotFile>(body).map_err(corrupt)?),
+                kind::CATEGORIES => {
+                    Record::Categories(decode::<Categories>(body).map_err(corrupt)?)
+                }
+                kind::CENSUS => Record::Census(decode::<Census>(body).map_err(corrupt)?),
                 kind::END => {
                     self.ended = true;
                     Record::End(decode::<End>(body).map_err(corrupt)?)

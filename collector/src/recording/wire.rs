@@ -20,6 +20,8 @@ pub mod kind {
     pub const DROPPED: &str = "dropped";
     pub const NOTE: &str = "note";
     pub const SNAPSHOT: &str = "snapshot";
+    pub const CATEGORIES: &str = "categories";
+    pub const CENSUS: &str = "census";
     pub const END: &str = "end";
 }
 

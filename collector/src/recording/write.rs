@@ -49,6 +49,8 @@ impl<W: Write> Writer<W> {
             }
             Record::Note(note) => self.write_body(kind::NOTE, note),
             Record::Snapshot(file) => self.write_body(kind::SNAPSHOT, file),
+            Record::Categories(categories) => self.write_body(kind::CATEGORIES, categories),
+            Record::Census(census) => self.write_body(kind::CENSUS, census),
             Record::End(end) => self.write_body(kind::END, end),
         }
     }

@@ -1,0 +1,604 @@
+"""Who holds the memory: the categories at every step start, and a census of the live tensors
+grouped by who holds them, a few times per run.
+
+Categories (per device): parameters, gradients and each optimizer's state, each storage counted
+once, sharded tensors (DTensor) by their local size. Gradients are read at every step; the
+parameter list and the optimizer state are cached and read again every ``_REFRESH_STEPS`` steps
+or when an optimizer's state gains entries, so that a step costs about one attribute read per
+parameter.
+
+The census walks from where a user names things — the globals of ``__main__`` and of the job's own
+modules, the locals of every thread's frames (and of the frames an uncaught exception left), the
+root models and the optimizers — through attributes, containers, submodules, hooks and closures,
+and groups every tensor it reaches under the name of its holder: the path up to the first
+container (``__main__.all_losses``, ``__main__.model.feature_cache``,
+``hook.outputs``). A tensor that keeps its autograd graph also counts the tensors the graph saved.
+Tensors it cannot reach that way are counted as unreached. Parameters, gradients and optimizer
+state are the categories' and are left out.
+
+Nothing here may raise into the job: an object that errors when looked at is skipped and counted.
+"""
+import functools
+import gc
+import json
+import os
+import sys
+import sysconfig
+import threading
+import time
+import types
+import weakref
+from collections import deque
+
+_REFRESH_STEPS = 32
+_HOLDERS_SENT = 48          # the largest holders go out; the rest are summed
+_VISIT_LIMIT = 2_000_000    # objects one census looks at, at most
+_GRAPH_NODE_LIMIT = 200_000
+_DEPTH_LIMIT = 24
+
+# --- categories -------------------------------------------------------------------------------
+
+_params = []                # [(weakref to the parameter, device, is_dtensor)]
+_param_bytes = {}           # device -> bytes of the parameters' storages
+_opt_bytes = []             # per optimizer (in `optimizers` order): {device: bytes}
+_opt_sizes = []             # per optimizer: len(state) when last read
+_refreshed_step = None
+_optimizer_ids = []
+
+
+def _local(t):
+    """A sharded tensor's local part (DTensor), else the tensor."""
+    local = getattr(t, "_local_tensor", None)
+    return t if local is None else local
+
+
+def _storage(t):
+    """(key, device, bytes) of a tensor's storage; None when it has none that can be read."""
+    t = _local(t)
+    storage = t.untyped_storage()
+    device = t.get_device()
+    return (storage.data_ptr(), device), device, storage.nbytes()
+
+
+def _refresh(models, optimizers, step):
+    """Reads the parameters and the optimizers' state again."""
+    global _params, _param_bytes, _opt_bytes, _opt_sizes, _refreshed_step, _optimizer_ids
+    params, seen, by_device = [], set(), {}
+    storages = set()
+
+    def add(p):
+        if id(p) in seen:
+            return
+        seen.add(id(p))
+        try:
+            key, device, nbytes = _storage(p)
+        except Exception:
+            return
+        params.append((weakref.ref(p), device, hasattr(p, "_local_tensor")))
+        if key not in storages:
+            storages.add(key)
+            by_device[device] = by_device.get(device, 0) + nbytes
+
+    for model in models:
+        try:
+            for p in model.parameters():
+                add(p)
+        except Exception:
+            pass
+    for opt in optimizers:
+        try:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    add(p)
+        except Exception:
+            pass
+    _params, _param_bytes = params, by_device
+    _opt_bytes = [_optimizer_state(opt, storages) for opt in optimizers]
+    _opt_sizes = [_state_size(opt) for opt in optimizers]
+    _optimizer_ids = [id(opt) for opt in optimizers]
+    _refreshed_step = step
+
+
+def _state_size(opt):
+    try:
+        return len(opt.state)
+    except Exception:
+        return -1
+
+
+def _optimizer_state(opt, storages):
+    by_device = {}
+    try:
+        states = list(opt.state.values())
+    except Exception:
+        return by_device
+    for state in states:
+        try:
+            values = list(state.values())
+        except Exception:
+            continue
+        for value in values:
+            try:
+                key, device, nbytes = _storage(value)
+            except Exception:
+                continue
+            if key not in storages:
+                storages.add(key)
+                by_device[device] = by_device.get(device, 0) + nbytes
+    return by_device
+
+
+def categories(models, optimizers, step):
+    """{device: (parameters, gradients, [state per optimizer])}; device -1 is the host."""
+    stale = (
+        _refreshed_step is None
+        or step - _refreshed_step >= _REFRESH_STEPS
+        or step < _refreshed_step
+        or [id(o) for o in optimizers] != _optimizer_ids
+        or any(_state_size(o) != n for o, n in zip(optimizers, _opt_sizes))
+    )
+    if stale:
+        _refresh(models, optimizers, step)
+    grads = {}
+    for ref, device, sharded in _params:
+        p = ref()
+        if p is None:
+            continue
+        g = p.grad
+        if g is not None:
+            try:
+                grads[device] = grads.get(device, 0) + (_local(g) if sharded else g).nbytes
+            except Exception:
+                pass
+    devices = set(_param_bytes) | set(grads)
+    for state in _opt_bytes:
+        devices |= set(state)
+    return {
+        d: (_param_bytes.get(d, 0), grads.get(d, 0), [s.get(d, 0) for s in _opt_bytes])
+        for d in devices
+    }
+
+
+def category_storages():
+    """The storages that the categories count, to leave them out of the census."""
+    keys = set()
+    for ref, _, _ in _params:
+        p = ref()
+        if p is None:
+            continue
+        for t in (p, p.grad):
+            if t is not None:
+                try:
+                    keys.add(_storage(t)[0])
+                except Exception:
+                    pass
+    return keys
+
+
+def optimizer_storages(optimizers):
+    keys = set()
+    for opt in optimizers:
+        _optimizer_state(opt, keys)
+    return keys
+
+
+# --- the census -------------------------------------------------------------------------------
+
+_SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, memoryview)
+_SKIP_TYPES = (
+    types.ModuleType, types.CodeType, types.FrameType, types.GeneratorType,
+    types.CoroutineType, types.AsyncGeneratorType, types.BuiltinFunctionType,
+    types.MethodWrapperType, types.WrapperDescriptorType, types.GetSetDescriptorType,
+    types.MemberDescriptorType, types.MappingProxyType, weakref.ref, threading.Thread,
+)
+_HOOK_DICTS = {
+    "_forward_hooks": "forward hook",
+    "_forward_pre_hooks": "forward pre-hook",
+    "_backward_hooks": "backward hook",
+    "_backward_pre_hooks": "backward pre-hook",
+}
+_MODULE_SKIP = {
+    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
+    "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks", "_non_persistent_buffers_set", "training",
+}
+
+
+_library_prefixes = None
+
+
+def _libraries():
+    global _library_prefixes
+    if _library_prefixes is None:
+        _library_prefixes = _library_paths()
+    return _library_prefixes
+
+
+def _library_paths():
+    paths = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            path = sysconfig.get_paths()[key]
+            paths.update((path, os.path.realpath(path)))
+        except Exception:
+            pass
+    here = os.path.dirname(os.path.realpath(__file__))
+    paths.add(here)
+    return tuple(p + os.sep for p in paths)
+
+
+_library_files = {}
+
+
+def _is_library(filename, libraries):
+    """Whether a file belongs to Python, an installed package or the probe (not the job)."""
+    if not filename or filename.startswith("<"):
+        return True
+    known = _library_files.get(filename)
+    if known is None:
+        known = _library_path(filename, libraries)
+        if not known:  # the path as written may go through a link into a library
+            try:
+                known = _library_path(os.path.realpath(filename), libraries)
+            except Exception:
+                known = True
+        _library_files[filename] = known
+    return known
+
+
+def _library_path(path, libraries):
+    return path.startswith(libraries) or "site-packages" in path or "dist-packages" in path
+
+
+class _Census:
+    def __init__(self, torch, excluded):
+        self.torch = torch
+        self.tensor_type = torch.Tensor
+        self.module_type = torch.nn.Module
+        self.seen = set()           # ids of objects looked at
+        self.keep = []              # keeps graph nodes alive, so their ids stay unique
+        self.storages = set(excluded)
+        self.holders = {}           # (key, device) -> [name, what, tensors, bytes, graph_bytes, with_graph]
+        self.items = {}             # holder key -> len of the container
+        self.queue = deque()
+        self.skipped = 0
+        self.visited = 0
+        self.graph_nodes = 0
+        self.saved_names = {}       # graph node type -> its `_saved_*` attribute names
+        self.truncated = False
+        self.tensors = 0
+        self.bytes = 0
+        self.libraries = _libraries()
+
+    def push(self, obj, path, what, holder):
+        if issubclass(type(obj), _SCALARS):
+            return
+        oid = id(obj)
+        if oid in self.seen:
+            return
+        self.seen.add(oid)
+        self.queue.append((obj, path, what, holder))
+
+    def run(self):
+        queue = self.queue
+        while queue:
+            if self.visited >= _VISIT_LIMIT:
+                self.truncated = True
+                break
+            obj, path, what, holder = queue.popleft()
+            self.visited += 1
+            try:
+                self.visit(obj, path, what, holder)
+            except Exception:
+                self.skipped += 1
+
+    def visit(self, obj, path, what, holder):
+        # Types are looked at with type(), never isinstance(): an object's `__class__` may be a
+        # property that warns or raises (deprecated aliases, lazy proxies).
+        kind = type(obj)
+        if issubclass(kind, self.tensor_type):
+            self.tensor(obj, holder or (path, what, path))
+            return
+        if kind in (list, tuple, set, frozenset, deque) or kind.__name__ in ("deque",):
+            here = holder or self.hold(path, f"{kind.__name__}, {what}", len(obj), id(obj))
+            for item in list(obj):
+                self.push(item, None, None, here)
+            return
+        if issubclass(kind, dict):
+            here = holder or self.hold(path, f"{kind.__name__}, {what}", len(obj), id(obj))
+            for value in list(obj.values()):
+                self.push(value, None, None, here)
+            return
+        if issubclass(kind, _SKIP_TYPES):
+            return
+        if issubclass(kind, type):
+            if holder is None and self.user_module(getattr(obj, "__module__", None)):
+                for name, value in list(vars(obj).items()):
+                    if not name.startswith("__"):
+                        self.push(value, f"{path}.{name}", f"a class attribute of {obj.__name__}", None)
+            return
+        if kind is types.FunctionType:
+            self.function(obj, path, what, holder)
+            return
+        if kind is types.MethodType:
+            self.push(obj.__func__, path, what, holder)
+            self.push(obj.__self__, path, what, holder)
+            return
+        if issubclass(kind, self.module_type):
+            self.module(obj, path, holder)
+            return
+        if issubclass(kind, functools.partial):
+            self.push(obj.func, path, what, holder)
+            for arg in obj.args:
+                self.push(arg, path, what, holder)
+            for value in obj.keywords.values():
+                self.push(value, path, what, holder)
+            return
+        # Read past the object's own __getattr__/__getattribute__ (proxies, lazy loaders).
+        try:
+            attrs = object.__getattribute__(obj, "__dict__")
+        except Exception:
+            attrs = None
+        owner = kind.__name__
+        if type(attrs) is dict:
+            for name, value in list(attrs.items()):
+                self.push(value, None if holder else f"{path}.{name}", f"an attribute of {owner}", holder)
+        for name in self.slots(kind):
+            try:
+                value = object.__getattribute__(obj, name)
+            except Exception:
+                continue
+            self.push(value, None if holder else f"{path}.{name}", f"an attribute of {owner}", holder)
+
+    def slots(self, kind):
+        names = []
+        for klass in getattr(kind, "__mro__", ()):
+            slots = klass.__dict__.get("__slots__", ())
+            if isinstance(slots, str):
+                slots = (slots,)
+            names.extend(s for s in slots if s not in ("__dict__", "__weakref__"))
+        return names
+
+    def module(self, module, path, holder):
+        owner = type(module).__name__
+        attrs = getattr(module, "__dict__", {})
+        for name, value in list(attrs.items()):
+            if name in _MODULE_SKIP:
+                continue
+            if name in ("_parameters", "_buffers", "_modules"):
+                what = "a submodule" if name == "_modules" else "a parameter" if name == "_parameters" else "a buffer"
+                for child, value in list(value.items()):
+                    if value is not None:
+                        self.push(value, None if holder else f"{path}.{child}", f"{what} of {owner}", holder)
+                continue
+            if name in _HOOK_DICTS:
+                for hook in list(value.values()):
+                    label = f"a {_HOOK_DICTS[name]} on {path}" if holder is None else None
+                    self.push(hook, path, label, holder)
+                continue
+            self.push(value, None if holder else f"{path}.{name}", f"an attribute of {owner}", holder)
+
+    def function(self, func, path, what, holder):
+        cells = func.__closure__
+        if not cells:
+            return
+        name = getattr(func, "__name__", "function")
+        for var, cell in zip(func.__code__.co_freevars, cells):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if holder is None:
+                where = f"a closure variable of {name}()"
+                if what and ("hook" in what):
+                    where += f", {what}"
+                self.push(value, f"{name}.{var}", where, None)
+            else:
+                self.push(value, None, None, holder)
+
+    def hold(self, path, what, items, ident):
+        """A container becomes a holder: named by its path, known across censuses by its id
+        (its path may differ from census to census: a frame's local, then an attribute)."""
+        key = f"#{ident}"
+        self.items[key] = items
+        return (path, what, key)
+
+    def user_module(self, name):
+        module = sys.modules.get(name) if name else None
+        if module is None:
+            return False
+        return name == "__main__" or not _is_library(getattr(module, "__file__", None), self.libraries)
+
+    def tensor(self, t, holder):
+        self.tensors += 1
+        try:
+            key, device, nbytes = _storage(t)
+        except Exception:
+            self.skipped += 1
+            return
+        name, what, ident = holder
+        entry = self.holders.get((ident, device))
+        if entry is None:
+            entry = self.holders[(ident, device)] = [name, what, 0, 0, 0, 0]
+        entry[2] += 1
+        if key not in self.storages:
+            self.storages.add(key)
+            entry[3] += nbytes
+            self.bytes += nbytes
+        grad_fn = getattr(t, "grad_fn", None)
+        if grad_fn is not None:
+            entry[5] += 1
+            entry[4] += self.graph(grad_fn, device)
+
+    def graph(self, root, device):
+        """Bytes of the tensors a graph saved (not yet counted), walking its nodes once."""
+        total = 0
+        stack = [root]
+        while stack and self.graph_nodes < _GRAPH_NODE_LIMIT:
+            node = stack.pop()
+            if node is None or id(node) in self.seen:
+                continue
+            self.seen.add(id(node))
+            self.keep.append(node)
+            self.graph_nodes += 1
+            kind = type(node)
+            names = self.saved_names.get(kind)
+            if names is None:
+                try:
+                    names = [n for n in dir(node) if n.startswith("_saved_")]
+                except Exception:
+                    names = []
+                self.saved_names[kind] = names
+            for name in names:
+                try:
+                    value = getattr(node, name)
+                except Exception:  # freed by backward, or not a tensor
+                    continue
+                values = value if type(value) in (list, tuple) else (value,)
+                for v in values:
+                    if issubclass(type(v), self.tensor_type):
+                        try:
+                            key, _, nbytes = _storage(v)
+                        except Exception:
+                            continue
+                        if key not in self.storages:
+                            self.storages.add(key)
+                            total += nbytes
+            try:
+                stack.extend(n for n, _ in node.next_functions)
+            except Exception:
+                pass
+        return total
+
+    def unreached(self):
+        """Tensors the walk did not reach: (count, bytes not yet counted). Looks at every object
+        the garbage collector tracks, so only the end and out-of-memory censuses do it."""
+        count = total = 0
+        tensor_type = self.tensor_type
+        tensors, others = set(), set()
+        for obj in gc.get_objects():
+            kind = type(obj)
+            if kind in others:
+                continue
+            if kind not in tensors:
+                if not issubclass(kind, tensor_type):
+                    others.add(kind)
+                    continue
+                tensors.add(kind)
+            if id(obj) not in self.seen:
+                try:
+                    key, _, nbytes = _storage(obj)
+                except Exception:
+                    continue
+                count += 1
+                if key not in self.storages:
+                    self.storages.add(key)
+                    total += nbytes
+        return count, total
+
+
+def _frames(skip):
+    """The frames of every thread, innermost first, then those an uncaught exception left."""
+    out = []
+    for ident, frame in sys._current_frames().items():
+        while frame is not None:
+            if frame.f_code.co_filename not in skip:
+                out.append(frame)
+            frame = frame.f_back
+    tb = getattr(sys, "last_traceback", None)
+    while tb is not None:
+        out.append(tb.tb_frame)
+        tb = tb.tb_next
+    return out
+
+
+def census(torch, models, optimizers, full):
+    """The census, as a dict ready for JSON; `full` also counts the tensors it cannot reach."""
+    started = time.perf_counter_ns()
+    excluded = category_storages() | optimizer_storages(optimizers)
+    walk = _Census(torch, excluded)
+    main = sys.modules.get("__main__")
+    roots = []
+    if main is not None:
+        roots.append(("__main__", main))
+    here = os.path.dirname(os.path.realpath(__file__))
+    for name, module in list(sys.modules.items()):
+        if module is main or name.startswith("tidemark"):
+            continue
+        file = getattr(module, "__file__", None)
+        if file and not _is_library(file, walk.libraries):
+            roots.append((name, module))
+    for name, module in roots:
+        walk.seen.add(id(module))
+        for var, value in list(vars(module).items()):
+            if not var.startswith("__"):
+                walk.push(value, f"{name}.{var}", f"a global of {name}", None)
+    skip = {os.path.join(here, f) for f in os.listdir(here)}
+    frames = _frames(skip)
+    frames.sort(key=lambda f: _is_library(f.f_code.co_filename, walk.libraries))
+    for frame in frames:
+        code = frame.f_code
+        where = f"a local of {code.co_name}() ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+        try:
+            local = dict(frame.f_locals)
+        except Exception:
+            walk.skipped += 1
+            continue
+        for var, value in local.items():
+            walk.push(value, var, where, None)
+    del frames
+    for model in models:
+        walk.push(model, f"<{type(model).__name__} model>", "a model the probe saw called", None)
+    for opt in optimizers:
+        walk.push(opt, f"<{type(opt).__name__} optimizer>", "an optimizer the probe saw step", None)
+    try:
+        from torch.nn.modules import module as nn_module
+
+        for name in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks"):
+            hooks = getattr(nn_module, name, None)
+            if type(hooks) is dict:
+                for hook in list(hooks.values()):
+                    if getattr(hook, "__module__", "").startswith("tidemark"):
+                        continue
+                    walk.push(hook, "<global hook>", "a global module hook", None)
+    except Exception:
+        pass
+    walk.run()
+    unreached_count, unreached_bytes = walk.unreached() if full else (0, 0)
+    holders = []
+    for (ident, device), (name, what, tensors, nbytes, graph_bytes, with_graph) in walk.holders.items():
+        holders.append({
+            "key": ident,
+            "name": name or "?",
+            "what": what or "",
+            "device": None if device < 0 else device,
+            "tensors": tensors,
+            "bytes": nbytes,
+            "graph_bytes": graph_bytes,
+            "with_graph": with_graph,
+            "items": walk.items.get(ident, 0),
+        })
+    holders.sort(key=lambda h: h["bytes"] + h["graph_bytes"], reverse=True)
+    cutoff = 0
+    if len(holders) > _HOLDERS_SENT:
+        cutoff = holders[_HOLDERS_SENT]["bytes"] + holders[_HOLDERS_SENT]["graph_bytes"]
+    result = {
+        "holders": holders[:_HOLDERS_SENT],
+        "more_holders": max(0, len(holders) - _HOLDERS_SENT),
+        "cutoff_bytes": cutoff,
+        "tensors": walk.tensors,
+        "bytes": walk.bytes,
+        "unreached_tensors": unreached_count,
+        "unreached_bytes": unreached_bytes,
+        "objects": walk.visited,
+        "skipped": walk.skipped,
+        "truncated": walk.truncated,
+        "unreached_counted": full,
+    }
+    walk.keep.clear()
+    result["cost_ns"] = time.perf_counter_ns() - started
+    return result
+
+
+def encode(result):
+    return json.dumps(result, separators=(",", ":"), ensure_ascii=False)

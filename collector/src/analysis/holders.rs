@@ -1,0 +1,451 @@
+//! Who holds the memory: the categories at each step's start (parameters, gradients, optimizer
+//! state, the rest) and the censuses of who holds the live tensors.
+//!
+//! A leak lives in "the rest"; growing parameters, gradients or optimizer state are findings of
+//! their own, and gradients that stay allocated between steps explain memory that sits high
+//! without growing. Two censuses apart in time give the holders that grew; the leak finding names
+//! the one that grew by about the leaked amount.
+
+use serde::Serialize;
+
+use super::trend::{self, Trend};
+use super::{ALPHA, Analysis, Basis, Finding, FindingKind, GROWTH_FLOOR_BYTES, MIB};
+use crate::format::format_bytes;
+use crate::recording::{Categories, Census, Recording};
+
+/// A holder must have grown by at least this share of the leak over the same steps to be named.
+const NAMED_SHARE: f64 = 0.5;
+
+/// One category over the steps.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CategoryTrend {
+    /// At the first step start measured, bytes.
+    pub first_bytes: u64,
+    /// At the last one, bytes.
+    pub last_bytes: u64,
+    /// The median over all step starts, bytes.
+    pub median_bytes: u64,
+    /// Growth per step (Theil–Sen), bytes; 0 when there are too few points.
+    pub per_step_bytes: f64,
+    /// Whether it rises significantly (Mann–Kendall) by more than the leak floor.
+    pub grows: bool,
+}
+
+/// One device's memory by category at every step start of the training process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CategoryStats {
+    /// The CUDA device; `None` for host memory.
+    pub device: Option<u32>,
+    /// Step starts measured.
+    pub steps: usize,
+    /// The root models' parameters.
+    pub parameters: CategoryTrend,
+    /// Their gradients.
+    pub gradients: CategoryTrend,
+    /// All optimizers' state.
+    pub optimizer_state: CategoryTrend,
+    /// The rest: activations and whatever the job keeps (`None` when the total was unknown).
+    pub rest: Option<CategoryTrend>,
+    /// What the total is: "allocated GPU memory" or "the C heap in use".
+    pub total_is: &'static str,
+    /// The values at each step start, for views.
+    #[serde(skip)]
+    pub points: Vec<Categories>,
+}
+
+/// A holder that grew between two censuses.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HolderGrowth {
+    /// The holder's key in the censuses ([`crate::recording::Holder::key`]).
+    #[serde(skip)]
+    pub key: String,
+    /// The name the user would write: `__main__.all_losses`.
+    pub name: String,
+    /// What it is: "list, a global of __main__".
+    pub what: String,
+    /// The CUDA device; `None` for the host.
+    pub device: Option<u32>,
+    /// The earlier census' step.
+    pub from_step: u64,
+    /// The later census' step.
+    pub to_step: u64,
+    /// What it kept alive then (tensors and their graphs), bytes.
+    pub from_bytes: u64,
+    /// What it keeps alive now, bytes.
+    pub to_bytes: u64,
+    /// Tensors it holds now.
+    pub tensors: u64,
+    /// Of those, how many keep their autograd graph.
+    pub with_graph: u64,
+    /// Bytes their graphs saved.
+    pub graph_bytes: u64,
+    /// The container's length.
+    pub items: u64,
+    /// Growth per step between the censuses, bytes.
+    pub per_step_bytes: f64,
+}
+
+impl HolderGrowth {
+    /// The growth between the censuses, bytes.
+    pub fn growth_bytes(&self) -> f64 {
+        self.to_bytes as f64 - self.from_bytes as f64
+    }
+
+    /// One line: name, what, how many tensors and bytes, and how it grew.
+    pub fn describe(&self) -> String {
+        let mut line = format!(
+            "{} ({}): {} tensor{}, {}",
+            self.name,
+            self.what,
+            self.tensors,
+            if self.tensors == 1 { "" } else { "s" },
+            format_bytes(self.to_bytes as f64)
+        );
+        if self.with_graph > 0 {
+            line.push_str(&format!(
+                ", {} with grad_fn: kept with its graph ({} saved by it)",
+                self.with_graph,
+                format_bytes(self.graph_bytes as f64)
+            ));
+        }
+        line.push_str(&format!(
+            "; grew {} from step {} to step {}",
+            format_bytes(self.growth_bytes()),
+            self.from_step,
+            self.to_step
+        ));
+        line
+    }
+}
+
+/// The categories of the training process `pid`, per device.
+pub(super) fn category_stats(recording: &Recording, pid: Option<u32>) -> Vec<CategoryStats> {
+    let mine: Vec<&Categories> = recording
+        .categories
+        .iter()
+        .filter(|c| pid.is_none_or(|p| c.origin.pid == p))
+        .collect();
+    let mut devices: Vec<Option<u32>> = mine.iter().map(|c| c.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    devices
+        .into_iter()
+        .map(|device| {
+            let mut points: Vec<Categories> = mine
+                .iter()
+                .filter(|c| c.device == device)
+                .map(|c| (*c).clone())
+                .collect();
+            points.sort_by_key(|c| (c.step, c.t_ns));
+            points.dedup_by_key(|c| c.step);
+            let of = |pick: &dyn Fn(&Categories) -> Option<u64>| -> Option<CategoryTrend> {
+                let values: Vec<(f64, u64)> = points
+                    .iter()
+                    .filter_map(|c| Some((c.step? as f64, pick(c)?)))
+                    .collect();
+                (!values.is_empty()).then(|| category_trend(&values))
+            };
+            CategoryStats {
+                device,
+                steps: points.len(),
+                parameters: of(&|c| Some(c.parameters)).unwrap_or_default(),
+                gradients: of(&|c| Some(c.gradients)).unwrap_or_default(),
+                optimizer_state: of(&|c| Some(c.optimizer_total())).unwrap_or_default(),
+                rest: of(&|c| c.rest()),
+                total_is: if device.is_some() {
+                    "allocated GPU memory"
+                } else {
+                    "the C heap in use"
+                },
+                points,
+            }
+        })
+        .collect()
+}
+
+fn category_trend(values: &[(f64, u64)]) -> CategoryTrend {
+    let mut sorted: Vec<u64> = values.iter().map(|v| v.1).collect();
+    sorted.sort_unstable();
+    let steps: Vec<f64> = values.iter().map(|v| v.0).collect();
+    let bytes: Vec<f64> = values.iter().map(|v| v.1 as f64).collect();
+    // Skip the warm-up, as the verdict does (the optimizer's state appears at its first step).
+    let warmup = (values.len() / 10).max(1).min(values.len().saturating_sub(1));
+    let t: Option<Trend> = trend::trend(&steps[warmup..], &bytes[warmup..]);
+    CategoryTrend {
+        first_bytes: values.first().map_or(0, |v| v.1),
+        last_bytes: values.last().map_or(0, |v| v.1),
+        median_bytes: sorted[sorted.len() / 2],
+        per_step_bytes: t.as_ref().map_or(0.0, |t| t.slope_per_step),
+        grows: t.is_some_and(|t| {
+            t.rises(ALPHA) && t.growth_bytes >= GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes)
+        }),
+    }
+}
+
+/// The censuses to compare: the earliest and the latest that still saw the job's objects (an
+/// end census after the training function returned sees little), at distinct steps.
+fn census_pair(recording: &Recording, pid: Option<u32>) -> Option<(&Census, &Census)> {
+    let mut usable: Vec<&Census> = recording
+        .censuses
+        .iter()
+        .filter(|c| pid.is_none_or(|p| c.origin.pid == p) && c.step.is_some())
+        .collect();
+    usable.sort_by_key(|c| (c.step, c.t_ns));
+    let last_step_census = usable.iter().rev().find(|c| c.reason == "step").copied();
+    usable.retain(|c| {
+        c.reason != "end" || last_step_census.is_none_or(|s| c.bytes >= s.bytes)
+    });
+    let first = *usable.first()?;
+    let last = *usable.last()?;
+    (last.step > first.step).then_some((first, last))
+}
+
+/// The holders that grew between the censuses, most growth first.
+pub(super) fn grown_holders(recording: &Recording, pid: Option<u32>) -> Vec<HolderGrowth> {
+    let Some((from, to)) = census_pair(recording, pid) else {
+        return Vec::new();
+    };
+    let (from_step, to_step) = (from.step.unwrap_or(0), to.step.unwrap_or(0));
+    let span = (to_step - from_step).max(1) as f64;
+    let mut grown: Vec<HolderGrowth> = to
+        .holders
+        .iter()
+        .filter_map(|h| {
+            let earlier = from.holders.iter().find(|b| b.same_as(h));
+            let before = earlier.map_or(0, |b| b.held_bytes());
+            let now = h.held_bytes();
+            // The shorter name of the two: a frame's local beats a path through a library.
+            let named = earlier
+                .filter(|b| name_length(&b.name) < name_length(&h.name))
+                .unwrap_or(h);
+            (now > before).then(|| HolderGrowth {
+                key: h.key.clone(),
+                name: named.name.clone(),
+                what: named.what.clone(),
+                device: h.device,
+                from_step,
+                to_step,
+                from_bytes: before,
+                to_bytes: now,
+                tensors: h.tensors,
+                with_graph: h.with_graph,
+                graph_bytes: h.graph_bytes,
+                items: h.items,
+                per_step_bytes: (now - before) as f64 / span,
+            })
+        })
+        .collect();
+    grown.sort_by(|a, b| b.growth_bytes().total_cmp(&a.growth_bytes()));
+    grown.truncate(10);
+    grown
+}
+
+/// How many hops a holder's name takes (`a.b[…]` style names count their dots).
+fn name_length(name: &str) -> usize {
+    name.matches('.').count()
+}
+
+/// Adds what the categories and censuses say: which category the leak is in and who holds it,
+/// and the findings of their own (growing state, gradients kept between steps).
+pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Analysis) {
+    analysis.categories = category_stats(recording, pid);
+    analysis.holders = grown_holders(recording, pid);
+    let device_of_basis = |stats: &CategoryStats| match analysis.basis {
+        Basis::HostRss => stats.device.is_none(),
+        _ => stats.device.is_some(),
+    };
+    let basis_stats = analysis
+        .categories
+        .iter()
+        .filter(|s| device_of_basis(s))
+        .min_by_key(|s| s.device)
+        .cloned();
+    let mut findings = Vec::new();
+    for stats in &analysis.categories {
+        findings.extend(state_growth(stats, analysis.basis));
+        findings.extend(gradients_kept(stats, analysis.basis));
+    }
+    let basis = analysis.basis;
+    let holders = analysis.holders.clone();
+    let censuses = census_pair(recording, pid);
+    if let Some(leak) = analysis
+        .findings
+        .iter_mut()
+        .find(|f| f.kind == FindingKind::Leak)
+    {
+        if let Some(stats) = &basis_stats {
+            leak.evidence.push(category_evidence(stats));
+        }
+        name_holder(leak, basis, &holders, censuses);
+    }
+    analysis.findings.extend(findings);
+}
+
+fn category_evidence(stats: &CategoryStats) -> String {
+    let part = |name: &str, t: &CategoryTrend| {
+        if t.grows {
+            format!("{name} rose {}/step", format_bytes(t.per_step_bytes))
+        } else {
+            format!("{name} flat at {}", format_bytes(t.median_bytes as f64))
+        }
+    };
+    let mut line = format!(
+        "by category at each step's start ({}): {}, {}, {}",
+        where_(stats.device),
+        part("parameters", &stats.parameters),
+        part("gradients", &stats.gradients),
+        part("optimizer state", &stats.optimizer_state)
+    );
+    if let Some(rest) = &stats.rest {
+        line.push_str(&format!(", {}", part("the rest", rest)));
+        if rest.grows
+            && !stats.parameters.grows
+            && !stats.gradients.grows
+            && !stats.optimizer_state.grows
+        {
+            line.push_str(
+                ": the leak lives in the rest (activations and what the job keeps), not in the model or optimizer",
+            );
+        }
+    }
+    line
+}
+
+fn where_(device: Option<u32>) -> String {
+    device.map_or_else(|| "host".to_owned(), |d| format!("cuda:{d}"))
+}
+
+/// Names the holder that grew by about the leaked amount, or says that none did.
+fn name_holder(
+    leak: &mut Finding,
+    basis: Basis,
+    holders: &[HolderGrowth],
+    censuses: Option<(&Census, &Census)>,
+) {
+    let Some((from, to)) = censuses else {
+        return;
+    };
+    let span = to.step.unwrap_or(0).saturating_sub(from.step.unwrap_or(0)) as f64;
+    let leaked = leak.growth_per_step_bytes.unwrap_or(0.0) * span;
+    let on_basis = |h: &&HolderGrowth| match basis {
+        Basis::HostRss => h.device.is_none(),
+        _ => h.device.is_some(),
+    };
+    let best = holders.iter().find(on_basis);
+    match best {
+        Some(h) if leaked > 0.0 && h.growth_bytes() >= NAMED_SHARE * leaked => {
+            leak.title.push_str(&format!(", held by {}", h.name));
+            leak.evidence.push(format!(
+                "held by {} — the leak over those steps: {}",
+                h.describe(),
+                format_bytes(leaked)
+            ));
+            leak.hints.insert(0, holder_hint(h));
+        }
+        _ => {
+            let mut line = format!(
+                "no holder the census reached grew by the leaked amount ({} from step {} to {})",
+                format_bytes(leaked),
+                from.step.unwrap_or(0),
+                to.step.unwrap_or(0)
+            );
+            if let Some(h) = best {
+                line.push_str(&format!("; the most: {}", h.describe()));
+            }
+            if to.unreached_tensors > 0 {
+                line.push_str(&format!(
+                    "; {} tensors ({}) were alive that no name reaches (held from C++ or by a library's internals)",
+                    to.unreached_tensors,
+                    format_bytes(to.unreached_bytes as f64)
+                ));
+            }
+            leak.evidence.push(line);
+        }
+    }
+}
+
+fn holder_hint(h: &HolderGrowth) -> String {
+    let fix = if h.with_graph > 0 {
+        "it keeps tensors with their autograd graph: keep `.item()` (a number) or `.detach().cpu()` instead"
+    } else if h.device.is_some() {
+        "it keeps GPU tensors: keep `.detach().cpu()` copies, or only the numbers the job needs"
+    } else {
+        "it keeps every tensor it is given: keep only what is needed (a number, the last few), or clear it"
+    };
+    format!("{}: {fix}", h.name)
+}
+
+fn state_growth(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
+    let growing: Vec<(&str, &CategoryTrend)> = [
+        ("optimizer state", &stats.optimizer_state),
+        ("gradients", &stats.gradients),
+        ("parameters", &stats.parameters),
+    ]
+    .into_iter()
+    .filter(|(_, t)| t.grows)
+    .collect();
+    let &(name, t) = growing.first()?;
+    let hints = match name {
+        "optimizer state" => vec![
+            "parameters or parameter groups added to the optimizer as the run goes (`add_param_group` every epoch), or a new optimizer made while the old one lives on".to_owned(),
+            "custom code that stores tensors in `optimizer.state`".to_owned(),
+        ],
+        "gradients" => vec![
+            "gradients of more and more parameters: parameters added as the run goes, or `retain_grad()` on intermediate tensors".to_owned(),
+        ],
+        _ => vec![
+            "parameters added to the model as the run goes (modules created inside `forward`, or `copy.deepcopy(model)` kept)".to_owned(),
+        ],
+    };
+    Some(Finding {
+        kind: FindingKind::StateGrowth,
+        title: format!(
+            "{} grow{} on {}: +{}/step",
+            super::rules::capitalize(name),
+            if name == "optimizer state" { "s" } else { "" },
+            where_(stats.device),
+            format_bytes(t.per_step_bytes)
+        ),
+        phase: None,
+        basis,
+        growth_per_step_bytes: Some(t.per_step_bytes),
+        evidence: vec![format!(
+            "{name} at each step's start rose from {} to {} over {} steps",
+            format_bytes(t.first_bytes as f64),
+            format_bytes(t.last_bytes as f64),
+            stats.steps
+        )],
+        hints,
+    })
+}
+
+/// Gradients allocated at most step starts (`zero_grad(set_to_none=False)`, or no `zero_grad`
+/// before the forward): flat, not a leak, but it holds the memory of a second copy of the
+/// parameters through the forward.
+fn gradients_kept(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
+    let g = &stats.gradients;
+    let p = &stats.parameters;
+    if stats.steps < 3 || g.grows || p.median_bytes == 0 || (g.median_bytes as f64) < 0.5 * p.median_bytes as f64 || (g.median_bytes as f64) < MIB {
+        return None;
+    }
+    Some(Finding {
+        kind: FindingKind::GradientsKept,
+        title: format!(
+            "Gradients stay allocated between steps on {}: {} through every forward",
+            where_(stats.device),
+            format_bytes(g.median_bytes as f64)
+        ),
+        phase: None,
+        basis,
+        growth_per_step_bytes: None,
+        evidence: vec![format!(
+            "at the median step start the gradients hold {} ({:.0}% of the parameters' {}): they are zeroed in place, not freed",
+            format_bytes(g.median_bytes as f64),
+            100.0 * g.median_bytes as f64 / p.median_bytes as f64,
+            format_bytes(p.median_bytes as f64)
+        )],
+        hints: vec![
+            "`optimizer.zero_grad(set_to_none=True)` (the default since PyTorch 2.0) frees them between steps, so the forward has that much more room".to_owned(),
+        ],
+    })
+}

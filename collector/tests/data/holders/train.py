@@ -1,0 +1,83 @@
+"""The leak patterns users hit, in a real PyTorch training loop on the CPU, one per argument.
+
+No tidemark calls: phases come from the probe's automatic hooks. Each leaking case keeps
+2 MiB a step (a 512 × 1024 float32 tensor) in one place; the others keep nothing.
+
+    python train.py losses|hook|detach|eval_logits|attention|buffer|zero_grad_keep|healthy
+"""
+import sys
+
+import torch
+from torch import nn
+
+CASE = sys.argv[1]
+STEPS = 70
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(256, 1024)
+        self.head = nn.Linear(1024, 256)
+        self.feature_cache = []
+        self.register_buffer("running", torch.zeros(1024))
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        if CASE == "detach":
+            self.feature_cache.append(h.detach())  # detach() without clone(): kept
+        if CASE == "attention":
+            self.attn_weights = torch.softmax(h, dim=1)  # overwritten every step: no leak
+        if CASE == "buffer":
+            self.running = h.mean(0).detach()  # a buffer reassigned every step: no leak
+        return self.head(h)
+
+
+def make_hook():
+    outputs = []
+
+    def hook(module, inputs, output):
+        outputs.append(output)  # every output kept, with its graph
+
+    return hook
+
+
+def main():
+    model = Net()
+    if CASE == "hook":
+        model.body.register_forward_hook(make_hook())
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = nn.MSELoss()
+    x = torch.randn(512, 256)
+    target = torch.randn(512, 256)
+    x_eval = torch.randn(4096, 256)  # an eval batch: 4 MiB of logits
+    train_losses = []
+    val_losses = []
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=CASE != "zero_grad_keep")
+        out = model(x)
+        loss = loss_fn(out, target)
+        loss.backward()
+        optimizer.step()
+        train_losses.append(loss.item())
+        if CASE == "losses":
+            # A validation loss without torch.no_grad(), kept in a list: every one keeps its
+            # graph, and the graph keeps the activations it saved.
+            model.eval()
+            val_losses.append(loss_fn(model(x), target))
+            model.train()
+        if step % 5 == 4:
+            model.eval()
+            with torch.no_grad():
+                logits = model(x_eval)
+                if CASE == "eval_logits":
+                    all_logits.append(logits)  # kept on the device it lives on: never freed
+            model.train()
+    print(f"{CASE}: done, last loss {train_losses[-1]}")
+
+
+all_logits = []
+if __name__ == "__main__":
+    main()
