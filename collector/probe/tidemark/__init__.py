@@ -61,6 +61,7 @@ _dumped = set()              # the reasons already dumped by this process
 _census_on = True            # collector --no-census turns the censuses off
 _next_census = 16            # censuses at steps 16, 64, 256, …, at the end and at an OOM
 _census_done = set()         # the reasons ("end", "oom") already taken by this process
+_grads_at_end = None         # {device: gradient bytes} after the last optimizer step
 
 
 def enabled():
@@ -300,7 +301,8 @@ def _at_step_start(torch, models, optimizers):
                 total = torch.cuda.memory_allocated(device)
             where = "-" if device < 0 else device
             state = ",".join(str(s) for s in states) or "-"
-            lines.append(f"{_PROTOCOL} C {now} {_pid} {_rank} {step} {where} {params} {grads} {total} {state}")
+            before = "-" if _grads_at_end is None else _grads_at_end.get(device, 0)
+            lines.append(f"{_PROTOCOL} C {now} {_pid} {_rank} {step} {where} {params} {grads} {before} {total} {state}")
         if lines:
             _send("\n".join(lines).encode())
         if _census_on and step >= _next_census:
@@ -309,6 +311,18 @@ def _at_step_start(torch, models, optimizers):
             _send_census(torch, models, optimizers, "step")
     except Exception:
         pass
+
+
+def _at_step_end():
+    """After an optimizer step: the gradients then, so that the next step start can tell what
+    was freed in between (``zero_grad``) from what the phases kept."""
+    global _grads_at_end
+    try:
+        from . import _census
+
+        _grads_at_end = _census.gradients()
+    except Exception:
+        _grads_at_end = None
 
 
 def _send_census(torch, models, optimizers, reason):

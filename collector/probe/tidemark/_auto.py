@@ -202,6 +202,7 @@ def _optimizer_pre(opt, args, kwargs):
 def _optimizer_post(opt, args, kwargs):
     try:
         tidemark.end("optimizer")
+        tidemark._at_step_end()
         if not tidemark._manual_step:
             tidemark._step = (tidemark._step or 0) + 1
         if _discovering:

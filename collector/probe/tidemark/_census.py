@@ -139,6 +139,18 @@ def categories(models, optimizers, step):
     )
     if stale:
         _refresh(models, optimizers, step)
+    grads = gradients()
+    devices = set(_param_bytes) | set(grads)
+    for state in _opt_bytes:
+        devices |= set(state)
+    return {
+        d: (_param_bytes.get(d, 0), grads.get(d, 0), [s.get(d, 0) for s in _opt_bytes])
+        for d in devices
+    }
+
+
+def gradients():
+    """{device: bytes of the parameters' gradients} now (the parameters as last read)."""
     grads = {}
     for ref, device, sharded in _params:
         p = ref()
@@ -150,13 +162,7 @@ def categories(models, optimizers, step):
                 grads[device] = grads.get(device, 0) + (_local(g) if sharded else g).nbytes
             except Exception:
                 pass
-    devices = set(_param_bytes) | set(grads)
-    for state in _opt_bytes:
-        devices |= set(state)
-    return {
-        d: (_param_bytes.get(d, 0), grads.get(d, 0), [s.get(d, 0) for s in _opt_bytes])
-        for d in devices
-    }
+    return grads
 
 
 def category_storages():

@@ -182,6 +182,28 @@ fn category_trend(values: &[(f64, u64)]) -> CategoryTrend {
     }
 }
 
+/// By step: the gradient bytes freed between the end of the step before and this step's start
+/// (`zero_grad(set_to_none=True)`), on the first device (`on_device`) or on the host.
+pub(super) fn freed_gradients(
+    recording: &Recording,
+    pid: Option<u32>,
+    on_device: bool,
+) -> std::collections::BTreeMap<u64, f64> {
+    let mine = |c: &&Categories| pid.is_none_or(|p| c.origin.pid == p) && c.device.is_some() == on_device;
+    let device = recording.categories.iter().filter(mine).map(|c| c.device).min();
+    recording
+        .categories
+        .iter()
+        .filter(mine)
+        .filter(|c| Some(c.device) == device)
+        .filter_map(|c| {
+            let before = c.gradients_at_last_end?;
+            Some((c.step?, before.saturating_sub(c.gradients) as f64))
+        })
+        .filter(|&(_, freed)| freed > 0.0)
+        .collect()
+}
+
 /// The censuses to compare: the earliest and the latest that still saw the job's objects (an
 /// end census after the training function returned sees little), at distinct steps.
 fn census_pair(recording: &Recording, pid: Option<u32>) -> Option<(&Census, &Census)> {

@@ -463,11 +463,17 @@ fn analyze_one(recording: &Recording) -> Analysis {
                 .map(|(_, s)| std::borrow::Cow::Borrowed(s.as_ref())),
         ),
     };
+    let freed_gradients = holders::freed_gradients(
+        recording,
+        occurrences.first().map(|o| o.pid),
+        attribution == Attribution::Allocator,
+    );
     let (phase_stats, retained, between_phases) = phases::stats(
         &occurrences,
         &step_starts,
         &allocator,
         attribution_series.as_deref(),
+        &freed_gradients,
     );
     let has_phases = !phase_stats.is_empty();
     let mut analysis = Analysis {

@@ -1,5 +1,7 @@
 //! Phase occurrences, step starts, and per-phase attribution.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::trend::{Trend, trend};
@@ -392,11 +394,18 @@ fn levels(
 /// What each occurrence retains of its step's growth. Within a step, with `floor(x)` the lowest
 /// level from point x to the start of the next step, an occurrence retains
 /// `floor(end) − floor(begin)`: the rise that nothing later in the step gives back.
+///
+/// `freed_gradients` says, by step number, how many bytes of gradients were freed just before
+/// that step started (`zero_grad(set_to_none=True)`, from the probe's categories). Those were
+/// made by the step before's backward: they count as given back at that backward's end, not
+/// as giving back what a later phase (an eval after the optimizer step) kept.
 fn retained(
     occurrences: &[Occurrence],
     starts: &[StepStart],
     levels: &[Option<Levels>],
+    freed_gradients: &BTreeMap<u64, f64>,
 ) -> Vec<Option<f64>> {
+    let mut levels = levels.to_vec();
     let mut out = vec![None; occurrences.len()];
     let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
     let mut i = 0;
@@ -405,6 +414,23 @@ fn retained(
         let mut j = i;
         while j < occurrences.len() && step_of(occurrences[j].begin_ns) == step {
             j += 1;
+        }
+        // The gradients freed before the next step were given back at this step's backward.
+        let freed = starts
+            .get(step + 1)
+            .and_then(|s| freed_gradients.get(&s.step))
+            .copied()
+            .unwrap_or(0.0);
+        let last_backward = (i..j).rev().find(|&k| occurrences[k].phase == Phase::Backward);
+        if let Some(b) = last_backward.filter(|_| freed > 0.0) {
+            for (k, level) in levels.iter_mut().enumerate().take(j).skip(b) {
+                if let Some(l) = level {
+                    if k > b {
+                        l.begin -= freed;
+                    }
+                    l.end -= freed;
+                }
+            }
         }
         // The level where the next step starts closes this one.
         let next_start = levels.get(j).copied().flatten().map(|l| l.begin);
@@ -443,13 +469,14 @@ pub fn stats(
     starts: &[StepStart],
     allocator: &AllocatorIndex<'_>,
     fallback: Option<&Series>,
+    freed_gradients: &BTreeMap<u64, f64>,
 ) -> (Vec<PhaseStats>, Vec<Option<f64>>, Option<f64>) {
     let mut cursors = (0, 0);
     let levels: Vec<Option<Levels>> = occurrences
         .iter()
         .map(|o| levels(o, allocator, &mut cursors, fallback))
         .collect();
-    let retained = retained(occurrences, starts, &levels);
+    let retained = retained(occurrences, starts, &levels, freed_gradients);
     let between = between_share(&levels);
     #[derive(Default)]
     struct Acc {

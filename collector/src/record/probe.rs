@@ -7,7 +7,8 @@
 //! numbers only once CUDA is initialised; the host numbers are the sending process' own, read at
 //! the edge), `tm2 D <pid> <count>` for messages the probe had to drop, and `tm2 S <t_ns> <pid> <rank> <reason>
 //! <path…>` for a PyTorch memory snapshot it dumped (`--history`), `tm2 C <t_ns> <pid> <rank>
-//! <step> <device|-> <parameters> <gradients> <total|-> <state,state…|->` for the categories at a
+//! <step> <device|-> <parameters> <gradients> <gradients_at_last_end|-> <total|-> <state,state…|->`
+//! for the categories at a
 //! step's start (device `-` is the host), and `tm2 H <t_ns> <pid> <rank> <step|-> <reason>
 //! <json>` for a census of who holds the live tensors.
 
@@ -337,6 +338,7 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 .ok()?;
             let parameters = fields.next()?.parse().ok()?;
             let gradients = fields.next()?.parse().ok()?;
+            let gradients_at_last_end = optional(fields.next()?)?;
             let total = optional(fields.next()?)?;
             let state = fields.next()?.trim_end_matches(['\n', '\r']);
             if fields.next().is_some() {
@@ -357,6 +359,7 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 device,
                 parameters,
                 gradients,
+                gradients_at_last_end,
                 optimizer_state,
                 total,
             }))

@@ -364,6 +364,10 @@ pub struct Categories {
     pub parameters: u64,
     /// Bytes of gradients (`.grad` of the parameters).
     pub gradients: u64,
+    /// Bytes of gradients at the end of the step before (after its optimizer step): what
+    /// `zero_grad(set_to_none=True)` freed in between is this minus `gradients`.
+    #[serde(default)]
+    pub gradients_at_last_end: Option<u64>,
     /// Bytes of optimizer state, one number per optimizer in the order they first stepped.
     #[serde(default)]
     pub optimizer_state: Vec<u64>,

@@ -26,7 +26,7 @@ class Net(nn.Module):
 
     def forward(self, x):
         h = torch.relu(self.body(x))
-        if CASE == "detach":
+        if CASE == "detach" and self.training:
             self.feature_cache.append(h.detach())  # detach() without clone(): kept
         if CASE == "attention":
             self.attn_weights = torch.softmax(h, dim=1)  # overwritten every step: no leak
@@ -39,7 +39,8 @@ def make_hook():
     outputs = []
 
     def hook(module, inputs, output):
-        outputs.append(output)  # every output kept, with its graph
+        if module.training:
+            outputs.append(output)  # every training output kept, with its graph
 
     return hook
 
@@ -52,7 +53,8 @@ def main():
     loss_fn = nn.MSELoss()
     x = torch.randn(512, 256)
     target = torch.randn(512, 256)
-    x_eval = torch.randn(4096, 256)  # an eval batch: 4 MiB of logits
+    # eval_logits: a big eval batch, 8 MiB of logits kept every fifth step.
+    x_eval = torch.randn(8192 if CASE == "eval_logits" else 512, 256)
     train_losses = []
     val_losses = []
     for step in range(STEPS):
