@@ -169,7 +169,9 @@ fn category_trend(values: &[(f64, u64)]) -> CategoryTrend {
     let steps: Vec<f64> = values.iter().map(|v| v.0).collect();
     let bytes: Vec<f64> = values.iter().map(|v| v.1 as f64).collect();
     // Skip the warm-up, as the verdict does (the optimizer's state appears at its first step).
-    let warmup = (values.len() / 10).max(1).min(values.len().saturating_sub(1));
+    let warmup = (values.len() / 10)
+        .max(1)
+        .min(values.len().saturating_sub(1));
     let t: Option<Trend> = trend::trend(&steps[warmup..], &bytes[warmup..]);
     CategoryTrend {
         first_bytes: values.first().map_or(0, |v| v.1),
@@ -189,8 +191,14 @@ pub(super) fn freed_gradients(
     pid: Option<u32>,
     on_device: bool,
 ) -> std::collections::BTreeMap<u64, f64> {
-    let mine = |c: &&Categories| pid.is_none_or(|p| c.origin.pid == p) && c.device.is_some() == on_device;
-    let device = recording.categories.iter().filter(mine).map(|c| c.device).min();
+    let mine =
+        |c: &&Categories| pid.is_none_or(|p| c.origin.pid == p) && c.device.is_some() == on_device;
+    let device = recording
+        .categories
+        .iter()
+        .filter(mine)
+        .map(|c| c.device)
+        .min();
     recording
         .categories
         .iter()
@@ -206,7 +214,7 @@ pub(super) fn freed_gradients(
 
 /// The censuses to compare: the earliest and the latest that still saw the job's objects (an
 /// end census after the training function returned sees little), at distinct steps.
-fn census_pair(recording: &Recording, pid: Option<u32>) -> Option<(&Census, &Census)> {
+pub fn census_pair(recording: &Recording, pid: Option<u32>) -> Option<(&Census, &Census)> {
     let mut usable: Vec<&Census> = recording
         .censuses
         .iter()
@@ -214,9 +222,7 @@ fn census_pair(recording: &Recording, pid: Option<u32>) -> Option<(&Census, &Cen
         .collect();
     usable.sort_by_key(|c| (c.step, c.t_ns));
     let last_step_census = usable.iter().rev().find(|c| c.reason == "step").copied();
-    usable.retain(|c| {
-        c.reason != "end" || last_step_census.is_none_or(|s| c.bytes >= s.bytes)
-    });
+    usable.retain(|c| c.reason != "end" || last_step_census.is_none_or(|s| c.bytes >= s.bytes));
     let first = *usable.first()?;
     let last = *usable.last()?;
     (last.step > first.step).then_some((first, last))
@@ -447,7 +453,12 @@ fn state_growth(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
 fn gradients_kept(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
     let g = &stats.gradients;
     let p = &stats.parameters;
-    if stats.steps < 3 || g.grows || p.median_bytes == 0 || (g.median_bytes as f64) < 0.5 * p.median_bytes as f64 || (g.median_bytes as f64) < MIB {
+    if stats.steps < 3
+        || g.grows
+        || p.median_bytes == 0
+        || (g.median_bytes as f64) < 0.5 * p.median_bytes as f64
+        || (g.median_bytes as f64) < MIB
+    {
         return None;
     }
     Some(Finding {

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::format::format_bytes;
 
 pub use self::ending::{Ending, OomCause, OomVerdict};
-pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth};
+pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair};
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::ranks::RankSummary;
 pub use self::trend::{Trend, trend};
@@ -503,11 +503,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         fallback.as_ref().map(|(_, s)| s.as_ref()),
         &mut analysis,
     );
-    holders::judge(
-        recording,
-        occurrences.first().map(|o| o.pid),
-        &mut analysis,
-    );
+    holders::judge(recording, occurrences.first().map(|o| o.pid), &mut analysis);
     analysis.occurrences = occurrences;
     analysis.step_starts = step_starts;
     analysis.retained = retained;

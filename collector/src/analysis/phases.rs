@@ -421,7 +421,9 @@ fn retained(
             .and_then(|s| freed_gradients.get(&s.step))
             .copied()
             .unwrap_or(0.0);
-        let last_backward = (i..j).rev().find(|&k| occurrences[k].phase == Phase::Backward);
+        let last_backward = (i..j)
+            .rev()
+            .find(|&k| occurrences[k].phase == Phase::Backward);
         if let Some(b) = last_backward.filter(|_| freed > 0.0) {
             for (k, level) in levels.iter_mut().enumerate().take(j).skip(b) {
                 if let Some(l) = level {

@@ -500,11 +500,15 @@ fn holders_text(out: &mut String, recording: &Recording, analysis: &Analysis) {
         .iter()
         .filter(|c| pid.is_none_or(|p| c.origin.pid == p))
         .collect();
-    let Some(last) = censuses
-        .iter()
-        .filter(|c| !c.holders.is_empty())
-        .max_by_key(|c| (c.step, c.t_ns))
-    else {
+    // The later of the two censuses the growth is judged on, else the last with holders.
+    let compared = collector::analysis::census_pair(recording, pid).map(|(_, to)| to);
+    let Some(last) = compared.or_else(|| {
+        censuses
+            .iter()
+            .filter(|c| !c.holders.is_empty())
+            .max_by_key(|c| (c.step, c.t_ns))
+            .copied()
+    }) else {
         return;
     };
     let step = last.step.map_or("?".to_owned(), |s| s.to_string());
@@ -547,7 +551,10 @@ fn holders_text(out: &mut String, recording: &Recording, analysis: &Analysis) {
         cost as f64 / 1e6,
         100.0 * cost as f64 / run as f64,
         if last.skipped > 0 {
-            format!("; {} objects skipped (they errored when looked at)", last.skipped)
+            format!(
+                "; {} objects skipped (they errored when looked at)",
+                last.skipped
+            )
         } else {
             String::new()
         }

@@ -140,7 +140,15 @@ pub fn run(args: RecordArgs) -> ExitCode {
             let history = args.history.map(|entries| (entries, base.as_path()));
             let env = channel
                 .as_ref()
-                .map(|c| probe::job_environment(c, !args.no_auto_phases, args.keep_peaks, !args.no_census, history))
+                .map(|c| {
+                    probe::job_environment(
+                        c,
+                        !args.no_auto_phases,
+                        args.keep_peaks,
+                        !args.no_census,
+                        history,
+                    )
+                })
                 .unwrap_or_default();
             match job::spawn(&args.command, &env) {
                 Ok(spawned) => {

@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 
 pub use merge::{Merged, merge};
 pub use model::{
-    AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit, FORMAT_MAJOR, FORMAT_MINOR,
-    Header, Holder, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record, SeriesKey, SeriesKind,
-    SnapshotFile,
+    AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
+    FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record,
+    SeriesKey, SeriesKind, SnapshotFile,
 };
 pub use read::{ReadError, Reader};
 pub use write::Writer;

@@ -5,8 +5,8 @@ use serde::de::DeserializeOwned;
 
 use super::model::SeriesKey;
 use super::model::{
-    AllocatorSample, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note, Oom, PhaseEdge, Record,
-    SnapshotFile, Categories, Census,
+    AllocatorSample, Categories, Census, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note,
+    Oom, PhaseEdge, Record, SnapshotFile,
 };
 use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 

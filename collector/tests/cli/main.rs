@@ -4,6 +4,7 @@
 
 mod frameworks;
 mod gpu;
+mod holders;
 mod jobs;
 mod lifecycle;
 mod oom;

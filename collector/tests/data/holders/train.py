@@ -3,7 +3,10 @@
 No tidemark calls: phases come from the probe's automatic hooks. Each leaking case keeps
 2 MiB a step (a 512 × 1024 float32 tensor) in one place; the others keep nothing.
 
-    python train.py losses|hook|detach|eval_logits|attention|buffer|zero_grad_keep|healthy
+    python train.py losses|hook|detach|eval_logits|attention|buffer|zero_grad_keep|healthy|hostile
+
+(hostile: the detach leak, with objects that error when looked at and threads that mutate a
+list and a dict while the census walks them)
 """
 import sys
 
@@ -81,5 +84,59 @@ def main():
 
 
 all_logits = []
+
+
+class Hostile(torch.Tensor):
+    """A tensor subclass that errors whenever anything looks at it."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError("do not look at me")
+
+
+class Raises:
+    def __getattr__(self, name):
+        raise RuntimeError(f"no {name}")
+
+    def __getattribute__(self, name):
+        raise RuntimeError(f"no {name}")
+
+
+class Slotted:
+    __slots__ = ("tensor", "missing")
+
+    def __init__(self):
+        self.tensor = torch.zeros(256)
+
+
+if CASE == "hostile":
+    # The census must skip and count what it cannot look at, and the job must run on.
+    import threading
+
+    hostile = torch.zeros(1024).as_subclass(Hostile)
+    raises = Raises()
+    slotted = Slotted()
+    churn = [torch.zeros(16) for _ in range(1000)]
+    churn_map = {i: torch.zeros(16) for i in range(1000)}
+
+    stop = threading.Event()
+
+    def mutate():
+        i = 0
+        while not stop.is_set():
+            churn.append(torch.zeros(16))
+            churn.pop(0)
+            churn_map[i + 1000] = churn_map.pop(i)
+            i += 1
+
+    mutator = threading.Thread(target=mutate)
+    mutator.start()
+    CASE = "detach"
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        if "mutator" in globals():
+            stop.set()
+            mutator.join()

@@ -1,0 +1,234 @@
+//! Who holds the memory, on the leak patterns users hit (`tests/data/holders/train.py`): real
+//! PyTorch on the CPU, automatic phases, no tidemark calls in the job. Each case must get the
+//! right verdict, phase, category and holder.
+
+use collector::analysis::{Analysis, FindingKind, analyze};
+use collector::recording::{Phase, Recording};
+
+use crate::{Job, stderr};
+
+const TRAIN: &str = include_str!("../data/holders/train.py");
+
+/// The model's parameters: Linear(256, 1024) and Linear(1024, 256), float32.
+const PARAMETERS: u64 = (256 * 1024 + 1024 + 1024 * 256 + 256) * 4;
+
+fn run(case: &str, extra: &[&str]) -> (Recording, Analysis) {
+    let job = Job::new(TRAIN);
+    let output = job
+        .command(extra)
+        .arg(case)
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let err = stderr(&output);
+    assert!(output.status.success(), "{err}");
+    assert!(
+        !err.contains("Traceback") && !err.contains("Warning") && !err.contains("census not taken"),
+        "the probe must be silent: {err}"
+    );
+    let recording = job.recording();
+    let analysis = analyze(&recording);
+    (recording, analysis)
+}
+
+/// The leak, its phase and the holder it names.
+fn leak_held_by(analysis: &Analysis, phase: Phase, holder: &str) -> String {
+    let leak = analysis
+        .finding(FindingKind::Leak)
+        .unwrap_or_else(|| panic!("no leak: {:#?}", analysis.findings));
+    assert_eq!(leak.phase, Some(phase), "{leak:#?}");
+    assert!(
+        leak.title.ends_with(&format!("held by {holder}")),
+        "{}\n{:#?}",
+        leak.title,
+        analysis.holders
+    );
+    assert!(
+        leak.evidence
+            .iter()
+            .any(|e| e.contains("the leak lives in the rest")),
+        "the category: {:#?}",
+        leak.evidence
+    );
+    let grown = &analysis.holders[0];
+    assert_eq!(grown.name, holder);
+    // The holder grew by about what leaked between the censuses.
+    let leaked = leak.growth_per_step_bytes.unwrap() * (grown.to_step - grown.from_step) as f64;
+    let ratio = grown.growth_bytes() / leaked;
+    assert!((0.5..1.6).contains(&ratio), "{ratio}: {grown:#?}");
+    grown.what.clone()
+}
+
+/// Parameters and optimizer state at every step start are exact, and flat.
+fn categories_exact(analysis: &Analysis) -> &collector::analysis::CategoryStats {
+    let host = analysis
+        .categories
+        .iter()
+        .find(|c| c.device.is_none())
+        .unwrap_or_else(|| panic!("{:#?}", analysis.categories));
+    assert!(host.steps >= 60, "{}", host.steps);
+    assert_eq!(host.parameters.median_bytes, PARAMETERS);
+    assert!(!host.parameters.grows && !host.optimizer_state.grows);
+    // Adam: two moments per parameter, and a 4-byte step counter for each of the 4 tensors.
+    assert_eq!(host.optimizer_state.median_bytes, 2 * PARAMETERS + 4 * 4);
+    host
+}
+
+#[test]
+fn losses_kept_with_their_graph() {
+    let (_, analysis) = run("losses", &[]);
+    let what = leak_held_by(&analysis, Phase::Eval, "val_losses");
+    assert!(what.starts_with("list, a local of main()"), "{what}");
+    let holder = &analysis.holders[0];
+    assert_eq!(holder.with_graph, holder.tensors, "{holder:#?}");
+    // The graphs keep the activations they saved: more than the losses themselves.
+    assert!(holder.graph_bytes > 1 << 20, "{holder:#?}");
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert!(
+        leak.hints[0].contains("autograd graph"),
+        "{:#?}",
+        leak.hints
+    );
+    assert!(categories_exact(&analysis).rest.as_ref().unwrap().grows);
+}
+
+#[test]
+fn a_forward_hook_that_appends_outputs_to_its_closure() {
+    let (_, analysis) = run("hook", &[]);
+    let what = leak_held_by(&analysis, Phase::Forward, "hook.outputs");
+    assert_eq!(
+        what,
+        "list, a closure variable of hook(), a forward hook on model.body"
+    );
+    categories_exact(&analysis);
+}
+
+#[test]
+fn features_kept_with_detach_on_the_module() {
+    let (_, analysis) = run("detach", &[]);
+    let what = leak_held_by(&analysis, Phase::Forward, "model.feature_cache");
+    assert_eq!(what, "list, an attribute of Net");
+    assert_eq!(analysis.holders[0].with_graph, 0, "detached");
+    categories_exact(&analysis);
+}
+
+#[test]
+fn eval_logits_appended_every_few_steps() {
+    let (_, analysis) = run("eval_logits", &[]);
+    let what = leak_held_by(&analysis, Phase::Eval, "__main__.all_logits");
+    assert_eq!(what, "list, a global of __main__");
+    categories_exact(&analysis);
+}
+
+#[test]
+fn attention_weights_stored_on_self_and_overwritten_are_no_leak() {
+    let (recording, analysis) = run("attention", &[]);
+    assert!(
+        analysis.finding(FindingKind::Leak).is_none(),
+        "{:#?}",
+        analysis.findings
+    );
+    // The census sees the attribute, one tensor that does not grow.
+    let census = recording
+        .censuses
+        .iter()
+        .find(|c| c.step == Some(64))
+        .unwrap();
+    let attn = census
+        .holders
+        .iter()
+        .find(|h| h.name == "model.attn_weights")
+        .unwrap_or_else(|| panic!("{:#?}", census.holders));
+    assert_eq!((attn.tensors, attn.bytes), (1, 512 * 1024 * 4));
+    assert!(
+        analysis
+            .holders
+            .iter()
+            .all(|h| h.name != "model.attn_weights")
+    );
+    categories_exact(&analysis);
+}
+
+#[test]
+fn a_buffer_reassigned_every_step_is_no_leak() {
+    let (_, analysis) = run("buffer", &[]);
+    assert!(
+        analysis.finding(FindingKind::Leak).is_none(),
+        "{:#?}",
+        analysis.findings
+    );
+    categories_exact(&analysis);
+}
+
+#[test]
+fn gradients_kept_between_steps_are_flat_and_explained() {
+    let (_, kept) = run("zero_grad_keep", &[]);
+    assert!(
+        kept.finding(FindingKind::Leak).is_none(),
+        "{:#?}",
+        kept.findings
+    );
+    let finding = kept
+        .finding(FindingKind::GradientsKept)
+        .unwrap_or_else(|| panic!("{:#?}", kept.findings));
+    assert!(finding.hints[0].contains("set_to_none=True"));
+    assert_eq!(categories_exact(&kept).gradients.median_bytes, PARAMETERS);
+
+    // The same job with set_to_none=True: no gradients at a step's start, nothing to explain.
+    let (_, freed) = run("healthy", &[]);
+    assert!(
+        freed.finding(FindingKind::Leak).is_none(),
+        "{:#?}",
+        freed.findings
+    );
+    assert!(freed.finding(FindingKind::GradientsKept).is_none());
+    assert_eq!(categories_exact(&freed).gradients.median_bytes, 0);
+}
+
+#[test]
+fn hostile_objects_are_skipped_and_counted_and_the_job_runs_on() {
+    let (recording, analysis) = run("hostile", &[]);
+    leak_held_by(&analysis, Phase::Forward, "model.feature_cache");
+    let census = recording
+        .censuses
+        .iter()
+        .find(|c| c.step == Some(64))
+        .unwrap();
+    assert!(
+        census.skipped >= 1,
+        "the tensor subclass that raises: {census:#?}"
+    );
+    // The list and the dict that another thread mutates during the census are still counted.
+    for name in ["__main__.churn", "__main__.churn_map"] {
+        let h = census.holders.iter().find(|h| h.name == name).unwrap();
+        assert!((900..=1100).contains(&h.tensors), "{h:#?}");
+    }
+}
+
+#[test]
+fn no_census_takes_none_and_keeps_the_categories() {
+    let (recording, analysis) = run("detach", &["--no-census"]);
+    assert!(recording.censuses.is_empty());
+    assert!(analysis.holders.is_empty());
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert!(!leak.title.contains("held by"), "{}", leak.title);
+    categories_exact(&analysis);
+}
+
+#[test]
+fn censuses_at_steps_16_and_64_and_at_the_end() {
+    let (recording, _) = run("hook", &[]);
+    let steps: Vec<_> = recording
+        .censuses
+        .iter()
+        .map(|c| (c.reason.as_str(), c.step))
+        .collect();
+    assert_eq!(
+        steps,
+        [("step", Some(16)), ("step", Some(64)), ("end", Some(70))]
+    );
+    // Each says what it cost (the budget is checked by `scripts/census-bench.sh`).
+    assert!(recording.censuses.iter().all(|c| c.cost_ns > 0));
+    // A normal exit: the tensors no name reaches are not counted (that looks at every object).
+    assert_eq!(recording.censuses[2].unreached_tensors, 0);
+}
