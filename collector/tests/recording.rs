@@ -5,15 +5,16 @@
 use std::path::{Path, PathBuf};
 
 use collector::recording::{
-    AllocatorSample, Chunk, Column, Device, Dropped, Edge, Exit, Follower, Header, Note, Oom,
-    Origin, Phase, ReadError, Reader, Record, SeriesKey, SeriesKind, Writer, read_file,
-    read_recording,
+    AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, Exit, Follower,
+    Header, Holder, Note, Oom, Origin, Phase, ReadError, Reader, Record, SeriesKey, SeriesKind,
+    Writer, read_file, read_recording,
 };
 use proptest::prelude::*;
 
 const MIB: u64 = 1 << 20;
 const GOLDEN_V1: &str = "tests/data/golden_v1.msgpack";
 const GOLDEN_V1_1: &str = "tests/data/golden_v1_1.msgpack";
+const GOLDEN_V1_2: &str = "tests/data/golden_v1_2.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -176,12 +177,93 @@ fn golden_v1_1() -> (Header, Vec<Record>) {
     (header, records)
 }
 
+/// Format 1.2: the 1.1 contents, with the categories at every step start and two censuses.
+fn golden_v1_2() -> (Header, Vec<Record>) {
+    let (mut header, mut records) = golden_v1_1();
+    header.format_minor = 2;
+    let origin = Origin {
+        pid: 4242,
+        rank: Some(0),
+    };
+    for step in 0..3u64 {
+        records.push(Record::Categories(Categories {
+            t_ns: 10_000_000 + step * 200_000_000,
+            origin,
+            step: Some(step),
+            device: Some(0),
+            parameters: 40 * MIB,
+            gradients: if step == 0 { 0 } else { 40 * MIB },
+            gradients_at_last_end: (step > 0).then_some(40 * MIB),
+            optimizer_state: vec![80 * MIB, 16],
+            total: Some(200 * MIB + step * MIB),
+        }));
+    }
+    records.push(Record::Categories(Categories {
+        t_ns: 10_000_000,
+        origin,
+        step: Some(0),
+        device: None,
+        parameters: 0,
+        gradients: 0,
+        gradients_at_last_end: None,
+        optimizer_state: Vec::new(),
+        total: None,
+    }));
+    for (step, tensors) in [(1u64, 16u64), (2, 64)] {
+        records.push(Record::Census(Census {
+            t_ns: 15_000_000 + step * 200_000_000,
+            origin,
+            step: Some(step),
+            reason: if step == 1 { "step" } else { "oom" }.to_owned(),
+            holders: vec![
+                Holder {
+                    key: "#140211".to_owned(),
+                    name: "__main__.all_losses".to_owned(),
+                    what: "list, a global of __main__".to_owned(),
+                    device: Some(0),
+                    tensors,
+                    bytes: tensors * 4,
+                    graph_bytes: tensors * MIB,
+                    with_graph: tensors,
+                    items: tensors,
+                },
+                Holder {
+                    key: String::new(),
+                    name: "model.attn_weights".to_owned(),
+                    what: "an attribute of Net".to_owned(),
+                    device: None,
+                    tensors: 1,
+                    bytes: 2 * MIB,
+                    graph_bytes: 0,
+                    with_graph: 0,
+                    items: 0,
+                },
+            ],
+            more_holders: 3,
+            cutoff_bytes: 4096,
+            tensors: tensors + 8,
+            bytes: tensors * 4 + 2 * MIB + 10_000,
+            unreached_tensors: if step == 2 { 5 } else { 0 },
+            unreached_bytes: if step == 2 { 5 * MIB } else { 0 },
+            objects: 12_345,
+            skipped: 1,
+            truncated: false,
+            cost_ns: 4_500_000,
+        }));
+    }
+    (header, records)
+}
+
 /// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
 fn write_golden_files() {
     type Contents = fn() -> (Header, Vec<Record>);
-    let files: [(&str, Contents); 2] = [(GOLDEN_V1, golden_v1), (GOLDEN_V1_1, golden_v1_1)];
+    let files: [(&str, Contents); 3] = [
+        (GOLDEN_V1, golden_v1),
+        (GOLDEN_V1_1, golden_v1_1),
+        (GOLDEN_V1_2, golden_v1_2),
+    ];
     for (name, contents) in files {
         let path = data_path(name);
         if std::env::var_os("TIDEMARK_WRITE_GOLDEN").is_some() && !path.exists() {
@@ -213,6 +295,37 @@ fn golden_v1_1_reads_back_exactly_with_host_numbers_at_the_edges() {
     let v1 = read_file(&data_path(GOLDEN_V1)).unwrap();
     assert!(v1.phases.iter().all(|e| e.host_heap.is_none()));
     assert_eq!(v1.phases.len(), recording.phases.len());
+}
+
+#[test]
+fn golden_v1_2_reads_back_exactly_with_categories_and_censuses() {
+    let recording = read_file(&data_path(GOLDEN_V1_2)).unwrap();
+    let (header, records) = golden_v1_2();
+    assert_eq!(recording.header, header);
+    assert_eq!(recording.header.format_minor, 2);
+    assert!(recording.warnings.is_empty(), "{:?}", recording.warnings);
+    let mut expected = collector::recording::Recording::new(header);
+    for record in records {
+        expected.push(record);
+    }
+    expected.end = recording.end.clone();
+    assert_eq!(recording, expected);
+    // By hand.
+    assert_eq!(recording.categories.len(), 4);
+    assert_eq!(
+        recording.categories[1].rest(),
+        Some(201 * MIB - 160 * MIB - 16)
+    );
+    assert_eq!(recording.categories[3].rest(), None);
+    assert_eq!(recording.censuses[1].reason, "oom");
+    assert_eq!(
+        recording.censuses[1].holders[0].held_bytes(),
+        64 * 4 + 64 * MIB
+    );
+    assert!(recording.censuses[0].holders[0].same_as(&recording.censuses[1].holders[0]));
+    // Older readers' view: the 1.1 file has neither.
+    let v1_1 = read_file(&data_path(GOLDEN_V1_1)).unwrap();
+    assert!(v1_1.categories.is_empty() && v1_1.censuses.is_empty());
 }
 
 #[test]

@@ -584,6 +584,45 @@ mod tests {
     }
 
     #[test]
+    fn parses_categories_and_censuses() {
+        let clock = Clock::start();
+        let Some(Message::Categories(c)) = parse(b"tm2 C 5 42 1 17 0 100 20 30 900 40,5", clock)
+        else {
+            panic!("a categories message");
+        };
+        assert_eq!(
+            (c.step, c.device, c.parameters, c.gradients),
+            (Some(17), Some(0), 100, 20)
+        );
+        assert_eq!((c.gradients_at_last_end, c.total), (Some(30), Some(900)));
+        assert_eq!(c.optimizer_state, vec![40, 5]);
+        assert_eq!(c.rest(), Some(900 - 165));
+        let Some(Message::Categories(host)) = parse(b"tm2 C 5 42 - 0 - 100 0 - - -", clock) else {
+            panic!("a host categories message");
+        };
+        assert_eq!((host.device, host.total, host.rest()), (None, None, None));
+        assert!(host.optimizer_state.is_empty());
+
+        let json = r##"{"holders":[{"key":"#1","name":"my list","what":"list, a global of __main__","device":null,"tensors":3,"bytes":12,"graph_bytes":0,"with_graph":0,"items":3}],"objects":9,"skipped":1,"cost_ns":77,"future_field":true}"##;
+        let line = format!("tm2 H 5 42 0 16 step {json}");
+        let Some(Message::Census(census)) = parse(line.as_bytes(), clock) else {
+            panic!("a census message: {line}");
+        };
+        assert_eq!((census.step, census.reason.as_str()), (Some(16), "step"));
+        assert_eq!(census.holders[0].name, "my list", "names may hold spaces");
+        assert_eq!((census.objects, census.skipped, census.cost_ns), (9, 1, 77));
+        for bad in [
+            "tm2 C 5 42 1 17 0 100 20 30 900",
+            "tm2 C 5 42 1 17 0 100 20 30 900 4,x",
+            "tm2 C 5 42 1 17 0 100 20 30 900 4 extra",
+            "tm2 H 5 42 0 16 why {}",
+            "tm2 H 5 42 0 16 step {not json",
+        ] {
+            assert_eq!(parse(bad.as_bytes(), clock), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn malformed_messages_are_none() {
         let clock = Clock::start();
         for bad in [
