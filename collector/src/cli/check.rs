@@ -13,8 +13,9 @@ pub struct CheckArgs {
     /// The recording (or PyTorch memory snapshot) to check.
     pub file: PathBuf,
     /// Findings that fail the check, comma-separated: oom, failed, leak, fragmentation,
-    /// peak_creep, capacity_pressure, non_pytorch_memory, other_processes, cache, not_enough_data.
-    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "oom,leak,fragmentation,peak_creep", value_parser = parse_kind)]
+    /// peak_creep, capacity_pressure, non_pytorch_memory, other_processes, state_growth,
+    /// imbalance, cache, gradients_kept, not_enough_data.
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "oom,leak,fragmentation,peak_creep,state_growth", value_parser = parse_kind)]
     pub fail_on: Vec<FindingKind>,
     /// Tolerated growth per step, e.g. `1MiB/step` or `512KiB`: a finding that grows less passes.
     /// Default: any finding of the kinds above fails.
