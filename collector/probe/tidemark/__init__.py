@@ -61,7 +61,15 @@ _dumped = set()              # the reasons already dumped by this process
 _census_on = True            # collector --no-census turns the censuses off
 _next_census = 16            # censuses at steps 16, 64, 256, …, at the end and at an OOM
 _census_done = set()         # the reasons ("end", "oom") already taken by this process
-_grads_at_end = None         # {device: gradient bytes} after the last optimizer step
+_grads_at_end = None         # {device: gradient bytes} after an optimizer step
+_step_ends = 0               # optimizer steps seen
+_categories_waiting = []     # categories lines waiting for the next edge's heap reading
+_HEAP_SHARE = 0.02           # the share of the job's time that reading the C heap may take
+_HEAP_GRACE_NS = 2_000_000   # … after a first 2 ms that are always granted
+_heap_since_ns = time.monotonic_ns()
+_heap_spent_ns = 0           # time spent in mallinfo2 so far
+_heap_reads_done = [0]       # reads done (a list: no `global` needed in the hot path)
+_heap_skipped = 0            # edges sent without the heap, over the share
 
 
 def enabled():
@@ -146,7 +154,10 @@ def _send_edge(edge, name):
     numbers = _NO_NUMBERS if torch is None else _allocator_numbers(torch, edge)
     step = "-" if _step is None else _step
     now = _monotonic_ns()
-    line = f"tm2 P {now} {_pid} {_rank} {step} {edge} {numbers} {_host_numbers()} {name}"
+    host = _host_numbers()
+    if _categories_waiting:
+        _send_categories(host)
+    line = f"tm2 P {now} {_pid} {_rank} {step} {edge} {numbers} {host} {name}"
     if _pending or now - _last_send_ns < _COALESCE_NS:
         with _lock:
             _pending.append(line)
@@ -230,23 +241,58 @@ def _allocator_numbers(torch, edge):
         return _NO_NUMBERS
 
 
+def _heap_in_use():
+    """The C heap's bytes in use, or None: unreadable, or over its share of the job's time.
+
+    glibc's mallinfo2 walks every free chunk: cheap on a tidy heap (a few µs), hundreds of µs on
+    a fragmented one. Reading it may take at most ``_HEAP_SHARE`` of the job's time."""
+    global _heap_spent_ns, _heap_skipped
+    if _mallinfo2 is None:
+        return None
+    now = _monotonic_ns()
+    if _heap_spent_ns > _HEAP_SHARE * (now - _heap_since_ns) + _HEAP_GRACE_NS:
+        _heap_skipped += 1
+        return None
+    heap = None
+    try:
+        info = _mallinfo2()
+        heap = info.uordblks + info.hblkhd
+    except Exception:
+        pass
+    _heap_spent_ns += _monotonic_ns() - now
+    _heap_reads_done[0] += 1
+    return heap
+
+
 def _host_numbers():
     """This process' host memory at this very edge: the C heap's bytes in use (glibc
     ``mallinfo2``: what ``malloc`` handed out and not yet freed, which falls when memory is freed,
     unlike resident memory) and the resident bytes; ``-`` for what cannot be read."""
-    heap = rss = "-"
-    if _mallinfo2 is not None:
-        try:
-            info = _mallinfo2()
-            heap = info.uordblks + info.hblkhd
-        except Exception:
-            pass
+    heap = _heap_in_use()
+    rss = "-"
+    if heap is None:
+        heap = "-"
     if _statm is not None:
         try:
             rss = int(os.pread(_statm, 64, 0).split()[1]) * _page_size
         except Exception:
             pass
     return f"{heap} {rss}"
+
+
+def _heap_note_at_exit():
+    """Says how many edges went without the C heap, and why, so that the attribution can say it."""
+    reads = _heap_reads_done[0]
+    if not _heap_skipped or _sock is None:
+        return
+    try:
+        mean = _heap_spent_ns / max(reads, 1) / 1000
+        text = (f"the probe read the C heap at {reads} of {reads + _heap_skipped} phase edges and step starts in "
+                f"pid {_pid}: reading it (glibc mallinfo2, which walks every free chunk) took "
+                f"{mean:.0f} µs on average, and it may take {_HEAP_SHARE:.0%} of the job's time")
+        _send(f"{_PROTOCOL} N {_monotonic_ns()} {_pid} {_rank} {text}".encode())
+    except Exception:
+        pass
 
 
 def _open_host_readers():
@@ -294,17 +340,14 @@ def _at_step_start(torch, models, optimizers):
             params, grads, states = by_device[device]
             total = "-"
             if device < 0:
-                if _mallinfo2 is not None:
-                    info = _mallinfo2()
-                    total = info.uordblks + info.hblkhd
+                total = "{heap}"  # the C heap as the forward's begin edge reads it, next
             elif cuda:
                 total = torch.cuda.memory_allocated(device)
             where = "-" if device < 0 else device
             state = ",".join(str(s) for s in states) or "-"
             before = "-" if _grads_at_end is None else _grads_at_end.get(device, 0)
             lines.append(f"{_PROTOCOL} C {now} {_pid} {_rank} {step} {where} {params} {grads} {before} {total} {state}")
-        if lines:
-            _send("\n".join(lines).encode())
+        _categories_waiting[:] = lines
         if _census_on and step >= _next_census:
             while _next_census <= step:
                 _next_census *= 4
@@ -313,10 +356,23 @@ def _at_step_start(torch, models, optimizers):
         pass
 
 
+def _send_categories(host):
+    """Sends the categories waiting for the edge that follows them, with the C heap that edge
+    read (one heap read per step, not two)."""
+    heap = host.split(" ", 1)[0]
+    lines = [line.replace("{heap}", heap) for line in _categories_waiting]
+    _categories_waiting.clear()
+    _send("\n".join(lines).encode())
+
+
 def _at_step_end():
     """After an optimizer step: the gradients then, so that the next step start can tell what
-    was freed in between (``zero_grad``) from what the phases kept."""
-    global _grads_at_end
+    was freed in between (``zero_grad``) from what the phases kept. Read at every step end for
+    the first 8 steps, then at every 16th (they are the same from step to step)."""
+    global _grads_at_end, _step_ends
+    _step_ends += 1
+    if _step_ends > 8 and _step_ends % 16:
+        return
     try:
         from . import _census
 
@@ -517,6 +573,8 @@ def _after_fork_in_child():
     _flusher_started = False
     _wake_flusher = threading.Event()
     _open_host_readers()  # /proc/self was the parent's when it was opened
+    globals().update(_heap_since_ns=_monotonic_ns(), _heap_spent_ns=0, _heap_skipped=0,
+                     _heap_reads_done=[0])
     if _path is not None:
         try:
             _connect(_path)
@@ -546,6 +604,7 @@ def _start_from_environment():
     import atexit
 
     atexit.register(_flush_at_exit)
+    atexit.register(_heap_note_at_exit)
     atexit.register(_census_at_exit)  # runs first: exit handlers run last in, first out
     os.register_at_fork(after_in_child=_after_fork_in_child)
     if os.environ.get("TIDEMARK_AUTO", "1") == "1":

@@ -30,7 +30,7 @@ import types
 import weakref
 from collections import deque
 
-_REFRESH_STEPS = 32
+_REFRESH_STEPS = 64
 _HOLDERS_SENT = 48          # the largest holders go out; the rest are summed
 _VISIT_LIMIT = 2_000_000    # objects one census looks at, at most
 _GRAPH_NODE_LIMIT = 200_000
@@ -39,6 +39,7 @@ _DEPTH_LIMIT = 24
 # --- categories -------------------------------------------------------------------------------
 
 _params = []                # [(weakref to the parameter, device, is_dtensor)]
+_grad_refs = []             # [(device, [weakref to a parameter]), (device, is_dtensor)]: the gradients' loop
 _param_bytes = {}           # device -> bytes of the parameters' storages
 _opt_bytes = []             # per optimizer (in `optimizers` order): {device: bytes}
 _opt_sizes = []             # per optimizer: len(state) when last read
@@ -46,10 +47,20 @@ _refreshed_step = None
 _optimizer_ids = []
 
 
+_PLAIN = set()              # tensor types that are never sharded (found as they come)
+
+
 def _local(t):
     """A sharded tensor's local part (DTensor), else the tensor."""
+    kind = type(t)
+    if kind in _PLAIN:
+        return t
     local = getattr(t, "_local_tensor", None)
-    return t if local is None else local
+    if local is None:
+        if kind.__name__ in ("Tensor", "Parameter"):
+            _PLAIN.add(kind)
+        return t
+    return local
 
 
 def _storage(t):
@@ -60,9 +71,18 @@ def _storage(t):
     return (storage.data_ptr(), device), device, storage.nbytes()
 
 
+def _extent(t):
+    """(key, device, bytes) of the memory a tensor views: cheaper than its storage (no storage
+    object is made), which the categories read for thousands of tensors."""
+    t = _local(t)
+    device = t.get_device()
+    return (t.data_ptr(), device), device, t.nbytes
+
+
 def _refresh(models, optimizers, step):
     """Reads the parameters and the optimizers' state again."""
     global _params, _param_bytes, _opt_bytes, _opt_sizes, _refreshed_step, _optimizer_ids
+    global _grad_refs
     params, seen, by_device = [], set(), {}
     storages = set()
 
@@ -71,7 +91,7 @@ def _refresh(models, optimizers, step):
             return
         seen.add(id(p))
         try:
-            key, device, nbytes = _storage(p)
+            key, device, nbytes = _extent(p)
         except Exception:
             return
         params.append((weakref.ref(p), device, hasattr(p, "_local_tensor")))
@@ -93,6 +113,10 @@ def _refresh(models, optimizers, step):
         except Exception:
             pass
     _params, _param_bytes = params, by_device
+    groups = {}
+    for ref, device, sharded in params:
+        groups.setdefault((device, sharded), []).append(ref)
+    _grad_refs = list(groups.items())
     _opt_bytes = [_optimizer_state(opt, storages) for opt in optimizers]
     _opt_sizes = [_state_size(opt) for opt in optimizers]
     _optimizer_ids = [id(opt) for opt in optimizers]
@@ -106,7 +130,7 @@ def _state_size(opt):
         return -1
 
 
-def _optimizer_state(opt, storages):
+def _optimizer_state(opt, storages, extent=_extent):
     by_device = {}
     try:
         states = list(opt.state.values())
@@ -119,7 +143,7 @@ def _optimizer_state(opt, storages):
             continue
         for value in values:
             try:
-                key, device, nbytes = _storage(value)
+                key, device, nbytes = extent(value)
             except Exception:
                 continue
             if key not in storages:
@@ -152,16 +176,19 @@ def categories(models, optimizers, step):
 def gradients():
     """{device: bytes of the parameters' gradients} now (the parameters as last read)."""
     grads = {}
-    for ref, device, sharded in _params:
-        p = ref()
-        if p is None:
-            continue
-        g = p.grad
-        if g is not None:
-            try:
-                grads[device] = grads.get(device, 0) + (_local(g) if sharded else g).nbytes
-            except Exception:
-                pass
+    for (device, sharded), refs in _grad_refs:
+        total = 0
+        for ref in refs:
+            p = ref()
+            if p is not None:
+                g = p.grad
+                if g is not None:
+                    try:
+                        total += _local(g).nbytes if sharded else g.nbytes
+                    except Exception:
+                        pass
+        if total:
+            grads[device] = grads.get(device, 0) + total
     return grads
 
 
@@ -184,7 +211,7 @@ def category_storages():
 def optimizer_storages(optimizers):
     keys = set()
     for opt in optimizers:
-        _optimizer_state(opt, keys)
+        _optimizer_state(opt, keys, _storage)
     return keys
 
 

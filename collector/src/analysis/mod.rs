@@ -527,6 +527,8 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         .iter()
         .filter(|e| e.origin.pid == pid)
         .collect();
+    // A series needs the number at (nearly) every edge: the probe may skip the C heap at a few
+    // when reading it grows costly (a fragmented heap), and says so in a note.
     let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>| {
         let mut series = Series {
             key: SeriesKey::new(SeriesKind::HostRss),
@@ -534,10 +536,13 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
             values: Vec::with_capacity(edges.len()),
         };
         for e in &edges {
-            series.times_ns.push(e.t_ns);
-            series.values.push(pick(e)?);
+            if let Some(value) = pick(e) {
+                series.times_ns.push(e.t_ns);
+                series.values.push(value);
+            }
         }
-        Some(series.sorted().into_owned())
+        (series.values.len() * 100 >= edges.len() * 95 && !series.values.is_empty())
+            .then(|| series.sorted().into_owned())
     };
     let rss = series_of(|e| e.host_rss);
     let heap = series_of(|e| e.host_heap);
@@ -546,7 +551,9 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         _ => 0.0,
     };
     match (heap, rss) {
-        (Some(heap), Some(rss)) if growth(&rss) > 16.0 * MIB && growth(&heap) < growth(&rss) / 2.0 => {
+        (Some(heap), Some(rss))
+            if growth(&rss) > 16.0 * MIB && growth(&heap) < growth(&rss) / 2.0 =>
+        {
             Some(HostAtEdges {
                 attribution: Attribution::HostRssAtEdges,
                 note: Some(format!(
@@ -562,13 +569,20 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
             note: None,
             series: heap,
         }),
-        (None, Some(rss)) => Some(HostAtEdges {
-            attribution: Attribution::HostRssAtEdges,
-            note: Some(
-                "the probe could not read the C heap (not glibc), so phases are attributed with resident memory".to_owned(),
-            ),
-            series: rss,
-        }),
+        (None, Some(rss)) => {
+            let stopped = recording
+                .notes
+                .iter()
+                .find(|n| n.text.contains("read the C heap at"));
+            Some(HostAtEdges {
+                attribution: Attribution::HostRssAtEdges,
+                note: Some(match stopped {
+                    Some(n) => format!("{}, so phases are attributed with resident memory", n.text),
+                    None => "the probe could not read the C heap (not glibc), so phases are attributed with resident memory".to_owned(),
+                }),
+                series: rss,
+            })
+        }
         (None, None) => None,
     }
 }

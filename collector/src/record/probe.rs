@@ -10,7 +10,8 @@
 //! <step> <device|-> <parameters> <gradients> <gradients_at_last_end|-> <total|-> <state,state…|->`
 //! for the categories at a
 //! step's start (device `-` is the host), and `tm2 H <t_ns> <pid> <rank> <step|-> <reason>
-//! <json>` for a census of who holds the live tensors.
+//! <json>` for a census of who holds the live tensors, and `tm2 N <t_ns> <pid> <rank> <text…>`
+//! for a remark (the probe stopped reading the C heap, and why).
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 
 use collector::recording::{
-    AllocatorSample, Categories, Census, Edge, Origin, Phase, PhaseEdge, Record, SnapshotFile,
+    AllocatorSample, Categories, Census, Edge, Note, Origin, Phase, PhaseEdge, Record, SnapshotFile,
 };
 use nix::sys::socket::{
     AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, bind, recvmsg,
@@ -223,6 +224,9 @@ impl Channel {
                     Some(Message::Snapshot(file)) => {
                         let _ = tx.send(Msg::Record(Record::Snapshot(file)));
                     }
+                    Some(Message::Note(note)) => {
+                        let _ = tx.send(Msg::Record(Record::Note(note)));
+                    }
                     Some(Message::Categories(categories)) => {
                         let _ = tx.send(Msg::Record(Record::Categories(categories)));
                     }
@@ -275,6 +279,8 @@ pub enum Message {
     Dropped(u64),
     /// The probe dumped a PyTorch memory snapshot.
     Snapshot(SnapshotFile),
+    /// A remark from the probe.
+    Note(Note),
     /// Memory by category at a step's start.
     Categories(Categories),
     /// A census of who holds the live tensors.
@@ -327,6 +333,20 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 origin,
                 reason,
                 path: path.to_owned(),
+            }))
+        }
+        "N" => {
+            let (t_ns, origin) = sender(&mut fields)?;
+            let text: Vec<&str> = fields.collect();
+            let text = text.join(" ");
+            let text = text.trim_end_matches(['\n', '\r']);
+            if text.is_empty() || text.len() > 1000 {
+                return None;
+            }
+            let who = origin.rank.map_or(String::new(), |r| format!("rank {r}: "));
+            Some(Message::Note(Note {
+                t_ns,
+                text: format!("{who}{text}"),
             }))
         }
         "C" => {
@@ -604,6 +624,11 @@ mod tests {
         assert!(host.optimizer_state.is_empty());
 
         let json = r##"{"holders":[{"key":"#1","name":"my list","what":"list, a global of __main__","device":null,"tensors":3,"bytes":12,"graph_bytes":0,"with_graph":0,"items":3}],"objects":9,"skipped":1,"cost_ns":77,"future_field":true}"##;
+        let Some(Message::Note(note)) = parse(b"tm2 N 5 42 3 the probe stopped reading", clock)
+        else {
+            panic!("a note");
+        };
+        assert_eq!(note.text, "rank 3: the probe stopped reading");
         let line = format!("tm2 H 5 42 0 16 step {json}");
         let Some(Message::Census(census)) = parse(line.as_bytes(), clock) else {
             panic!("a census message: {line}");

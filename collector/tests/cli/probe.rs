@@ -481,3 +481,58 @@ print(len(kept))
         "{text}"
     );
 }
+
+#[test]
+fn a_heap_too_fragmented_to_read_cheaply_is_read_within_its_share_and_said() {
+    // 150,000 free chunks that cannot coalesce: glibc's mallinfo2 walks them all at every read,
+    // and the edges come back to back, so reading it at each would cost the job most of its time.
+    let job = Job::new(
+        r#"
+import ctypes, time, tidemark
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+blocks = [libc.malloc(200) for _ in range(300_000)]
+for b in blocks[::2]:
+    libc.free(b)
+start = time.perf_counter()
+for step in range(2000):
+    tidemark.step(step)
+    with tidemark.phase("forward"):
+        pass
+print(f"{time.perf_counter() - start:.3f}")
+"#,
+    );
+    let output = job.run(&["--no-auto-phases"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let note = recording
+        .notes
+        .iter()
+        .find(|n| n.text.contains("read the C heap at"))
+        .unwrap_or_else(|| panic!("{:#?}", recording.notes));
+    assert!(note.text.contains("mallinfo2"), "{}", note.text);
+    let with_heap = recording
+        .phases
+        .iter()
+        .filter(|e| e.host_heap.is_some())
+        .count();
+    assert!(
+        with_heap >= 1 && with_heap < recording.phases.len() / 2,
+        "{with_heap}"
+    );
+    assert!(recording.phases.iter().all(|e| e.host_rss.is_some()));
+    let analysis = collector::analysis::analyze(&recording);
+    assert_eq!(
+        analysis.attribution,
+        Some(collector::analysis::Attribution::HostRssAtEdges)
+    );
+    assert!(
+        analysis
+            .attribution_note
+            .as_deref()
+            .is_some_and(|n| n.contains("mallinfo2")),
+        "{:?}",
+        analysis.attribution_note
+    );
+}
