@@ -28,6 +28,8 @@ pub struct TimelineState {
     pub shown: [bool; TraceKind::ALL.len()],
     /// Phase bands behind the curves.
     pub phase_bands: bool,
+    /// Parameters, gradients and optimizer state stacked under the curves.
+    pub categories: bool,
     /// Time or steps.
     pub x_axis: XAxis,
     /// Only this device (`None`: all).
@@ -52,6 +54,7 @@ impl Default for TimelineState {
         Self {
             shown: [true; TraceKind::ALL.len()],
             phase_bands: true,
+            categories: true,
             x_axis: XAxis::Time,
             device: None,
             origin: None,
@@ -167,6 +170,10 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
         }
         ui.separator();
         ui.checkbox(&mut state.phase_bands, "phase bands");
+        if !view.categories.is_empty() {
+            ui.checkbox(&mut state.categories, "categories")
+                .on_hover_text("parameters, gradients and optimizer state at each step's start, stacked; the rest of the memory is above them");
+        }
         ui.separator();
         ui.label("x axis:");
         ui.selectable_value(&mut state.x_axis, XAxis::Time, "time");
@@ -278,6 +285,9 @@ pub fn timeline_ui(
             phase_bands(pui, view, &map, (t0, t1), (y0, y1), width);
         }
         step_ticks(pui, view, &map, t0, t1, width);
+        if state.categories {
+            categories(pui, view, state, &map, width);
+        }
         // The peak first: where it equals allocated (no free yet), allocated stays on top.
         let order = view
             .traces
@@ -350,6 +360,84 @@ pub fn timeline_ui(
                 response.transform.dpos_dvalue_x(),
             );
         });
+    }
+}
+
+/// The categories of the selected device (else the first one with any, the host last), stacked
+/// from the bottom: parameters, + gradients, + optimizer state, each held until the next step's
+/// start; for the host also the C heap's total, whose distance to the stack is the rest.
+fn categories(
+    pui: &mut PlotUi<'_>,
+    view: &RunView,
+    state: &TimelineState,
+    map: &XMap<'_>,
+    width: usize,
+) {
+    let chosen = match state.device {
+        Some(d) => view.categories.iter().find(|c| c.device == Some(d)),
+        None => view
+            .categories
+            .iter()
+            .find(|c| c.device.is_some())
+            .or_else(|| view.categories.first()),
+    };
+    let Some(stats) = chosen else { return };
+    let points = &stats.points;
+    if points.is_empty() {
+        return;
+    }
+    // At most one step per pixel column.
+    let stride = points.len().div_ceil(width.max(1)).max(1);
+    let end = map.end_ns();
+    let stack = |level: usize, c: &collector::recording::Categories| -> f64 {
+        let mut v = c.parameters as f64;
+        if level >= 1 {
+            v += c.gradients as f64;
+        }
+        if level >= 2 {
+            v += c.optimizer_total() as f64;
+        }
+        v
+    };
+    let steps = |value: &dyn Fn(&collector::recording::Categories) -> Option<f64>| {
+        let mut out = Vec::with_capacity(2 * points.len() / stride + 2);
+        let mut i = 0;
+        while i < points.len() {
+            let next = (i + stride).min(points.len());
+            let until = points.get(next).map_or(end, |p| p.t_ns);
+            if let Some(v) = value(&points[i]) {
+                out.push(PlotPoint::new(map.x(points[i].t_ns), v));
+                out.push(PlotPoint::new(map.x(until), v));
+            }
+            i = next;
+        }
+        out
+    };
+    let names = ["parameters", "+ gradients", "+ optimizer state"];
+    for level in (0..3).rev() {
+        pui.line(
+            Line::new(
+                names[level],
+                PlotPoints::Owned(steps(&|c| Some(stack(level, c)))),
+            )
+            .color(crate::style::category_color(level, 255))
+            .fill(0.0)
+            .fill_alpha(0.35)
+            .width(1.0)
+            .allow_band(false),
+        );
+    }
+    if stats.device.is_none() {
+        pui.line(
+            Line::new(
+                "C heap in use (at step starts)",
+                PlotPoints::Owned(steps(&|c| c.total.map(|t| t as f64))),
+            )
+            .color(crate::style::category_color(3, 255))
+            .style(LineStyle::dashed_loose())
+            .width(1.0)
+            .allow_band(false),
+        );
     }
 }
 

@@ -237,6 +237,8 @@ pub struct RunView {
     pub devices: Vec<u32>,
     /// The processes drawn, when several sent allocator numbers.
     pub origins: Vec<String>,
+    /// The training process' memory by category at each step start, per device (host: `None`).
+    pub categories: Vec<collector::analysis::CategoryStats>,
 }
 
 /// The most bins of the retained-per-step chart.
@@ -320,6 +322,7 @@ impl RunView {
             duration_ns: recording.duration_ns(),
             devices,
             origins,
+            categories: analysis.categories.clone(),
             traces,
         };
         view.retained = view.retained_bins(analysis);

@@ -564,3 +564,33 @@ fn two_nodes_open_as_one_run() {
         run.recording.warnings
     );
 }
+
+#[test]
+fn categories_are_stacked_under_the_curves_and_toggle() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../collector/tests/data/golden_v1_2.msgpack"),
+    );
+    let mut harness = harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    assert_eq!(run.view.categories.len(), 2, "cuda:0 and the host");
+    // Each layer of the stack has its legend entry.
+    for name in ["parameters", "+ gradients", "+ optimizer state"] {
+        assert!(harness.query_all_by_label(name).next().is_some(), "{name}");
+    }
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, "categories")
+        .next()
+        .unwrap()
+        .click();
+    harness.run();
+    assert!(!harness.state().runs()[0].timeline.categories);
+    assert!(
+        harness
+            .query_all_by_label("+ optimizer state")
+            .next()
+            .is_none()
+    );
+}
