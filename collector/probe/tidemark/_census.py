@@ -3,9 +3,9 @@ grouped by who holds them, a few times per run.
 
 Categories (per device): parameters, gradients and each optimizer's state, each storage counted
 once, sharded tensors (DTensor) by their local size. Gradients are read at every step; the
-parameter list and the optimizer state are cached and read again every ``_REFRESH_STEPS`` steps
-or when an optimizer's state gains entries, so that a step costs about one attribute read per
-parameter.
+parameter list is cached and read again every ``_REFRESH_STEPS`` steps, the optimizer state every
+``_OPTIMIZER_REFRESH_STEPS`` or when it gains entries, so that a step costs about one attribute
+read per parameter.
 
 The census walks from where a user names things — the globals of ``__main__`` and of the job's own
 modules, the locals of every thread's frames (and of the frames an uncaught exception left), the
@@ -30,7 +30,8 @@ import types
 import weakref
 from collections import deque
 
-_REFRESH_STEPS = 64
+_REFRESH_STEPS = 64         # the parameter list is read again this often
+_OPTIMIZER_REFRESH_STEPS = 256  # … and the optimizers' state, unless it gains entries
 _HOLDERS_SENT = 48          # the largest holders go out; the rest are summed
 _VISIT_LIMIT = 2_000_000    # objects one census looks at, at most
 _GRAPH_NODE_LIMIT = 200_000
@@ -44,7 +45,9 @@ _param_bytes = {}           # device -> bytes of the parameters' storages
 _opt_bytes = []             # per optimizer (in `optimizers` order): {device: bytes}
 _opt_sizes = []             # per optimizer: len(state) when last read
 _refreshed_step = None
+_opt_refreshed_step = None
 _optimizer_ids = []
+_param_keys = set()         # the parameters' memory, so that optimizer state sharing it counts once
 
 
 _PLAIN = set()              # tensor types that are never sharded (found as they come)
@@ -81,8 +84,7 @@ def _extent(t):
 
 def _refresh(models, optimizers, step):
     """Reads the parameters and the optimizers' state again."""
-    global _params, _param_bytes, _opt_bytes, _opt_sizes, _refreshed_step, _optimizer_ids
-    global _grad_refs
+    global _params, _param_bytes, _refreshed_step, _grad_refs
     params, seen, by_device = [], set(), {}
     storages = set()
 
@@ -117,10 +119,20 @@ def _refresh(models, optimizers, step):
     for ref, device, sharded in params:
         groups.setdefault((device, sharded), []).append(ref)
     _grad_refs = list(groups.items())
+    _param_keys.clear()
+    _param_keys.update(storages)
+    _refreshed_step = step
+
+
+def _refresh_optimizers(optimizers, step):
+    """Reads the optimizers' state again (in-place updates keep its size: only new entries, new
+    optimizers or a long while make it stale)."""
+    global _opt_bytes, _opt_sizes, _optimizer_ids, _opt_refreshed_step
+    storages = set(_param_keys)
     _opt_bytes = [_optimizer_state(opt, storages) for opt in optimizers]
     _opt_sizes = [_state_size(opt) for opt in optimizers]
     _optimizer_ids = [id(opt) for opt in optimizers]
-    _refreshed_step = step
+    _opt_refreshed_step = step
 
 
 def _state_size(opt):
@@ -154,15 +166,15 @@ def _optimizer_state(opt, storages, extent=_extent):
 
 def categories(models, optimizers, step):
     """{device: (parameters, gradients, [state per optimizer])}; device -1 is the host."""
-    stale = (
-        _refreshed_step is None
-        or step - _refreshed_step >= _REFRESH_STEPS
-        or step < _refreshed_step
+    if _refreshed_step is None or not 0 <= step - _refreshed_step < _REFRESH_STEPS:
+        _refresh(models, optimizers, step)
+    if (
+        _opt_refreshed_step is None
+        or not 0 <= step - _opt_refreshed_step < _OPTIMIZER_REFRESH_STEPS
         or [id(o) for o in optimizers] != _optimizer_ids
         or any(_state_size(o) != n for o, n in zip(optimizers, _opt_sizes))
-    )
-    if stale:
-        _refresh(models, optimizers, step)
+    ):
+        _refresh_optimizers(optimizers, step)
     grads = gradients()
     devices = set(_param_bytes) | set(grads)
     for state in _opt_bytes:

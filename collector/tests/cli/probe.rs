@@ -267,10 +267,16 @@ print("flood took %.3f s" % took)
         "a stopped collector cannot take 100000 edges: {delivered} delivered"
     );
     assert!(delivered > 0);
+    // Back-to-back edges take the C heap's reading over its share of the job's time: the probe
+    // says so at exit in one more message, which a full queue may drop (and count) as well.
+    let heap_note = recording
+        .notes
+        .iter()
+        .any(|n| n.text.contains("read the C heap at"));
     assert_eq!(
         delivered + dropped,
-        100_000,
-        "every edge delivered or counted"
+        100_000 + u64::from(!heap_note),
+        "every edge (and the heap note) delivered or counted"
     );
     assert!(
         stderr(&output).contains("probe messages lost"),
