@@ -25,12 +25,27 @@ for name, series in sorted(s["series"].items()):
 done
 
 # The job that dies: a leak-driven OOM, with the allocator's history. The snapshot at the OOM
-# (oom.rank0.oom.pickle) opens with the recording; the verdict names the cause. The steps/s of
+# (oom.rank0.oom.pickle) opens with the recording; the verdict names the cause. The CATEGORIES
+# table shows cuda:0 (parameters, gradients, AdamW's state, the rest = allocated minus them), and
+# the census taken at the OOM (from the allocator's out-of-memory observer) and at exit (with the
+# frames the uncaught error left) names `__main__.kept_activations` in HOLDERS. The steps/s of
 # "none" with and without --history is the history's cost.
 echo "=== leak: oom, --history"
 ./target/release/collector --out "$out/oom.msgpack" --history -- "$python" collector/gpu-check/train.py --leak oom --steps 100000 || true
 ls -l "$out"/oom.*.pickle || echo "no snapshot was dumped"
 ./target/release/collector report "$out/oom.msgpack" || true
+"$python" - "$out/oom.msgpack" <<'PY' || true
+import sys, msgpack
+data = open(sys.argv[1], "rb").read()[8:]
+unpacker = msgpack.Unpacker(raw=False)
+unpacker.feed(data)
+for kind, body in unpacker:
+    if kind == "census":
+        top = body["holders"][0] if body["holders"] else {}
+        print(f"census {body['reason']} at step {body['step']}: {body['cost_ns'] / 1e6:.1f} ms, "
+              f"top holder {top.get('name')} {top.get('bytes', 0) >> 20} MiB on {top.get('device')}, "
+              f"unreached {body['unreached_tensors']} tensors")
+PY
 echo "=== the cost of --history (steps/s of the same job)"
 ./target/release/collector --out "$out/plain.msgpack" -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
 ./target/release/collector --out "$out/history.msgpack" --history -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
