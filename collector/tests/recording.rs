@@ -274,12 +274,16 @@ fn write_golden_files() {
     }
 }
 
-#[test]
-fn golden_v1_1_reads_back_exactly_with_host_numbers_at_the_edges() {
-    let recording = read_file(&data_path(GOLDEN_V1_1)).unwrap();
-    let (header, records) = golden_v1_1();
+/// Reads a golden file of this minor version and checks that it holds exactly `contents`.
+fn reads_back_exactly(
+    name: &str,
+    contents: fn() -> (Header, Vec<Record>),
+    minor: u32,
+) -> collector::recording::Recording {
+    let recording = read_file(&data_path(name)).unwrap();
+    let (header, records) = contents();
     assert_eq!(recording.header, header);
-    assert_eq!(recording.header.format_minor, 1);
+    assert_eq!(recording.header.format_minor, minor);
     assert!(recording.warnings.is_empty(), "{:?}", recording.warnings);
     let mut expected = collector::recording::Recording::new(header);
     for record in records {
@@ -287,6 +291,12 @@ fn golden_v1_1_reads_back_exactly_with_host_numbers_at_the_edges() {
     }
     expected.end = recording.end.clone();
     assert_eq!(recording, expected);
+    recording
+}
+
+#[test]
+fn golden_v1_1_reads_back_exactly_with_host_numbers_at_the_edges() {
+    let recording = reads_back_exactly(GOLDEN_V1_1, golden_v1_1, 1);
     // By hand: the second edge is at 30 ms.
     assert_eq!(recording.phases[1].t_ns, 30_000_000);
     assert_eq!(recording.phases[1].host_heap, Some(300 * MIB + 30_000));
@@ -299,17 +309,7 @@ fn golden_v1_1_reads_back_exactly_with_host_numbers_at_the_edges() {
 
 #[test]
 fn golden_v1_2_reads_back_exactly_with_categories_and_censuses() {
-    let recording = read_file(&data_path(GOLDEN_V1_2)).unwrap();
-    let (header, records) = golden_v1_2();
-    assert_eq!(recording.header, header);
-    assert_eq!(recording.header.format_minor, 2);
-    assert!(recording.warnings.is_empty(), "{:?}", recording.warnings);
-    let mut expected = collector::recording::Recording::new(header);
-    for record in records {
-        expected.push(record);
-    }
-    expected.end = recording.end.clone();
-    assert_eq!(recording, expected);
+    let recording = reads_back_exactly(GOLDEN_V1_2, golden_v1_2, 2);
     // By hand.
     assert_eq!(recording.categories.len(), 4);
     assert_eq!(
