@@ -166,14 +166,16 @@ def _optimizer_state(opt, storages, extent=_extent):
 
 def categories(models, optimizers, step):
     """{device: (parameters, gradients, [state per optimizer])}; device -1 is the host."""
-    if _refreshed_step is None or not 0 <= step - _refreshed_step < _REFRESH_STEPS:
-        _refresh(models, optimizers, step)
-    if (
+    optimizers_stale = (
         _opt_refreshed_step is None
         or not 0 <= step - _opt_refreshed_step < _OPTIMIZER_REFRESH_STEPS
         or [id(o) for o in optimizers] != _optimizer_ids
         or any(_state_size(o) != n for o, n in zip(optimizers, _opt_sizes))
-    ):
+    )
+    # New optimizer state usually means new parameters: read both again then.
+    if optimizers_stale or _refreshed_step is None or not 0 <= step - _refreshed_step < _REFRESH_STEPS:
+        _refresh(models, optimizers, step)
+    if optimizers_stale:
         _refresh_optimizers(optimizers, step)
     grads = gradients()
     devices = set(_param_bytes) | set(grads)

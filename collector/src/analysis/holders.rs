@@ -301,10 +301,34 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
         .iter_mut()
         .find(|f| f.kind == FindingKind::Leak)
     {
+        let mut in_state = None;
         if let Some(stats) = &basis_stats {
             leak.evidence.push(category_evidence(stats));
+            let state: f64 = [&stats.parameters, &stats.gradients, &stats.optimizer_state]
+                .iter()
+                .filter(|t| t.grows)
+                .map(|t| t.per_step_bytes)
+                .sum();
+            let rest = stats
+                .rest
+                .as_ref()
+                .filter(|r| r.grows)
+                .map_or(0.0, |r| r.per_step_bytes.max(0.0));
+            // Compared by category (all from the same total), not with the leak's own basis:
+            // resident memory may grow faster than what is allocated.
+            if state > 0.0 && state >= NAMED_SHARE * (state + rest) {
+                in_state = Some((state, state + rest));
+            }
         }
-        name_holder(leak, basis, &holders, censuses);
+        if let Some((state, all)) = in_state {
+            leak.evidence.push(format!(
+                "the model's parameters, gradients and the optimizers' state account for {}/step of the {}/step the categories grow (the census leaves them out)",
+                format_bytes(state),
+                format_bytes(all)
+            ));
+        } else {
+            name_holder(leak, basis, &holders, censuses);
+        }
     }
     analysis.findings.extend(findings);
 }

@@ -232,3 +232,39 @@ fn censuses_at_steps_16_and_64_and_at_the_end() {
     // A normal exit: the tensors no name reaches are not counted (that looks at every object).
     assert_eq!(recording.censuses[2].unreached_tensors, 0);
 }
+
+#[test]
+fn growing_optimizer_state_is_a_finding_of_its_own() {
+    let (_, analysis) = run("growing_state", &[]);
+    let growth = analysis
+        .finding(FindingKind::StateGrowth)
+        .unwrap_or_else(|| panic!("{:#?}", analysis.findings));
+    assert!(
+        growth.title.starts_with("Optimizer state grows on host"),
+        "{}",
+        growth.title
+    );
+    // A 1024 × 1024 layer (4 MiB) every other step, and Adam's two moments for it (8 MiB).
+    let per_step = growth.growth_per_step_bytes.unwrap() / (1 << 20) as f64;
+    assert!((3.8..4.2).contains(&per_step), "{per_step} MiB/step");
+    let host = analysis
+        .categories
+        .iter()
+        .find(|c| c.device.is_none())
+        .unwrap();
+    assert!(
+        host.parameters.grows && host.optimizer_state.grows,
+        "{host:#?}"
+    );
+    assert!(!host.rest.as_ref().unwrap().grows, "{host:#?}");
+    // The memory grows, and the leak finding says where: not in what the job keeps.
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert!(
+        leak.evidence
+            .iter()
+            .any(|e| e.contains("optimizers' state account for")),
+        "{:#?}",
+        leak.evidence
+    );
+    assert!(!leak.title.contains("held by"), "{}", leak.title);
+}

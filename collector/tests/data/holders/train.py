@@ -3,7 +3,7 @@
 No tidemark calls: phases come from the probe's automatic hooks. Each leaking case keeps
 2 MiB a step (a 512 × 1024 float32 tensor) in one place; the others keep nothing.
 
-    python train.py losses|hook|detach|eval_logits|attention|buffer|zero_grad_keep|healthy|hostile
+    python train.py losses|hook|detach|eval_logits|attention|buffer|zero_grad_keep|healthy|hostile|growing_state
 
 (hostile: the detach leak, with objects that error when looked at and threads that mutate a
 list and a dict while the census walks them)
@@ -26,6 +26,7 @@ class Net(nn.Module):
         self.head = nn.Linear(1024, 256)
         self.feature_cache = []
         self.register_buffer("running", torch.zeros(1024))
+        self.extra = nn.ModuleList()  # growing_state: a layer added every other step
 
     def forward(self, x):
         h = torch.relu(self.body(x))
@@ -35,6 +36,8 @@ class Net(nn.Module):
             self.attn_weights = torch.softmax(h, dim=1)  # overwritten every step: no leak
         if CASE == "buffer":
             self.running = h.mean(0).detach()  # a buffer reassigned every step: no leak
+        for layer in self.extra:
+            h = h + layer(h[:1])
         return self.head(h)
 
 
@@ -66,6 +69,13 @@ def main():
         loss = loss_fn(out, target)
         loss.backward()
         optimizer.step()
+        if CASE == "growing_state" and step % 2 == 1:
+            # A layer added to the model and to the optimizer every other step (4 MiB of
+            # parameters, 8 MiB of Adam state once it steps): state that grows, kept by design.
+            layer = nn.Linear(1024, 1024)
+            nn.init.zeros_(layer.weight)
+            model.extra.append(layer)
+            optimizer.add_param_group({"params": layer.parameters()})
         train_losses.append(loss.item())
         if CASE == "losses":
             # A validation loss without torch.no_grad(), kept in a list: every one keeps its
