@@ -404,7 +404,7 @@ fn name_holder(
             if let Some(h) = best {
                 line.push_str(&format!("; the most: {}", h.describe()));
             }
-            if to.unreached_tensors > 0 {
+            if to.unreached_counted && to.unreached_tensors > 0 {
                 line.push_str(&format!(
                     "; {} tensors ({}) were alive that no name reaches (held from C++ or by a library's internals)",
                     to.unreached_tensors,

@@ -406,6 +406,7 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 bytes: body.bytes,
                 unreached_tensors: body.unreached_tensors,
                 unreached_bytes: body.unreached_bytes,
+                unreached_counted: body.unreached_counted,
                 objects: body.objects,
                 skipped: body.skipped,
                 truncated: body.truncated,
@@ -487,6 +488,8 @@ struct CensusBody {
     unreached_tensors: u64,
     #[serde(default)]
     unreached_bytes: u64,
+    #[serde(default)]
+    unreached_counted: bool,
     #[serde(default)]
     objects: u64,
     #[serde(default)]

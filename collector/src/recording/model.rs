@@ -426,6 +426,10 @@ pub struct Census {
     /// Their bytes not counted elsewhere.
     #[serde(default)]
     pub unreached_bytes: u64,
+    /// Whether the unreached tensors were looked for (only when the job dies: it looks at every
+    /// object); `false`: the two numbers above are 0 because nobody counted.
+    #[serde(default)]
+    pub unreached_counted: bool,
     /// Python objects looked at.
     #[serde(default)]
     pub objects: u64,

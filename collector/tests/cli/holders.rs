@@ -268,3 +268,51 @@ fn growing_optimizer_state_is_a_finding_of_its_own() {
     );
     assert!(!leak.title.contains("held by"), "{}", leak.title);
 }
+
+#[test]
+fn a_job_that_dies_gets_a_census_of_the_frames_it_died_in() {
+    let job = Job::new(
+        r#"
+import torch
+from torch import nn
+
+def train():
+    model = nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = []
+    for step in range(30):
+        opt.zero_grad()
+        out = model(torch.randn(256, 64))
+        out.sum().backward()
+        opt.step()
+        kept.append(torch.zeros(1 << 18))  # 1 MiB a step
+    raise RuntimeError("CUDA out of memory (a stand-in: the job dies here)")
+
+train()
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(!output.status.success());
+    let recording = job.recording();
+    let end = recording
+        .censuses
+        .iter()
+        .find(|c| c.reason == "end")
+        .unwrap_or_else(|| panic!("{:#?}", recording.censuses));
+    // The uncaught error's frames still hold train()'s locals.
+    let kept = end
+        .holders
+        .iter()
+        .find(|h| h.name == "kept")
+        .unwrap_or_else(|| panic!("{:#?}", end.holders));
+    assert_eq!((kept.tensors, kept.bytes), (30, 30 << 20));
+    assert!(kept.what.contains("a local of train()"), "{}", kept.what);
+    // Dying, the census also looks for the tensors no name reaches; a step's census does not.
+    assert!(end.unreached_counted);
+    let step_census = recording
+        .censuses
+        .iter()
+        .find(|c| c.reason == "step")
+        .unwrap();
+    assert!(!step_census.unreached_counted);
+}
