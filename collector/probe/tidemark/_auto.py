@@ -183,7 +183,12 @@ def _stop_discovering():
         handle.remove()
     _global_handles.clear()
     for module in list(_roots.values()):
-        module.register_forward_pre_hook(_root_pre)
+        # First among the module's hooks: FSDP's own pre-hook gathers the full parameters, and
+        # the categories are taken before it (sharded parameters by their local size).
+        try:
+            module.register_forward_pre_hook(_root_pre, prepend=True)
+        except TypeError:  # torch < 2.0
+            module.register_forward_pre_hook(_root_pre)
         try:
             module.register_forward_hook(_root_post, always_call=True)
         except TypeError:  # torch < 2.1

@@ -316,3 +316,58 @@ train()
         .unwrap();
     assert!(!step_census.unreached_counted);
 }
+
+#[test]
+fn fsdp2_sharded_parameters_count_by_their_local_size() {
+    // FSDP2 (`fully_shard`) on two CPU ranks with gloo: each rank holds half of every parameter.
+    let job = Job::new(
+        r#"
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512))
+fully_shard(model)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.randn(64, 512)
+for step in range(20):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+dist.destroy_process_group()
+"#,
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("--out")
+        .arg(job.out())
+        .arg("--")
+        .arg(crate::python())
+        .args([
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+        ])
+        .arg(job.path("job.py"))
+        .current_dir(job.dir.path())
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let full = (512 * 1024 + 1024 + 1024 * 512 + 512) * 4;
+    for rank in [0, 1] {
+        let mine: Vec<_> = recording
+            .categories
+            .iter()
+            .filter(|c| c.origin.rank == Some(rank) && c.step >= Some(2))
+            .collect();
+        assert!(mine.len() >= 15, "rank {rank}: {}", mine.len());
+        for c in mine {
+            assert_eq!(c.parameters, full / 2, "rank {rank} at step {:?}", c.step);
+            // Adam's two moments of the local shard, and its step counters (4 bytes each).
+            assert_eq!(c.optimizer_total(), full + 4 * 4, "rank {rank}");
+        }
+    }
+}
