@@ -8,5 +8,6 @@ pub mod analysis;
 pub mod format;
 pub mod oom;
 pub mod open;
+pub mod palette;
 pub mod recording;
 pub mod snapshot;

@@ -3,7 +3,8 @@
 //! every edge. (The cross-crate end-to-end tests live in `tests/tests/`.)
 
 use collector::recording::{
-    AllocatorSample, Device, Edge, Header, Origin, Phase, PhaseEdge, Record,
+    AllocatorSample, Chunk, Column, Device, Edge, Header, Origin, Phase, PhaseEdge, Record,
+    Recording, SeriesKey, SeriesKind,
 };
 
 /// 1 MiB.
@@ -88,4 +89,42 @@ pub fn sawtooth_step(step: u64, step_ns: u64, origin: Origin) -> Vec<Record> {
         }
     }
     records
+}
+
+/// The long-run benchmark recording: 10 million device samples (a sawtooth with a slow leak) and
+/// 100,000 steps of phases with allocator numbers, shared by the analysis and report benches.
+pub fn long_run() -> Recording {
+    let steps = 100_000u64;
+    let samples = 10_000_000u64;
+    let step_ns = 100_000_000u64;
+    let mut recording = Recording::new(header(&["python"]));
+    // Device memory at 10 samples per step, in chunks of 20: a sawtooth with a slow leak.
+    let per_step = samples / steps;
+    let chunk = 20u64;
+    for start in (0..samples).step_by(chunk as usize) {
+        let times: Vec<u64> = (start..start + chunk)
+            .map(|i| i * step_ns / per_step)
+            .collect();
+        let values: Vec<u64> = (start..start + chunk)
+            .map(|i| 8 << 30 | ((i % per_step) * 64 * MIB + i / per_step * 4096))
+            .collect();
+        recording.push(Record::Chunk(Chunk {
+            times_ns: times,
+            columns: vec![Column {
+                series: SeriesKey::device(SeriesKind::DeviceUsed, 0),
+                values,
+                valid: None,
+            }],
+        }));
+    }
+    let origin = Origin {
+        pid: 7,
+        rank: Some(0),
+    };
+    for step in 0..steps {
+        for record in sawtooth_step(step, step_ns, origin) {
+            recording.push(record);
+        }
+    }
+    recording
 }

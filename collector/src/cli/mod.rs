@@ -3,6 +3,7 @@
 
 mod check;
 mod import;
+mod picture;
 mod ranks;
 mod report;
 

@@ -27,6 +27,88 @@ pub struct ReportArgs {
     /// Print the analysis as JSON (schema in the README) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also write the timeline with the verdict drawn (the step baseline, its trend, the
+    /// leaking phase, OOMs) as an SVG picture.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Also write one self-contained HTML report (the picture inline, the findings, the phase
+    /// table, the whole text report; no script, font or request) to attach to CI runs and issues.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Also write a Markdown summary for CI pages (e.g. `$GITHUB_STEP_SUMMARY`), with the
+    /// picture as an SVG file beside it (the same name ending in `.svg`, or `--svg`'s file).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// The files `--svg`, `--html` and `--markdown` write, opened before any work so that an
+/// unwritable path is an error at once.
+struct Outputs {
+    svg: Option<(PathBuf, std::fs::File)>,
+    html: Option<(PathBuf, std::fs::File)>,
+    markdown: Option<(PathBuf, std::fs::File)>,
+}
+
+impl Outputs {
+    fn open(args: &ReportArgs) -> Result<Self, String> {
+        let create = |path: &Path| {
+            std::fs::File::create(path)
+                .map(|f| (path.to_path_buf(), f))
+                .map_err(|err| format!("cannot write {}: {err}", path.display()))
+        };
+        let mut svg = args.svg.as_deref().map(create).transpose()?;
+        let markdown = args.markdown.as_deref().map(create).transpose()?;
+        if svg.is_none()
+            && let Some((path, _)) = &markdown
+        {
+            svg = Some(create(&path.with_extension("svg"))?);
+        }
+        Ok(Self {
+            svg,
+            html: args.html.as_deref().map(create).transpose()?,
+            markdown,
+        })
+    }
+
+    fn any(&self) -> bool {
+        self.svg.is_some() || self.html.is_some() || self.markdown.is_some()
+    }
+
+    /// Draws and writes what was asked for.
+    fn write(
+        self,
+        file: &Path,
+        recording: &Recording,
+        analysis: &Analysis,
+        text: &str,
+    ) -> Result<(), String> {
+        use std::io::Write as _;
+        let svg = super::picture::timeline_svg(recording, analysis)?;
+        let put = |(path, mut f): (PathBuf, std::fs::File), body: &str| {
+            f.write_all(body.as_bytes())
+                .map_err(|err| format!("cannot write {}: {err}", path.display()))
+        };
+        let picture = self.svg.as_ref().map(|(p, _)| p.clone());
+        if let Some(out) = self.svg {
+            put(out, &svg)?;
+        }
+        if let Some(out) = self.html {
+            put(out, &super::picture::html(file, analysis, &svg, text))?;
+        }
+        if let Some(out) = self.markdown {
+            // The picture by a path relative to the summary when it is beside it.
+            let name = picture.as_deref().map_or_else(String::new, |p| {
+                match (p.parent(), out.0.parent()) {
+                    (a, b) if a == b => p
+                        .file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                    _ => p.display().to_string(),
+                }
+            });
+            put(out, &super::picture::markdown(file, analysis, &name))?;
+        }
+        Ok(())
+    }
 }
 
 /// The JSON report.
@@ -147,8 +229,22 @@ impl SnapshotJson {
 /// `collector report FILE [MORE…] [--json]`.
 pub fn report(args: &ReportArgs) -> ExitCode {
     if args.more.is_empty() && args.file.is_dir() {
+        if args.svg.is_some() || args.html.is_some() || args.markdown.is_some() {
+            eprintln!(
+                "collector: {}: pictures are drawn for recordings; report a folder of snapshots as text or --json",
+                args.file.display()
+            );
+            return ExitCode::from(2);
+        }
         return super::ranks::report_folder(&args.file, args.json);
     }
+    let outputs = match Outputs::open(args) {
+        Ok(outputs) => outputs,
+        Err(err) => {
+            eprintln!("collector: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let loaded = if args.more.is_empty() {
         load(&args.file)
     } else {
@@ -175,6 +271,13 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             });
             (paired, verdict)
         });
+    let report = text(&args.file, &recording, &analysis, verdict.as_ref());
+    if outputs.any()
+        && let Err(err) = outputs.write(&args.file, &recording, &analysis, &report)
+    {
+        eprintln!("collector: {err}");
+        return ExitCode::from(2);
+    }
     if args.json {
         let report = JsonReport {
             schema: REPORT_SCHEMA,
@@ -211,10 +314,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             }
         }
     } else {
-        print!(
-            "{}",
-            text(&args.file, &recording, &analysis, verdict.as_ref())
-        );
+        print!("{report}");
         if let (Some(snapshot), Some(verdict)) = (&snapshot, &verdict) {
             print!("\n{}", snapshot_text(snapshot, verdict, 10));
         }

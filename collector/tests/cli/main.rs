@@ -8,6 +8,7 @@ mod holders;
 mod jobs;
 mod lifecycle;
 mod oom;
+mod pictures;
 mod probe;
 mod ranks;
 mod report;

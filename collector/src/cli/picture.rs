@@ -1,0 +1,539 @@
+//! Pictures for CI and bug reports: the timeline with the verdict drawn (SVG, with plotters),
+//! a self-contained HTML report around it, and a Markdown summary.
+//!
+//! The picture shows why the verdict is what it is: the curves (decimated to one minimum and one
+//! maximum per pixel column, never more points than pixels), the phases as bands with the leaking
+//! phase emphasised, the step baseline the analysis judged and its trend after warm-up, the
+//! device's capacity when the trend heads for it, and out-of-memory errors; a caption says what
+//! it shows. A recording with nothing to draw gets a picture that says what is missing.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use collector::analysis::{Analysis, Basis, headline};
+use collector::format::{format_bytes, format_duration};
+use collector::palette::{self, Rgb};
+use collector::recording::{Recording, SeriesKind};
+use plotters::prelude::*;
+
+/// The picture's size, pixels.
+pub const WIDTH: u32 = 1000;
+/// The picture's height, pixels.
+pub const HEIGHT: u32 = 440;
+/// Pixel columns of the plotting area (the width less the axis labels and margins).
+const COLUMNS: usize = 880;
+
+fn color(rgb: Rgb) -> RGBColor {
+    RGBColor(rgb.0, rgb.1, rgb.2)
+}
+
+/// One curve, decimated.
+struct Curve {
+    label: &'static str,
+    rgb: Rgb,
+    points: Vec<(f64, f64)>,
+}
+
+/// One minimum and one maximum per column, in time order: never more points than pixels, and
+/// every spike kept.
+fn decimate(times_ns: &[u64], values: &[u64], t_end_ns: u64) -> Vec<(f64, f64)> {
+    let span = t_end_ns.max(1) as f64;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < times_ns.len() {
+        let column = ((times_ns[i] as f64 / span) * COLUMNS as f64) as usize;
+        let mut j = i;
+        let (mut lo, mut hi) = (i, i);
+        while j < times_ns.len()
+            && ((times_ns[j] as f64 / span) * COLUMNS as f64) as usize == column
+        {
+            if values[j] < values[lo] {
+                lo = j;
+            }
+            if values[j] > values[hi] {
+                hi = j;
+            }
+            j += 1;
+        }
+        for k in if lo <= hi { [lo, hi] } else { [hi, lo] } {
+            out.push((times_ns[k] as f64 / 1e9, values[k] as f64));
+            if lo == hi {
+                break;
+            }
+        }
+        i = j;
+    }
+    out
+}
+
+fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve> {
+    let mut out = Vec::new();
+    let pid = analysis.occurrences.first().map(|o| o.pid);
+    let device = recording.allocator.iter().map(|a| a.device).min();
+    if let Some(device) = device {
+        let mut readings: Vec<_> = recording
+            .allocator
+            .iter()
+            .filter(|a| a.device == device)
+            .filter(|a| pid.is_none_or(|p| a.origin.pid == p))
+            .collect();
+        if readings.is_empty() {
+            readings = recording
+                .allocator
+                .iter()
+                .filter(|a| a.device == device)
+                .collect();
+        }
+        readings.sort_by_key(|a| a.t_ns);
+        let times: Vec<u64> = readings.iter().map(|a| a.t_ns).collect();
+        let allocated: Vec<u64> = readings.iter().map(|a| a.allocated).collect();
+        let reserved: Vec<u64> = readings.iter().map(|a| a.reserved).collect();
+        out.push(Curve {
+            label: "reserved",
+            rgb: palette::RESERVED,
+            points: decimate(&times, &reserved, end_ns),
+        });
+        out.push(Curve {
+            label: "allocated",
+            rgb: palette::ALLOCATED,
+            points: decimate(&times, &allocated, end_ns),
+        });
+    }
+    let first_used = recording
+        .series
+        .iter()
+        .filter(|s| s.key.kind == SeriesKind::DeviceUsed && !s.values.is_empty())
+        .min_by_key(|s| s.key.device);
+    if let Some(series) = first_used {
+        let sorted = series.sorted();
+        out.push(Curve {
+            label: "device used",
+            rgb: palette::DEVICE_USED,
+            points: decimate(&sorted.times_ns, &sorted.values, end_ns),
+        });
+    }
+    if let Some(series) = recording
+        .series
+        .iter()
+        .find(|s| s.key.kind == SeriesKind::HostRss && s.key.pid.is_none() && !s.values.is_empty())
+    {
+        let sorted = series.sorted();
+        out.push(Curve {
+            label: "host memory",
+            rgb: palette::HOST,
+            points: decimate(&sorted.times_ns, &sorted.values, end_ns),
+        });
+    }
+    out
+}
+
+/// Why there is nothing to draw, when that is so.
+fn missing(recording: &Recording, curves: &[Curve]) -> Option<String> {
+    let points: usize = curves.iter().map(|c| c.points.len()).max().unwrap_or(0);
+    match points {
+        0 if recording.series.is_empty() && recording.allocator.is_empty() => Some(
+            "Nothing to draw: the recording has no samples and no allocator numbers (the job ended at once, or the collector could not sample it)".to_owned(),
+        ),
+        0 => Some("Nothing to draw: every series of the recording is empty".to_owned()),
+        1 => Some("Nothing to draw: the recording holds one sample, and a curve needs two".to_owned()),
+        _ => None,
+    }
+}
+
+/// The phase bands: per pixel column, which phases ran there, drawn as runs of columns.
+fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
+    let span = end_ns.max(1) as f64;
+    let mut phases: Vec<String> = Vec::new();
+    let mut covered: Vec<Vec<bool>> = Vec::new();
+    for o in &analysis.occurrences {
+        let name = o.phase.as_str();
+        let i = match phases.iter().position(|p| p == name) {
+            Some(i) => i,
+            None => {
+                phases.push(name.to_owned());
+                covered.push(vec![false; COLUMNS + 1]);
+                phases.len() - 1
+            }
+        };
+        let a = ((o.begin_ns as f64 / span) * COLUMNS as f64) as usize;
+        let b = ((o.end_ns as f64 / span) * COLUMNS as f64) as usize;
+        covered[i][a.min(COLUMNS)..=b.min(COLUMNS)].fill(true);
+    }
+    let mut out = Vec::new();
+    let to_s = |c: usize| c as f64 / COLUMNS as f64 * span / 1e9;
+    for (phase, columns) in phases.iter().zip(&covered) {
+        let mut c = 0;
+        while c <= COLUMNS {
+            if columns[c] {
+                let start = c;
+                while c <= COLUMNS && columns[c] {
+                    c += 1;
+                }
+                out.push((phase.clone(), to_s(start), to_s(c)));
+            } else {
+                c += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The trend line after warm-up, as two points (time s, bytes): Theil–Sen's slope through the
+/// median intercept of the points it was computed on.
+fn trend_line(analysis: &Analysis) -> Option<[(f64, f64); 2]> {
+    let t = analysis.trend.as_ref()?;
+    let s = &analysis.step_series;
+    let n = s.values.len();
+    let warmup = (n / 10).max(1);
+    if n <= warmup + 1 {
+        return None;
+    }
+    let mut intercepts: Vec<f64> = (warmup..n)
+        .map(|i| s.values[i] as f64 - t.slope_per_step * s.steps[i] as f64)
+        .collect();
+    intercepts.sort_by(f64::total_cmp);
+    let b = intercepts[intercepts.len() / 2];
+    let at = |i: usize| {
+        (
+            s.times_ns[i] as f64 / 1e9,
+            b + t.slope_per_step * s.steps[i] as f64,
+        )
+    };
+    Some([at(warmup), at(n - 1)])
+}
+
+/// The one-line caption: what the picture shows.
+pub fn caption(recording: &Recording, analysis: &Analysis) -> String {
+    let (line, _) = headline(analysis);
+    let mut caption = line;
+    if !analysis.step_series.values.is_empty() {
+        let _ = write!(
+            caption,
+            " — dots: {} at the start of each {}{}",
+            analysis.basis.name(),
+            if analysis.by_step {
+                "step"
+            } else {
+                "time window"
+            },
+            if analysis.trend.is_some() {
+                ", line: its trend after warm-up"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(p) = &analysis.projection {
+        let _ = write!(
+            caption,
+            "; the trend reaches the capacity ({}) at step {}",
+            format_bytes(p.capacity_bytes as f64),
+            p.oom_step
+        );
+    }
+    if !recording.ooms.is_empty() {
+        let _ = write!(
+            caption,
+            "; {} out-of-memory error(s) marked",
+            recording.ooms.len()
+        );
+    }
+    caption
+}
+
+/// The timeline with the verdict drawn, as an SVG document.
+pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String, String> {
+    let end_ns = recording.duration_ns().max(1);
+    let curves = curves(recording, analysis, end_ns);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        let err = |e: DrawingAreaErrorKind<_>| format!("cannot draw the picture: {e}");
+        root.fill(&WHITE).map_err(err)?;
+        if let Some(why) = missing(recording, &curves) {
+            root.draw_text(
+                &why,
+                &TextStyle::from(("sans-serif", 18).into_font()).color(&BLACK),
+                (30, (HEIGHT / 2) as i32),
+            )
+            .map_err(err)?;
+            root.present().map_err(err)?;
+            drop(root);
+            return Ok(svg);
+        }
+        let (plot_area, caption_area) = root.split_vertically(HEIGHT - 34);
+        let x_max = end_ns as f64 / 1e9;
+        let capacity = recording
+            .header
+            .devices
+            .iter()
+            .map(|d| d.total_bytes)
+            .find(|&b| b > 0)
+            .filter(|_| analysis.basis != Basis::HostRss);
+        let mut y_max = curves
+            .iter()
+            .flat_map(|c| c.points.iter().map(|p| p.1))
+            .chain(analysis.step_series.values.iter().map(|&v| v as f64))
+            .fold(0.0, f64::max);
+        let show_capacity =
+            capacity.filter(|&c| analysis.projection.is_some() || y_max >= 0.5 * c as f64);
+        if let Some(c) = show_capacity {
+            y_max = y_max.max(c as f64);
+        }
+        let y_max = (y_max * 1.08).max(1.0);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .margin(12)
+            .x_label_area_size(34)
+            .y_label_area_size(76)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("time since start")
+            .x_label_formatter(&|v| format_seconds(*v))
+            .y_label_formatter(&|v| format_bytes(*v))
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .draw()
+            .map_err(err)?;
+
+        // The phases, the leaking one emphasised.
+        let leak_phase = analysis
+            .findings
+            .iter()
+            .find(|f| f.kind.is_problem())
+            .and_then(|f| f.phase.as_ref())
+            .map(|p| p.as_str().to_owned());
+        for (phase, a, b) in bands(analysis, end_ns) {
+            let alpha = match &leak_phase {
+                Some(l) if *l == phase => 0.45,
+                Some(_) => 0.10,
+                None => 0.22,
+            };
+            let style = color(palette::phase(&phase)).mix(alpha).filled();
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(a, 0.0), (b, y_max)],
+                    style,
+                )))
+                .map_err(err)?;
+        }
+        for curve in &curves {
+            let c = color(curve.rgb);
+            chart
+                .draw_series(LineSeries::new(
+                    curve.points.iter().copied(),
+                    c.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(curve.label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+        }
+        if let Some(c) = show_capacity {
+            let style = color(palette::EVENT).stroke_width(1);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, c as f64), (x_max, c as f64)],
+                    6,
+                    4,
+                    style,
+                ))
+                .map_err(err)?
+                .label(format!("capacity {}", format_bytes(c as f64)))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+        }
+        // The step baseline the verdict judged, and its trend.
+        let s = &analysis.step_series;
+        if !s.values.is_empty() {
+            let stride = s.values.len().div_ceil(300).max(1);
+            let base = color(palette::BASELINE);
+            chart
+                .draw_series((0..s.values.len()).step_by(stride).map(|i| {
+                    Circle::new(
+                        (s.times_ns[i] as f64 / 1e9, s.values[i] as f64),
+                        2,
+                        base.filled(),
+                    )
+                }))
+                .map_err(err)?
+                .label("step baseline")
+                .legend(move |(x, y)| Circle::new((x + 9, y), 3, base.filled()));
+        }
+        if let Some(line) = trend_line(analysis) {
+            let style = color(palette::BASELINE).stroke_width(2);
+            let slope = analysis.trend.as_ref().map_or(0.0, |t| t.slope_per_step);
+            chart
+                .draw_series(LineSeries::new(line, style))
+                .map_err(err)?
+                .label(format!("trend {}/step", format_bytes(slope)))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+        }
+        for oom in &recording.ooms {
+            let x = oom.t_ns as f64 / 1e9;
+            let style = color(palette::EVENT).stroke_width(2);
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x, 0.0), (x, y_max)],
+                    style,
+                )))
+                .map_err(err)?;
+            let label = match oom.tried_bytes {
+                Some(b) => format!("OOM: tried {}", format_bytes(b as f64)),
+                None => "OOM".to_owned(),
+            };
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label,
+                    (x, y_max * 0.97),
+                    ("sans-serif", 13).into_font().color(&color(palette::EVENT)),
+                )))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(err)?;
+        caption_area
+            .draw_text(
+                &caption(recording, analysis),
+                &TextStyle::from(("sans-serif", 14).into_font()).color(&BLACK),
+                (14, 8),
+            )
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+fn format_seconds(s: f64) -> String {
+    if s >= 120.0 {
+        format_duration(s)
+    } else if s >= 10.0 || s == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// One self-contained HTML file: the verdict, the picture (inline SVG), the findings with their
+/// evidence, the phase table and the whole text report. No script, font or request.
+pub fn html(file: &Path, analysis: &Analysis, svg: &str, text_report: &str) -> String {
+    let (line, problem) = headline(analysis);
+    let mark = match problem {
+        Some(true) => "problem",
+        Some(false) => "ok",
+        None => "unknown",
+    };
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
+<title>tidemark: {title}</title><style>\
+body{{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;max-width:1060px;color:#222;background:#fff}}\
+h1{{font-size:20px;margin:0 0 4px}} .file{{color:#666;font-size:13px;margin-bottom:12px}}\
+.verdict{{font-size:17px;font-weight:600;padding:8px 12px;border-radius:6px;margin:8px 0}}\
+.problem{{background:#fde8dc;color:#8a2c00}} .ok{{background:#dcf3ea;color:#00583f}} .unknown{{background:#eee}}\
+table{{border-collapse:collapse;font-size:13px;margin:8px 0}} td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}\
+td:first-child,th:first-child{{text-align:left}} ul{{font-size:14px}} li{{margin:2px 0}}\
+pre{{font-size:12px;background:#f6f6f6;padding:10px;overflow-x:auto}} svg{{max-width:100%;height:auto}}\
+</style></head><body>\n<h1>tidemark report</h1><div class=\"file\">{file}</div>\n<div class=\"verdict {mark}\">{title}</div>\n",
+        title = escape(&line),
+        file = escape(&file.display().to_string()),
+    );
+    // The SVG as plotters wrote it, without the XML prolog if any.
+    let body = svg.trim_start_matches(|c| c != '<');
+    out.push_str(
+        body.strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")
+            .unwrap_or(body),
+    );
+    out.push_str("\n<h2>Findings</h2>\n");
+    for f in &analysis.findings {
+        let _ = write!(out, "<h3>{}</h3><ul>", escape(&f.title));
+        for e in &f.evidence {
+            let _ = write!(out, "<li>{}</li>", escape(e));
+        }
+        out.push_str("</ul>");
+        if !f.hints.is_empty() {
+            out.push_str("<p>Usual causes:</p><ul>");
+            for h in &f.hints {
+                let _ = write!(out, "<li>{}</li>", escape(h));
+            }
+            out.push_str("</ul>");
+        }
+    }
+    if !analysis.phases.is_empty() {
+        out.push_str("<h2>Phases</h2><table><tr><th>phase</th><th>count</th><th>net Δ (mean)</th><th>watermark Δ (mean)</th><th>retained/occ</th><th>share of growth</th></tr>");
+        for p in &analysis.phases {
+            let share = p
+                .share_of_growth
+                .map_or("—".to_owned(), |s| format!("{:.0}%", 100.0 * s));
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{share}</td></tr>",
+                escape(p.phase.as_str()),
+                p.occurrences,
+                format_bytes(p.net_mean_bytes),
+                format_bytes(p.watermark_mean_bytes),
+                format_bytes(p.retained_mean_bytes)
+            );
+        }
+        out.push_str("</table>");
+    }
+    let _ = write!(
+        out,
+        "<h2>The whole report</h2><pre>{}</pre>\n</body></html>\n",
+        escape(text_report)
+    );
+    out
+}
+
+/// A Markdown summary for CI pages (`$GITHUB_STEP_SUMMARY`): the verdict, the picture (a
+/// separate SVG file, referenced by `picture`), the problems and the phase table.
+pub fn markdown(file: &Path, analysis: &Analysis, picture: &str) -> String {
+    let (line, problem) = headline(analysis);
+    let mark = match problem {
+        Some(true) => "✗",
+        Some(false) => "✓",
+        None => "?",
+    };
+    let mut out = format!(
+        "### tidemark: {mark} {line}\n\n`{}`\n\n![memory timeline with the verdict]({picture})\n\n",
+        file.display()
+    );
+    for f in analysis.findings.iter().filter(|f| f.kind.is_problem()) {
+        let _ = writeln!(out, "- **{}**", f.title);
+        for e in &f.evidence {
+            let _ = writeln!(out, "  - {e}");
+        }
+    }
+    if !analysis.phases.is_empty() {
+        out.push_str("\n| phase | count | net Δ (mean) | retained/occ | share of growth |\n|---|---:|---:|---:|---:|\n");
+        for p in &analysis.phases {
+            let share = p
+                .share_of_growth
+                .map_or("—".to_owned(), |s| format!("{:.0}%", 100.0 * s));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {share} |",
+                p.phase.as_str(),
+                p.occurrences,
+                format_bytes(p.net_mean_bytes),
+                format_bytes(p.retained_mean_bytes)
+            );
+        }
+    }
+    out
+}

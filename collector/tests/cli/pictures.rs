@@ -1,0 +1,213 @@
+//! `collector report --svg / --html / --markdown`: the picture parses as XML and shows the
+//! verdict (baseline, trend, the leaking phase), the HTML is self-contained, and bad input gets a
+//! picture that says what is missing or a clear error before any work.
+//! (`scripts/html-check.py` opens the HTML in headless Chromium.)
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use collector::recording::{Chunk, Column, Recording, SeriesKey, SeriesKind, write_file};
+use quick_xml::Reader;
+use quick_xml::events::Event;
+
+fn corpus(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/corpus")
+        .join(name)
+}
+
+fn report(file: &Path, extra: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .arg(file)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// Every element name and every text of an XML document, checking that it parses.
+fn parse(xml: &str) -> (Vec<String>, Vec<String>) {
+    let mut reader = Reader::from_str(xml);
+    let (mut names, mut texts) = (Vec::new(), Vec::new());
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e) | Event::Empty(e)) => {
+                names.push(String::from_utf8_lossy(e.name().as_ref()).into_owned());
+            }
+            Ok(Event::Text(t)) => {
+                let text = String::from_utf8_lossy(t.as_ref()).trim().to_owned();
+                if !text.is_empty() {
+                    texts.push(text);
+                }
+            }
+            Ok(Event::Eof) => break,
+            Ok(_) => {}
+            Err(err) => panic!("not XML at {}: {err}", reader.buffer_position()),
+        }
+    }
+    (names, texts)
+}
+
+#[test]
+fn the_svg_shows_the_baseline_the_trend_and_the_caption() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("plot.svg");
+    let output = report(
+        &corpus("eval_keeps_predictions.msgpack"),
+        &["--svg".as_ref(), svg.as_os_str()],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The text report still goes to stdout.
+    assert!(
+        String::from_utf8_lossy(&output.stdout).starts_with(
+            &*corpus("eval_keeps_predictions.msgpack")
+                .display()
+                .to_string()
+        )
+    );
+    let xml = std::fs::read_to_string(&svg).unwrap();
+    let (names, texts) = parse(&xml);
+    assert_eq!(names.first().map(String::as_str), Some("svg"));
+    for label in ["host memory", "step baseline"] {
+        assert!(texts.iter().any(|t| t == label), "{label}: {texts:?}");
+    }
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("trend ") && t.ends_with("/step")),
+        "{texts:?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("Host memory leak in eval")
+                && t.contains("dots: host memory at the start of each step")),
+        "the caption: {texts:?}"
+    );
+    // One baseline dot per step (60), and the leaking phase's bands.
+    let circles = names.iter().filter(|n| *n == "circle").count();
+    assert!((60..=62).contains(&circles), "{circles}");
+    assert!(names.iter().filter(|n| *n == "rect").count() > 20);
+}
+
+#[test]
+fn the_html_is_self_contained_and_the_markdown_points_at_its_picture() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    let md = dir.path().join("summary.md");
+    let output = report(
+        &corpus("forward_keeps_losses.msgpack"),
+        &[
+            "--html".as_ref(),
+            html.as_os_str(),
+            "--markdown".as_ref(),
+            md.as_os_str(),
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(page.contains("<svg") && page.contains("Host memory leak in forward"));
+    assert!(!page.contains("<script") && !page.contains("src=") && !page.contains("@import"));
+    // And the page says so to the browser: nothing may load.
+    assert!(page.contains("default-src 'none'"));
+    // The only URL is the SVG namespace, which is a name, not a request.
+    let urls: Vec<&str> = page
+        .match_indices("http://")
+        .chain(page.match_indices("https://"))
+        .map(|(i, _)| &page[i..i + 30])
+        .collect();
+    assert!(
+        urls.iter()
+            .all(|u| u.starts_with("http://www.w3.org/2000/svg")),
+        "{urls:?}"
+    );
+    let summary = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        summary.starts_with("### tidemark: ✗ Host memory leak in forward"),
+        "{summary}"
+    );
+    assert!(summary.contains("](summary.svg)"), "{summary}");
+    assert!(summary.contains("| forward |"), "{summary}");
+    parse(&std::fs::read_to_string(dir.path().join("summary.svg")).unwrap());
+}
+
+fn recording_with(samples: usize) -> Recording {
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    if samples > 0 {
+        recording.push(collector::recording::Record::Chunk(Chunk {
+            times_ns: (0..samples as u64).map(|i| i * 1_000_000).collect(),
+            columns: vec![Column {
+                series: SeriesKey::new(SeriesKind::HostRss),
+                values: vec![1 << 30; samples],
+                valid: None,
+            }],
+        }));
+    }
+    recording
+}
+
+#[test]
+fn nothing_to_draw_is_said_in_the_picture() {
+    let dir = tempfile::tempdir().unwrap();
+    for (samples, why) in [
+        (0, "Nothing to draw: the recording has no samples"),
+        (1, "Nothing to draw: the recording holds one sample"),
+    ] {
+        let file = dir.path().join(format!("{samples}.msgpack"));
+        write_file(&file, &recording_with(samples)).unwrap();
+        let svg = dir.path().join(format!("{samples}.svg"));
+        let output = report(&file, &["--svg".as_ref(), svg.as_os_str()]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let (_, texts) = parse(&std::fs::read_to_string(&svg).unwrap());
+        assert!(
+            texts.iter().any(|t| t.starts_with(why)),
+            "{samples}: {texts:?}"
+        );
+    }
+    // Two samples and no steps: a curve, and a caption that says the trend is over time windows.
+    let file = dir.path().join("2.msgpack");
+    write_file(&file, &recording_with(2)).unwrap();
+    let svg = dir.path().join("2.svg");
+    assert!(
+        report(&file, &["--svg".as_ref(), svg.as_os_str()])
+            .status
+            .success()
+    );
+    let (names, _) = parse(&std::fs::read_to_string(&svg).unwrap());
+    assert!(names.iter().any(|n| n == "polyline"), "{names:?}");
+}
+
+#[test]
+fn an_unwritable_output_is_an_error_before_any_work() {
+    // The recording does not even exist: the output path is checked first.
+    for flag in ["--svg", "--html", "--markdown"] {
+        let output = report(
+            Path::new("/nonexistent/run.msgpack"),
+            &[flag.as_ref(), "/nonexistent/folder/out.file".as_ref()],
+        );
+        assert_eq!(output.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            err.contains("cannot write /nonexistent/folder/out.file"),
+            "{flag}: {err}"
+        );
+        assert!(
+            !err.contains("run.msgpack"),
+            "the recording was not read: {err}"
+        );
+        assert!(output.stdout.is_empty());
+    }
+}

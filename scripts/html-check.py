@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The HTML report in a real browser: `collector report --html` of the corpus recordings, opened
+in headless Chromium from file:// and served from 127.0.0.1, checked the way a user sees it.
+
+  scripts/html-check.py COLLECTOR [OUT]     (OUT default: test-output/html)
+
+For each recording: the page shows the verdict (the headline of `collector report --json`), the
+picture is drawn (pixels of the curves' colours in the screenshot), the console is clean, and no
+request is made at all (file://) or none but the page itself (served). Screenshots go to OUT.
+Needs /usr/bin/chromium, /usr/bin/chromedriver, and Python selenium and pillow.
+"""
+
+import functools
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from PIL import Image
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "collector" / "tests" / "data"
+# The palette (collector/src/palette.rs): the curves' colours.
+CURVES = {"host memory": (0xCC, 0x79, 0xA7), "allocated": (0xD5, 0x5E, 0x00)}
+RECORDINGS = [
+    (DATA / "corpus" / "eval_keeps_predictions.msgpack", "host memory"),
+    (DATA / "corpus" / "healthy.msgpack", "host memory"),
+    (DATA / "golden_v1_2.msgpack", "allocated"),
+]
+
+failures = []
+
+
+def check(ok, what):
+    print(("  ok   " if ok else "  FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--window-size=1200,1400", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--force-color-profile=srgb", "--allow-file-access-from-files"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    os.environ["SE_OFFLINE"] = "true"
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def requests(driver):
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def count_near(image, colour, tolerance=30):
+    r0, g0, b0 = colour
+    data = image.tobytes()
+    return sum(1 for r, g, b in zip(data[0::3], data[1::3], data[2::3])
+               if abs(r - r0) <= tolerance and abs(g - g0) <= tolerance and abs(b - b0) <= tolerance)
+
+
+def main():
+    collector = sys.argv[1]
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else ROOT / "test-output" / "html")
+    out.mkdir(parents=True, exist_ok=True)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(out)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    driver = browser()
+    try:
+        for recording, curve in RECORDINGS:
+            name = recording.stem
+            page = out / f"{name}.html"
+            run = subprocess.run([collector, "report", str(recording), "--html", str(page)],
+                                 capture_output=True, text=True)
+            check(run.returncode == 0, f"{name}: report --html ran ({run.stderr.strip()[:200]})")
+            report = json.loads(subprocess.run([collector, "report", str(recording), "--json"],
+                                               capture_output=True, text=True, check=True).stdout)
+            findings = report["analysis"]["findings"]
+            problems = [f["title"] for f in findings if f["kind"] in
+                        ("oom", "failed", "leak", "fragmentation", "peak_creep", "capacity_pressure", "state_growth")]
+            for how, url in (("file://", page.as_uri()), ("served", base + page.name)):
+                driver.get_log("performance")  # forget earlier requests
+                driver.get(url)
+                time.sleep(0.5)
+                shot = out / f"{name}-{how.strip(':/')}.png"
+                driver.save_screenshot(str(shot))
+                image = Image.open(shot).convert("RGB")
+                verdict = driver.find_element(By.CLASS_NAME, "verdict").text
+                if problems:
+                    check(verdict == problems[0], f"{name} ({how}): the verdict reads {verdict!r}")
+                else:
+                    check(bool(verdict), f"{name} ({how}): a verdict is shown: {verdict!r}")
+                drawn = count_near(image, CURVES[curve])
+                check(drawn > 200, f"{name} ({how}): the {curve} curve is drawn ({drawn} pixels)")
+                errors = [e for e in driver.get_log("browser") if e.get("level") in ("SEVERE", "WARNING")]
+                check(not errors, f"{name} ({how}): the console is clean {errors[:2]}")
+                urls = [u for u in requests(driver) if u != url]
+                check(not urls, f"{name} ({how}): no request made {urls[:3]}")
+    finally:
+        driver.quit()
+        server.shutdown()
+    if failures:
+        print(f"{len(failures)} check(s) failed", flush=True)
+        sys.exit(1)
+    print("the HTML report: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
