@@ -58,6 +58,10 @@ chmod 700 "$XDG_RUNTIME_DIR"
 export XDG_RUNTIME_DIR
 cargo test --workspace --locked || fail "tests (a failed viewer snapshot leaves app/tests/snapshots/*.diff.png)"
 
+step "the HTML report in headless Chromium (scripts/html-check.py)"
+.venv/bin/python scripts/html-check.py target/debug/collector test-output/html \
+  || fail "HTML report check (screenshots in test-output/html/)"
+
 step "wheels: scripts/build-wheels.sh (x86_64, aarch64), scripts/wheel-check.sh (a clean venv)"
 scripts/build-wheels.sh || fail "building the wheels"
 scripts/wheel-check.sh || fail "wheel check"

@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
 SUBPATH = "some/dir/"  # the site must work from any folder, not only from the host's root
 
-# Colours the viewer draws with (app/src/timeline.rs).
-HOST_MEMORY = (0x9A, 0x6B, 0xD0)
-DEVICE_USED = (0x2F, 0xA3, 0x6B)
-ALLOCATED = (0xD6, 0x45, 0x45)
+# Colours the viewer draws with (collector/src/palette.rs).
+HOST_MEMORY = (0xCC, 0x79, 0xA7)
+DEVICE_USED = (0x00, 0x9E, 0x73)
+ALLOCATED = (0xD5, 0x5E, 0x00)
 
 # Where the "Open…" button is laid out in the canvas (CSS pixels from its top left).
 OPEN_BUTTON = (98, 12)

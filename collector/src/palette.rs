@@ -28,17 +28,36 @@ pub const DEVICE_USED: Rgb = Rgb(0x00, 0x9e, 0x73);
 pub const HOST: Rgb = Rgb(0xcc, 0x79, 0xa7);
 /// The step baseline and its trend: what the verdict judged (neutral dark).
 pub const BASELINE: Rgb = Rgb(0x22, 0x22, 0x22);
-/// Events: out-of-memory errors, the exit (neutral: no hue).
+/// Events in pictures on white: out-of-memory errors, the exit (neutral: no hue).
 pub const EVENT: Rgb = Rgb(0x40, 0x40, 0x40);
+/// Events on screen, readable on the dark and the light theme (neutral: no hue).
+pub const EVENT_ON_SCREEN: Rgb = Rgb(0xa8, 0xa8, 0xa8);
 
-/// The built-in phases, for bands behind the curves: forward, backward, optimizer, eval.
-pub const FORWARD: Rgb = Rgb(0x8f, 0xa8, 0xff);
-/// The backward pass.
-pub const BACKWARD: Rgb = Rgb(0xff, 0xb3, 0x8a);
-/// The optimizer step.
-pub const OPTIMIZER: Rgb = Rgb(0x9c, 0xd8, 0x6f);
-/// Evaluation.
-pub const EVAL: Rgb = Rgb(0xe0, 0x9c, 0xf0);
+/// The built-in phases, for bands behind the curves, in hues no curve uses: forward (sky).
+pub const FORWARD: Rgb = Rgb(0x8c, 0xd3, 0xf2);
+/// The backward pass (straw).
+pub const BACKWARD: Rgb = Rgb(0xe8, 0xd8, 0x6a);
+/// The optimizer step (leaf).
+pub const OPTIMIZER: Rgb = Rgb(0x9f, 0xd6, 0x7a);
+/// Evaluation (lavender).
+pub const EVAL: Rgb = Rgb(0xb8, 0xa6, 0xf0);
+
+/// The curves, with their names (for tests and legends).
+pub const CURVES: [(&str, Rgb); 5] = [
+    ("allocated", ALLOCATED),
+    ("reserved", RESERVED),
+    ("peak", PEAK),
+    ("device used", DEVICE_USED),
+    ("host memory", HOST),
+];
+
+/// The built-in phases, with their names.
+pub const PHASES: [(&str, Rgb); 4] = [
+    ("forward", FORWARD),
+    ("backward", BACKWARD),
+    ("optimizer", OPTIMIZER),
+    ("eval", EVAL),
+];
 
 /// The colour of a phase by name (custom names get a stable grey-ish tint from their hash).
 pub fn phase(name: &str) -> Rgb {
@@ -53,6 +72,109 @@ pub fn phase(name: &str) -> Rgb {
             });
             let [a, b, c, _] = hash.to_le_bytes();
             Rgb(0x90 + a / 5, 0x90 + b / 5, 0x90 + c / 5)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The palette's colours must stay apart: pairwise ΔE (CIE76, in CIELAB) with normal vision
+    //! and with deuteranopia (Machado, Oliveira & Fernandes 2009, severity 1), and no phase may
+    //! share a curve's hue.
+    use super::*;
+
+    fn linear(c: u8) -> f64 {
+        let c = f64::from(c) / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    }
+
+    fn lab(rgb: [f64; 3]) -> [f64; 3] {
+        let [r, g, b] = rgb;
+        let x = 0.4124 * r + 0.3576 * g + 0.1805 * b;
+        let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+        let z = 0.0193 * r + 0.1192 * g + 0.9505 * b;
+        let f = |t: f64| {
+            if t > 0.008856 {
+                t.cbrt()
+            } else {
+                7.787 * t + 16.0 / 116.0
+            }
+        };
+        let (fx, fy, fz) = (f(x / 0.95047), f(y), f(z / 1.08883));
+        [116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)]
+    }
+
+    fn normal(c: Rgb) -> [f64; 3] {
+        lab([linear(c.0), linear(c.1), linear(c.2)])
+    }
+
+    fn deuteranopia(c: Rgb) -> [f64; 3] {
+        let [r, g, b] = [linear(c.0), linear(c.1), linear(c.2)];
+        let m = [
+            [0.367322, 0.860646, -0.227968],
+            [0.280085, 0.672501, 0.047413],
+            [-0.011820, 0.042940, 0.968881],
+        ];
+        let apply = |row: [f64; 3]| (row[0] * r + row[1] * g + row[2] * b).clamp(0.0, 1.0);
+        lab([apply(m[0]), apply(m[1]), apply(m[2])])
+    }
+
+    fn delta_e(a: [f64; 3], b: [f64; 3]) -> f64 {
+        ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt()
+    }
+
+    fn hue(c: Rgb) -> f64 {
+        let [_, a, b] = normal(c);
+        b.atan2(a).to_degrees().rem_euclid(360.0)
+    }
+
+    fn all() -> Vec<(&'static str, Rgb)> {
+        let mut all: Vec<(&str, Rgb)> = CURVES.to_vec();
+        all.extend(PHASES);
+        all.push(("event", EVENT));
+        all.push(("baseline", BASELINE));
+        all
+    }
+
+    #[test]
+    fn every_pair_is_apart_with_normal_vision_and_with_deuteranopia() {
+        let all = all();
+        for (i, (a, ca)) in all.iter().enumerate() {
+            for (b, cb) in &all[i + 1..] {
+                // The step baseline and the events are both neutral and never drawn alike
+                // (dots and a line vs. vertical markers): only their lightness must differ.
+                let (floor_normal, floor_deutan) = if (*a, *b) == ("event", "baseline") {
+                    (6.0, 6.0)
+                } else {
+                    (20.0, 10.0)
+                };
+                let n = delta_e(normal(*ca), normal(*cb));
+                let d = delta_e(deuteranopia(*ca), deuteranopia(*cb));
+                assert!(
+                    n >= floor_normal,
+                    "{a} vs {b}: ΔE {n:.1} with normal vision"
+                );
+                assert!(d >= floor_deutan, "{a} vs {b}: ΔE {d:.1} with deuteranopia");
+            }
+        }
+    }
+
+    #[test]
+    fn no_phase_shares_a_curves_hue_and_events_have_none() {
+        for (p, cp) in PHASES {
+            for (c, cc) in CURVES {
+                let apart = (hue(cp) - hue(cc)).abs();
+                let apart = apart.min(360.0 - apart);
+                assert!(apart >= 20.0, "{p} and {c}: hues {apart:.0}° apart");
+            }
+        }
+        for neutral in [EVENT, EVENT_ON_SCREEN, BASELINE] {
+            let [_, a, b] = normal(neutral);
+            assert!(a.hypot(b) < 3.0, "{neutral:?} has a hue");
         }
     }
 }
