@@ -30,6 +30,8 @@ pub struct TimelineState {
     pub phase_bands: bool,
     /// Parameters, gradients and optimizer state stacked under the curves.
     pub categories: bool,
+    /// The verdict drawn: the step baseline, its trend, the capacity, the leaking phase.
+    pub verdict: bool,
     /// Time or steps.
     pub x_axis: XAxis,
     /// Only this device (`None`: all).
@@ -55,6 +57,7 @@ impl Default for TimelineState {
             shown: [true; TraceKind::ALL.len()],
             phase_bands: true,
             categories: true,
+            verdict: true,
             x_axis: XAxis::Time,
             device: None,
             origin: None,
@@ -170,6 +173,8 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
         }
         ui.separator();
         ui.checkbox(&mut state.phase_bands, "phase bands");
+        ui.checkbox(&mut state.verdict, "verdict")
+            .on_hover_text("the step baseline the verdict judged (dots), its trend after warm-up, the capacity it heads for");
         if !view.categories.is_empty() {
             ui.checkbox(&mut state.categories, "categories")
                 .on_hover_text("parameters, gradients and optimizer state at each step's start, stacked; the rest of the memory is above them");
@@ -249,7 +254,9 @@ pub fn timeline_ui(
         .include_x(0.0)
         .include_x(x_end)
         .include_y(0.0)
-        .include_y(y_max * 1.05);
+        .include_y(y_max * 1.05)
+        // Room for the caption under the plot.
+        .height((ui.available_height() - 24.0).max(120.0));
     plot = match axis {
         XAxis::Time => plot.x_axis_formatter(|mark, _| format_seconds(mark.value)),
         XAxis::Steps => plot.x_axis_formatter(|mark, _| format!("{:.0}", mark.value)),
@@ -259,6 +266,7 @@ pub fn timeline_ui(
         state.request_reset = false;
     }
     let request_x = state.request_x.take();
+    let dark = ui.visuals().dark_mode;
     let pinned = state.pinned_ns;
     let response = plot.show(ui, |pui| {
         if let Some((a, b)) = request_x {
@@ -285,6 +293,9 @@ pub fn timeline_ui(
             phase_bands(pui, view, &map, (t0, t1), (y0, y1), width);
         }
         step_ticks(pui, view, &map, t0, t1, width);
+        if state.verdict {
+            verdict(pui, view, &map, dark);
+        }
         if state.categories {
             categories(pui, view, state, &map, width);
         }
@@ -341,6 +352,7 @@ pub fn timeline_ui(
         }
         pui.pointer_coordinate().map(|p| map.t_ns(p.x))
     });
+    ui.label(egui::RichText::new(&view.verdict.caption).small());
     state.hovered_ns = response.inner;
     if response.inner.is_some() {
         state.last_hovered_ns = response.inner;
@@ -461,6 +473,50 @@ fn extent(
 /// Phase bands for the visible range, from `y0` to `y1`: one band per run of occurrences of the
 /// same phase when they are a few pixels wide, else the phase at the middle of each pixel column,
 /// merged. Drawn as filled rectangles, which (unlike spans) lay out no text.
+/// Bands of the phase the verdict names stand out; the others step back.
+fn band_alpha(view: &RunView, phase: &Phase) -> u8 {
+    match &view.verdict.problem_phase {
+        Some(p) if p == phase => 90,
+        Some(_) => 22,
+        None => 45,
+    }
+}
+
+/// The verdict drawn: the step baseline as dots, its trend as a line, the capacity it heads for.
+fn verdict(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, dark: bool) {
+    let v = &view.verdict;
+    let ink = if dark {
+        Color32::from_gray(0xf0)
+    } else {
+        Color32::from_gray(0x22)
+    };
+    if !v.baseline.is_empty() {
+        let points: Vec<[f64; 2]> = v.baseline.iter().map(|&(t, b)| [map.x(t), b]).collect();
+        pui.points(
+            Points::new("step baseline", points)
+                .color(ink)
+                .radius(2.5)
+                .shape(MarkerShape::Circle)
+                .filled(true),
+        );
+    }
+    if let Some([(ta, a), (tb, b)]) = v.trend {
+        pui.line(
+            Line::new("trend after warm-up", vec![[map.x(ta), a], [map.x(tb), b]])
+                .color(ink)
+                .width(2.0),
+        );
+    }
+    if let Some(capacity) = v.capacity {
+        pui.hline(
+            egui_plot::HLine::new("device capacity (the trend reaches it)", capacity)
+                .color(crate::style::OOM)
+                .style(LineStyle::dashed_dense())
+                .width(1.5),
+        );
+    }
+}
+
 fn phase_bands(
     pui: &mut PlotUi<'_>,
     view: &RunView,
@@ -494,7 +550,7 @@ fn phase_bands(
         let corners = vec![[xa, y0], [xa, y1], [xb, y1], [xb, y0]];
         pui.polygon(
             Polygon::new(phase.as_str(), corners)
-                .fill_color(phase_color(phase, 40))
+                .fill_color(phase_color(phase, band_alpha(view, phase)))
                 // No visible edge; its colour is what the legend shows.
                 .stroke(egui::Stroke::new(0.0, phase_color(phase, 255)))
                 .allow_hover(false),

@@ -239,6 +239,44 @@ pub struct RunView {
     pub origins: Vec<String>,
     /// The training process' memory by category at each step start, per device (host: `None`).
     pub categories: Vec<collector::analysis::CategoryStats>,
+    /// What the verdict judged, drawn on the timeline.
+    pub verdict: VerdictDrawing,
+}
+
+/// The verdict on the timeline: the points the analysis judged, their trend, the leaking phase,
+/// the capacity the trend heads for, and a caption that says what the picture shows.
+#[derive(Clone, Debug, Default)]
+pub struct VerdictDrawing {
+    /// The step baseline: (time, bytes) at each step's start (at most 2,000, evenly thinned).
+    pub baseline: Vec<(u64, f64)>,
+    /// The trend after warm-up, two points.
+    pub trend: Option<[(u64, f64); 2]>,
+    /// The phase of the leading problem: its bands are emphasised, the others dimmed.
+    pub problem_phase: Option<Phase>,
+    /// The device's capacity, when the trend is projected to reach it.
+    pub capacity: Option<f64>,
+    /// One line under the plot.
+    pub caption: String,
+}
+
+impl VerdictDrawing {
+    fn new(recording: &Recording, analysis: &Analysis) -> Self {
+        let s = &analysis.step_series;
+        let stride = s.values.len().div_ceil(2000).max(1);
+        Self {
+            baseline: (0..s.values.len())
+                .step_by(stride)
+                .map(|i| (s.times_ns[i], s.values[i] as f64))
+                .collect(),
+            trend: analysis.trend_line(),
+            problem_phase: analysis.problem_phase().cloned(),
+            capacity: analysis
+                .projection
+                .as_ref()
+                .map(|p| p.capacity_bytes as f64),
+            caption: collector::analysis::caption(recording, analysis),
+        }
+    }
 }
 
 /// The most bins of the retained-per-step chart.
@@ -323,6 +361,7 @@ impl RunView {
             devices,
             origins,
             categories: analysis.categories.clone(),
+            verdict: VerdictDrawing::new(recording, analysis),
             traces,
         };
         view.retained = view.retained_bins(analysis);

@@ -42,7 +42,8 @@ fn the_example_opens_with_its_verdict_and_phases() {
     let mut harness = harness(TidemarkApp::default());
     harness.run();
     // The corpus job keeps eval predictions: the verdict names the leak and the phase.
-    harness.get_by_label_contains("leak");
+    // In the tab bar, and in the caption under the timeline.
+    assert!(harness.query_all_by_label_contains("leak").next().is_some());
     harness.get_by_label("Timeline").click();
     harness.get_by_label("Phases").click();
     harness.run();
@@ -104,7 +105,12 @@ fn a_bad_file_shows_what_is_wrong_and_the_other_runs_stay_usable() {
     harness.get_by_label("healthy.msgpack").click();
     harness.run();
     assert_eq!(harness.state().current(), 0);
-    harness.get_by_label_contains("No leak");
+    assert!(
+        harness
+            .query_all_by_label_contains("No leak")
+            .next()
+            .is_some()
+    );
     // A missing file is an error tab too, naming the file.
     harness
         .state_mut()
@@ -593,4 +599,29 @@ fn categories_are_stacked_under_the_curves_and_toggle() {
             .next()
             .is_none()
     );
+}
+
+#[test]
+fn the_verdict_is_drawn_on_the_timeline_with_a_caption() {
+    let mut harness = harness(TidemarkApp::default());
+    harness.run();
+    // The embedded example leaks in eval: the baseline, its trend and the caption say so.
+    for name in ["step baseline", "trend after warm-up"] {
+        assert!(harness.query_all_by_label(name).next().is_some(), "{name}");
+    }
+    harness.get_by_label_contains("dots: host memory at the start of each step, line: its trend");
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    assert_eq!(
+        run.view.verdict.problem_phase,
+        Some(collector::recording::Phase::Eval)
+    );
+    assert!(run.view.verdict.baseline.len() >= 50);
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, "verdict")
+        .next()
+        .unwrap()
+        .click();
+    harness.run();
+    assert!(!harness.state().runs()[0].timeline.verdict);
+    assert!(harness.query_all_by_label("step baseline").next().is_none());
 }

@@ -283,6 +283,70 @@ impl Analysis {
     pub fn finding(&self, kind: FindingKind) -> Option<&Finding> {
         self.findings.iter().find(|f| f.kind == kind)
     }
+
+    /// The trend line after warm-up as two points (nanoseconds after the start, bytes): the
+    /// Theil–Sen slope through the median intercept of the points it was computed on.
+    pub fn trend_line(&self) -> Option<[(u64, f64); 2]> {
+        let t = self.trend.as_ref()?;
+        let s = &self.step_series;
+        let n = s.values.len();
+        let warmup = (n / 10).max(1);
+        if n <= warmup + 1 {
+            return None;
+        }
+        let mut intercepts: Vec<f64> = (warmup..n)
+            .map(|i| s.values[i] as f64 - t.slope_per_step * s.steps[i] as f64)
+            .collect();
+        intercepts.sort_by(f64::total_cmp);
+        let b = intercepts[intercepts.len() / 2];
+        let at = |i: usize| (s.times_ns[i], b + t.slope_per_step * s.steps[i] as f64);
+        Some([at(warmup), at(n - 1)])
+    }
+
+    /// The phase the leading problem is in, when it names one (the picture emphasises it).
+    pub fn problem_phase(&self) -> Option<&Phase> {
+        self.findings
+            .iter()
+            .find(|f| f.kind.is_problem())
+            .and_then(|f| f.phase.as_ref())
+    }
+}
+
+/// One line that says what a picture of the run shows: the verdict, what the dots and the line
+/// are, where the trend meets the capacity, the out-of-memory errors marked.
+pub fn caption(recording: &Recording, analysis: &Analysis) -> String {
+    let (mut caption, _) = headline(analysis);
+    if !analysis.step_series.values.is_empty() {
+        caption.push_str(&format!(
+            " — dots: {} at the start of each {}{}",
+            analysis.basis.name(),
+            if analysis.by_step {
+                "step"
+            } else {
+                "time window"
+            },
+            if analysis.trend.is_some() {
+                ", line: its trend after warm-up"
+            } else {
+                ""
+            }
+        ));
+    }
+    if let Some(p) = &analysis.projection {
+        caption.push_str(&format!(
+            "; the trend reaches the capacity ({}) at step {}",
+            format_bytes(p.capacity_bytes as f64),
+            p.oom_step
+        ));
+    }
+    if !recording.ooms.is_empty() {
+        caption.push_str(&format!(
+            "; {} out-of-memory error{} marked",
+            recording.ooms.len(),
+            if recording.ooms.len() == 1 { "" } else { "s" }
+        ));
+    }
+    caption
 }
 
 /// The verdict in one sentence, as the report and the viewer lead with it, and whether it names

@@ -178,69 +178,6 @@ fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
     out
 }
 
-/// The trend line after warm-up, as two points (time s, bytes): Theil–Sen's slope through the
-/// median intercept of the points it was computed on.
-fn trend_line(analysis: &Analysis) -> Option<[(f64, f64); 2]> {
-    let t = analysis.trend.as_ref()?;
-    let s = &analysis.step_series;
-    let n = s.values.len();
-    let warmup = (n / 10).max(1);
-    if n <= warmup + 1 {
-        return None;
-    }
-    let mut intercepts: Vec<f64> = (warmup..n)
-        .map(|i| s.values[i] as f64 - t.slope_per_step * s.steps[i] as f64)
-        .collect();
-    intercepts.sort_by(f64::total_cmp);
-    let b = intercepts[intercepts.len() / 2];
-    let at = |i: usize| {
-        (
-            s.times_ns[i] as f64 / 1e9,
-            b + t.slope_per_step * s.steps[i] as f64,
-        )
-    };
-    Some([at(warmup), at(n - 1)])
-}
-
-/// The one-line caption: what the picture shows.
-pub fn caption(recording: &Recording, analysis: &Analysis) -> String {
-    let (line, _) = headline(analysis);
-    let mut caption = line;
-    if !analysis.step_series.values.is_empty() {
-        let _ = write!(
-            caption,
-            " — dots: {} at the start of each {}{}",
-            analysis.basis.name(),
-            if analysis.by_step {
-                "step"
-            } else {
-                "time window"
-            },
-            if analysis.trend.is_some() {
-                ", line: its trend after warm-up"
-            } else {
-                ""
-            }
-        );
-    }
-    if let Some(p) = &analysis.projection {
-        let _ = write!(
-            caption,
-            "; the trend reaches the capacity ({}) at step {}",
-            format_bytes(p.capacity_bytes as f64),
-            p.oom_step
-        );
-    }
-    if !recording.ooms.is_empty() {
-        let _ = write!(
-            caption,
-            "; {} out-of-memory error(s) marked",
-            recording.ooms.len()
-        );
-    }
-    caption
-}
-
 /// The timeline with the verdict drawn, as an SVG document.
 pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String, String> {
     let end_ns = recording.duration_ns().max(1);
@@ -297,12 +234,7 @@ pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String
             .map_err(err)?;
 
         // The phases, the leaking one emphasised.
-        let leak_phase = analysis
-            .findings
-            .iter()
-            .find(|f| f.kind.is_problem())
-            .and_then(|f| f.phase.as_ref())
-            .map(|p| p.as_str().to_owned());
+        let leak_phase = analysis.problem_phase().map(|p| p.as_str().to_owned());
         for (phase, a, b) in bands(analysis, end_ns) {
             let alpha = match &leak_phase {
                 Some(l) if *l == phase => 0.45,
@@ -360,7 +292,8 @@ pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String
                 .label("step baseline")
                 .legend(move |(x, y)| Circle::new((x + 9, y), 3, base.filled()));
         }
-        if let Some(line) = trend_line(analysis) {
+        if let Some(line) = analysis.trend_line() {
+            let line = line.map(|(t, v)| (t as f64 / 1e9, v));
             let style = color(palette::BASELINE).stroke_width(2);
             let slope = analysis.trend.as_ref().map_or(0.0, |t| t.slope_per_step);
             chart
@@ -400,7 +333,7 @@ pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String
             .map_err(err)?;
         caption_area
             .draw_text(
-                &caption(recording, analysis),
+                &collector::analysis::caption(recording, analysis),
                 &TextStyle::from(("sans-serif", 14).into_font()).color(&BLACK),
                 (14, 8),
             )
