@@ -79,7 +79,7 @@ def count_near(image, colour, tolerance=30):
 
 def main():
     collector = sys.argv[1]
-    out = Path(sys.argv[2] if len(sys.argv) > 2 else ROOT / "test-output" / "html")
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else ROOT / "test-output" / "html").resolve()
     out.mkdir(parents=True, exist_ok=True)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(out)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
