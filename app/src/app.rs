@@ -36,6 +36,10 @@ pub struct TidemarkApp {
     pub(crate) inbox: (Sender<Incoming>, Receiver<Incoming>),
     /// Files being read in the background.
     pub(crate) loading: usize,
+    /// *Save image*: the screenshot on its way, and what saving said.
+    pub(crate) picture: crate::picture::Pending,
+    /// Where *Save image* writes without asking (set by tests and scripts).
+    pub image_destination: Option<std::path::PathBuf>,
 }
 
 impl Default for TidemarkApp {
@@ -57,6 +61,8 @@ impl TidemarkApp {
             recent: Vec::new(),
             inbox: channel(),
             loading: 0,
+            picture: crate::picture::Pending::default(),
+            image_destination: None,
         }
     }
 
@@ -153,6 +159,9 @@ impl TidemarkApp {
     pub fn show(&mut self, ui: &mut egui::Ui) {
         self.receive();
         self.take_dropped_files(ui.ctx());
+        if let Some(image) = self.picture.take() {
+            self.picture.save(&image, self.image_destination.clone());
+        }
         #[cfg(not(target_arch = "wasm32"))]
         self.poll_follow(ui.ctx());
 
@@ -202,6 +211,17 @@ impl TidemarkApp {
             }
             #[cfg(not(target_arch = "wasm32"))]
             self.recent_menu(ui);
+            if !self.runs.is_empty()
+                && ui
+                    .button("Save image")
+                    .on_hover_text("the window as it is now, as a PNG")
+                    .clicked()
+            {
+                self.picture.request(ui.ctx());
+            }
+            if let Some(status) = self.picture.status() {
+                ui.weak(status);
+            }
             ui.separator();
             let mut close = None;
             for i in 0..self.runs.len() {

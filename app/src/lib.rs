@@ -12,6 +12,7 @@ mod compare;
 mod follow;
 mod intake;
 pub mod lod;
+mod picture;
 mod run;
 pub mod style;
 pub mod timeline;

@@ -625,3 +625,30 @@ fn the_verdict_is_drawn_on_the_timeline_with_a_caption() {
     assert!(!harness.state().runs()[0].timeline.verdict);
     assert!(harness.query_all_by_label("step baseline").next().is_none());
 }
+
+#[test]
+fn save_image_writes_the_window_as_a_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("view.png");
+    let mut app = TidemarkApp::default();
+    app.image_destination = Some(file.clone());
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.get_by_label("Save image").click();
+    // The click's frame asks for the screenshot, the next takes it, the one after saves it.
+    for _ in 0..4 {
+        harness.run();
+    }
+    harness.get_by_label_contains("saved ");
+    let bytes = std::fs::read(&file).unwrap();
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let reader = decoder.read_info().unwrap();
+    let info = reader.info();
+    assert!(
+        info.width >= 1280 && info.height >= 800,
+        "{}×{}",
+        info.width,
+        info.height
+    );
+    assert_eq!(info.color_type, png::ColorType::Rgba);
+}
