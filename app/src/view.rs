@@ -354,7 +354,7 @@ impl RunView {
             phases,
             occurrences: analysis.occurrences.clone(),
             steps: StepAxis::new(analysis),
-            events: events(recording),
+            events: events(recording, analysis),
             retained: Vec::new(),
             shape: None,
             duration_ns: recording.duration_ns(),
@@ -556,7 +556,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
     traces
 }
 
-fn events(recording: &Recording) -> Vec<Event> {
+fn events(recording: &Recording, analysis: &Analysis) -> Vec<Event> {
     use collector::format::format_bytes;
     let bytes = |b: Option<u64>| b.map_or("?".to_owned(), |b| format_bytes(b as f64));
     let mut events = Vec::new();
@@ -573,7 +573,17 @@ fn events(recording: &Recording) -> Vec<Event> {
                 bytes(oom.free_bytes),
                 bytes(oom.capacity_bytes),
                 bytes(oom.allocated_bytes),
-            ),
+            ) + &analysis
+                .ooms
+                .iter()
+                .find(|v| v.t_ns == oom.t_ns)
+                .map_or(String::new(), |v| {
+                    let mut why = format!("\ncause: {}", v.cause.describe());
+                    if let Some(first) = v.evidence.first() {
+                        why.push_str(&format!(" — {first}"));
+                    }
+                    why
+                }),
         });
     }
     for exit in &recording.exits {

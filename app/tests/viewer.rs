@@ -652,3 +652,27 @@ fn save_image_writes_the_window_as_a_png() {
     );
     assert_eq!(info.color_type, png::ColorType::Rgba);
 }
+
+#[test]
+fn an_ooms_marker_tells_its_numbers_and_its_cause() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&golden());
+    let harness = harness(app);
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let oom = run
+        .view
+        .events
+        .iter()
+        .find(|e| e.kind == tidemark_app::view::EventKind::Oom)
+        .unwrap();
+    assert!(
+        oom.text.contains("tried to allocate 2.00 GiB"),
+        "{}",
+        oom.text
+    );
+    assert!(
+        oom.text.contains("cause: too big from the start"),
+        "{}",
+        oom.text
+    );
+}
