@@ -331,14 +331,18 @@ impl TidemarkApp {
                     compare_ui(ui, &mut self.compare, current, &names, run, other);
                 });
                 crate::timeline::toolbar(ui, &run.view, &mut open.timeline);
-                crate::timeline::timeline_ui(
-                    ui,
-                    current,
-                    &run.recording,
-                    &run.view,
-                    &mut open.timeline,
-                    overlay.as_ref(),
-                );
+                if open.timeline.per_rank && run.view.origins.len() > 1 {
+                    crate::timeline::small_multiples(ui, current, &run.recording, &run.view);
+                } else {
+                    crate::timeline::timeline_ui(
+                        ui,
+                        current,
+                        &run.recording,
+                        &run.view,
+                        &mut open.timeline,
+                        overlay.as_ref(),
+                    );
+                }
             }
             Tab::Phases => {
                 egui::ScrollArea::vertical().show(ui, |ui| {

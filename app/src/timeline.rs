@@ -32,6 +32,8 @@ pub struct TimelineState {
     pub categories: bool,
     /// The verdict drawn: the step baseline, its trend, the capacity, the leaking phase.
     pub verdict: bool,
+    /// One mini-timeline per rank (or process), on the same scale, instead of the timeline.
+    pub per_rank: bool,
     /// Time or steps.
     pub x_axis: XAxis,
     /// Only this device (`None`: all).
@@ -58,6 +60,7 @@ impl Default for TimelineState {
             phase_bands: true,
             categories: true,
             verdict: true,
+            per_rank: false,
             x_axis: XAxis::Time,
             device: None,
             origin: None,
@@ -203,6 +206,8 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
         }
         if view.origins.len() > 1 {
             ui.separator();
+            ui.checkbox(&mut state.per_rank, "per rank")
+                .on_hover_text("one small timeline per rank, on the same scale: an odd rank stands out");
             egui::ComboBox::from_label("process")
                 .selected_text(state.origin.clone().unwrap_or_else(|| "all".to_owned()))
                 .show_ui(ui, |ui| {
@@ -216,6 +221,82 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
         if ui.button("Reset view").clicked() {
             state.request_reset = true;
         }
+    });
+}
+
+/// Small multiples: one mini-timeline per rank (or process), the same y scale for all and the
+/// time axes linked, each drawing that rank's allocated bytes (else its host memory).
+pub fn small_multiples(ui: &mut egui::Ui, id: usize, recording: &Recording, view: &RunView) {
+    let preference = |kind: TraceKind| match kind {
+        TraceKind::Allocated => 0,
+        TraceKind::Host => 1,
+        TraceKind::DeviceUsed => 2,
+        TraceKind::Reserved => 3,
+        TraceKind::Peak => 4,
+    };
+    let chosen: Vec<(&String, &crate::view::Trace)> = view
+        .origins
+        .iter()
+        .filter_map(|origin| {
+            view.traces
+                .iter()
+                .filter(|t| t.origin.as_ref() == Some(origin))
+                .min_by_key(|t| preference(t.kind))
+                .map(|t| (origin, t))
+        })
+        .collect();
+    let end = view.duration_ns.max(1);
+    let y_max = chosen
+        .iter()
+        .flat_map(|(_, t)| t.data(recording).visible(0, end, 64))
+        .map(|(_, v)| v as f64)
+        .fold(0.0, f64::max);
+    let columns = if chosen.len() > 4 { 2 } else { 1 };
+    let width = (ui.available_width() / columns as f32 - 8.0).max(200.0);
+    let height =
+        ((ui.available_height() / chosen.len().div_ceil(columns) as f32) - 8.0).clamp(90.0, 220.0);
+    egui::ScrollArea::vertical().show(ui, |ui| {
+        egui::Grid::new(("ranks", id))
+            .num_columns(columns)
+            .show(ui, |ui| {
+                for (i, (origin, trace)) in chosen.iter().enumerate() {
+                    ui.vertical(|ui| {
+                        ui.label(format!("{origin}: {}", trace.kind.label()));
+                        Plot::new(("rank", id, i))
+                            .width(width)
+                            .height(height)
+                            .link_axis(egui::Id::unique(("ranks", id)), [true, false])
+                            .link_cursor(egui::Id::unique(("ranks", id)), [true, false])
+                            .include_x(0.0)
+                            .include_x(end as f64 / 1e9)
+                            .include_y(0.0)
+                            .include_y(y_max * 1.05)
+                            .y_axis_formatter(|mark, _| format_bytes(mark.value))
+                            .x_axis_formatter(|mark, _| format_seconds(mark.value))
+                            .y_axis_min_width(56.0)
+                            .show(ui, |pui| {
+                                let bounds = pui.plot_bounds();
+                                let t0 = (bounds.min()[0].max(0.0) * 1e9) as u64;
+                                let t1 = ((bounds.max()[0].max(0.0) * 1e9) as u64).min(end);
+                                let points: Vec<PlotPoint> = trace
+                                    .data(recording)
+                                    .visible(t0, t1, width as usize)
+                                    .into_iter()
+                                    .map(|(t, v)| PlotPoint::new(t as f64 / 1e9, v as f64))
+                                    .collect();
+                                pui.line(
+                                    Line::new(trace.name(), PlotPoints::Owned(points))
+                                        .color(trace_color(trace.kind))
+                                        .width(1.5)
+                                        .allow_band(false),
+                                );
+                            });
+                    });
+                    if (i + 1) % columns == 0 {
+                        ui.end_row();
+                    }
+                }
+            });
     });
 }
 

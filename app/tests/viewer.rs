@@ -676,3 +676,46 @@ fn an_ooms_marker_tells_its_numbers_and_its_cause() {
         oom.text
     );
 }
+
+#[test]
+fn small_multiples_show_one_timeline_per_rank_on_one_scale() {
+    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    // Four ranks in one recording; rank 2 grows.
+    let mut recording = Recording::new(tidemark_tests::header(&["torchrun"]));
+    for rank in 0..4u32 {
+        let origin = Origin {
+            pid: 100 + rank,
+            rank: Some(rank),
+        };
+        for step in 0..20u64 {
+            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+                let mut e = tidemark_tests::edge(
+                    step * 10 + k as u64,
+                    edge,
+                    Phase::Forward,
+                    Some(step),
+                    origin,
+                );
+                e.host_rss = Some((1 << 30) + if rank == 2 { step * (16 << 20) } else { 0 });
+                recording.push(Record::Phase(e));
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ranks.msgpack");
+    collector::recording::write_file(&path, &recording).unwrap();
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = harness(app);
+    harness.run();
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, "per rank")
+        .next()
+        .unwrap()
+        .click();
+    harness.run();
+    assert!(harness.state().runs()[0].timeline.per_rank);
+    for rank in 0..4 {
+        harness.get_by_label(&format!("rank {rank}: host memory"));
+    }
+}
