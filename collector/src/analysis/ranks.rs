@@ -62,9 +62,22 @@ pub(super) fn project(recording: &Recording, rank: u32, pid: u32) -> Recording {
     // A pid is only unique on its node: the rank tells processes of several nodes apart.
     let mine = |o: &crate::recording::Origin| o.pid == pid && o.rank == Some(rank);
     let mut one = Recording::new(recording.header.clone());
+    // The rank's own GPUs, as its allocator readings name them: the other ranks' device series
+    // are theirs (copying all of them for every rank made eight ranks cost 8× the samples).
+    let mut devices: Vec<u32> = recording
+        .allocator
+        .iter()
+        .filter(|a| mine(&a.origin))
+        .map(|a| a.device)
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
     let keep = |s: &Series| match s.key.kind {
         SeriesKind::HostRss => false,
         SeriesKind::ProcessDevice => s.key.pid == Some(pid),
+        SeriesKind::DeviceUsed | SeriesKind::DeviceReserved if !devices.is_empty() => {
+            s.key.device.is_some_and(|d| devices.contains(&d))
+        }
         _ => true,
     };
     for series in recording.series.iter().filter(|s| keep(s)) {

@@ -1,0 +1,92 @@
+//! Eight ranks opened together, each at the rate of the 10 M-sample benchmark (issue #17's
+//! budget): the time to the first drawn frame (≤ 2 s) and the CPU per frame with small multiples
+//! on (≤ 8 ms), natively. `cargo bench -p tidemark-app --bench ranks` (`RANKS_BENCH_SAMPLES`: the
+//! instants per series, default that benchmark's 5,000,000).
+
+use std::time::{Duration, Instant};
+
+use tidemark_app::{Run, TidemarkApp};
+
+#[path = "support/synthetic.rs"]
+mod synthetic;
+
+const RANKS: u32 = 8;
+
+fn frame(ctx: &egui::Context, app: &mut TidemarkApp) -> Duration {
+    let input = egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(
+            egui::Pos2::ZERO,
+            egui::vec2(1600.0, 900.0),
+        )),
+        ..Default::default()
+    };
+    let start = Instant::now();
+    let output = ctx.run_ui(input, |ui| app.show(ui));
+    let primitives = ctx.tessellate(output.shapes, output.pixels_per_point);
+    std::hint::black_box(primitives);
+    start.elapsed()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("ranks: bench");
+        return;
+    }
+    let samples: u64 = std::env::var("RANKS_BENCH_SAMPLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5_000_000);
+    let steps = samples / 100;
+    let bytes = synthetic::recording_bytes_ranks(samples, steps, RANKS);
+    println!(
+        "recording: {RANKS} ranks, {:.0} MB, {} samples ({} instants × {} series), {steps} steps per rank",
+        bytes.len() as f64 / 1e6,
+        samples * u64::from(RANKS + 1),
+        samples,
+        RANKS + 1
+    );
+    let start = Instant::now();
+    let recording = collector::recording::read_recording(&bytes);
+    let read = start.elapsed();
+    let start = Instant::now();
+    let findings = recording
+        .as_ref()
+        .map_or(0, |r| collector::analysis::analyze(r).findings.len());
+    let analysed = start.elapsed();
+    println!(
+        "parts: the read alone {:.0} ms, the analysis alone {:.0} ms ({} findings)",
+        read.as_secs_f64() * 1e3,
+        analysed.as_secs_f64() * 1e3,
+        findings
+    );
+    drop(recording);
+    let start = Instant::now();
+    let run = match Run::from_bytes("ranks.msgpack", &bytes) {
+        Ok(run) => run,
+        Err(err) => {
+            eprintln!("{err}");
+            std::process::exit(1);
+        }
+    };
+    let opened = start.elapsed();
+    let mut app = TidemarkApp::empty();
+    let ctx = egui::Context::default();
+    app.add_run("ranks.msgpack", run);
+    let first = frame(&ctx, &mut app);
+    println!(
+        "open: read + analysis + views {:.0} ms, first frame {:.1} ms, total {:.0} ms (budget 2000 ms)",
+        opened.as_secs_f64() * 1e3,
+        first.as_secs_f64() * 1e3,
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    if let Some(open) = app.current_run_mut() {
+        open.timeline.per_rank = true;
+    }
+    let mut times: Vec<Duration> = (0..60).map(|_| frame(&ctx, &mut app)).collect();
+    times.sort();
+    println!(
+        "small multiples ({RANKS} mini-timelines): median {:.2} ms, p95 {:.2} ms per frame (budget 8 ms)",
+        times[times.len() / 2].as_secs_f64() * 1e3,
+        times[times.len() * 95 / 100].as_secs_f64() * 1e3
+    );
+}
