@@ -7,6 +7,7 @@ use tidemark_tests::MIB;
 /// (`samples_per_series` instants × 2 series), and `steps` steps of forward, backward and
 /// optimizer with allocator numbers at every edge; memory grows by 4 KiB per step (a slow leak
 /// under a sawtooth).
+#[allow(dead_code)] // each bench and example uses one of the two
 pub fn recording_bytes(samples_per_series: u64, steps: u64) -> Vec<u8> {
     recording_bytes_ranks(samples_per_series, steps, 1)
 }
