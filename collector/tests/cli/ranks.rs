@@ -330,3 +330,66 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
         stderr(&output)
     );
 }
+
+/// Nodes' recordings where one is cut short and two claim the same rank: all open, and the
+/// report names the cut file and the rank claimed twice.
+#[test]
+fn a_truncated_node_and_a_rank_claimed_twice_are_named() {
+    use collector::recording::{Edge, Origin, Phase, Record, Recording, write_file};
+    let dir = tempfile::tempdir().unwrap();
+    let node = |name: &str, rank: u32, pid: u32| {
+        let mut header = tidemark_tests::header(&["python", "train.py"]);
+        header.host = name.to_owned();
+        let mut recording = Recording::new(header);
+        let origin = Origin {
+            pid,
+            rank: Some(rank),
+        };
+        for step in 0..30u64 {
+            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+                let mut e = tidemark_tests::edge(
+                    step * 10_000_000 + k as u64 * 4_000_000,
+                    edge,
+                    Phase::Forward,
+                    Some(step),
+                    origin,
+                );
+                e.host_rss = Some(1 << 30);
+                recording.push(Record::Phase(e));
+            }
+        }
+        let path = dir.path().join(format!("{name}.msgpack"));
+        write_file(&path, &recording).unwrap();
+        path
+    };
+    let a = node("node-a", 0, 10);
+    let b = node("node-b", 1, 11);
+    let c = node("node-c", 2, 12);
+    let d = node("node-d", 0, 13);
+    // node-c's file is cut in the middle, as a node that died mid-write leaves it.
+    let bytes = std::fs::read(&c).unwrap();
+    std::fs::write(&c, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .args([&a, &b, &c, &d])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("rank 0 is claimed by 2 recordings"), "{text}");
+    let cut = text
+        .lines()
+        .find(|l| l.contains("warning: node-c"))
+        .unwrap_or_else(|| panic!("the cut file is named: {text}"));
+    assert!(
+        cut.contains("incomplete") || cut.contains("cut") || cut.contains("end"),
+        "{cut}"
+    );
+    // The ranks of all four files are judged.
+    for rank in 0..3 {
+        assert!(
+            text.contains(&format!("rank {rank} ")),
+            "rank {rank}: {text}"
+        );
+    }
+}
