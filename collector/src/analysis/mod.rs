@@ -332,6 +332,9 @@ pub fn caption(recording: &Recording, analysis: &Analysis) -> String {
             }
         ));
     }
+    if !analysis.by_step && !analysis.step_series.values.is_empty() {
+        caption.push_str(" (no steps were recorded: each dot is a time window's lowest point)");
+    }
     if let Some(p) = &analysis.projection {
         caption.push_str(&format!(
             "; the trend reaches the capacity ({}) at step {}",

@@ -186,8 +186,12 @@ fn nothing_to_draw_is_said_in_the_picture() {
             .status
             .success()
     );
-    let (names, _) = parse(&std::fs::read_to_string(&svg).unwrap());
+    let (names, texts) = parse(&std::fs::read_to_string(&svg).unwrap());
     assert!(names.iter().any(|n| n == "polyline"), "{names:?}");
+    assert!(
+        texts.iter().any(|t| t.contains("no steps were recorded")),
+        "{texts:?}"
+    );
 }
 
 #[test]
