@@ -49,13 +49,8 @@ pub fn trace_color(kind: TraceKind) -> Color32 {
 /// The colour of a category stacked under the curves: parameters, gradients, optimizer state,
 /// and the C heap's total line (host categories only).
 pub fn category_color(category: usize, alpha: u8) -> Color32 {
-    let (r, g, b) = match category {
-        0 => (0x70, 0x70, 0x78),
-        1 => (0x2a, 0x9d, 0x8f),
-        2 => (0xc9, 0xb2, 0x3a),
-        _ => (0xa0, 0x50, 0x90),
-    };
-    Color32::from_rgba_unmultiplied(r, g, b, alpha)
+    let (_, c) = palette::CATEGORIES[category.min(palette::CATEGORIES.len() - 1)];
+    Color32::from_rgba_unmultiplied(c.0, c.1, c.2, alpha)
 }
 
 /// The colour of a phase, opaque (`alpha` 255) or for a band behind curves.

@@ -42,6 +42,23 @@ pub const OPTIMIZER: Rgb = Rgb(0x9f, 0xd6, 0x7a);
 /// Evaluation (lavender).
 pub const EVAL: Rgb = Rgb(0xb8, 0xa6, 0xf0);
 
+/// The categories stacked under the curves: parameters (slate).
+pub const PARAMETERS: Rgb = Rgb(0x70, 0x70, 0x78);
+/// Gradients (umber).
+pub const GRADIENTS: Rgb = Rgb(0x7a, 0x50, 0x30);
+/// Optimizer state (ochre).
+pub const OPTIMIZER_STATE: Rgb = Rgb(0xa0, 0x80, 0x40);
+/// The C heap's total, over the host categories (salmon, dashed).
+pub const HEAP: Rgb = Rgb(0xf0, 0x90, 0x90);
+
+/// The categories, bottom of the stack first, then the heap's line.
+pub const CATEGORIES: [(&str, Rgb); 4] = [
+    ("parameters", PARAMETERS),
+    ("gradients", GRADIENTS),
+    ("optimizer state", OPTIMIZER_STATE),
+    ("C heap", HEAP),
+];
+
 /// The curves, with their names (for tests and legends).
 pub const CURVES: [(&str, Rgb); 5] = [
     ("allocated", ALLOCATED),
@@ -135,6 +152,7 @@ mod tests {
     fn all() -> Vec<(&'static str, Rgb)> {
         let mut all: Vec<(&str, Rgb)> = CURVES.to_vec();
         all.extend(PHASES);
+        all.extend(CATEGORIES);
         all.push(("event", EVENT));
         all.push(("baseline", BASELINE));
         all
