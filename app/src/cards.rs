@@ -189,7 +189,7 @@ pub fn run_info_ui(ui: &mut egui::Ui, name: &str, run: &Recording) {
                 for note in run.notes.iter().take(500) {
                     ui.label(format!(
                         "{}: {}",
-                        crate::timeline::format_seconds(note.t_ns as f64 / 1e9),
+                        collector::format::format_seconds(note.t_ns as f64 / 1e9),
                         note.text
                     ));
                 }

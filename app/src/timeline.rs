@@ -1,7 +1,7 @@
 //! The timeline: memory curves over time or steps, phase bands behind them, events as markers,
 //! and a readout of the exact values under the pointer.
 
-use collector::format::format_bytes;
+use collector::format::{format_bytes, format_seconds};
 use collector::recording::{Phase, Recording};
 use egui::Color32;
 use egui_plot::{
@@ -116,22 +116,6 @@ pub fn binary_grid(input: GridInput) -> Vec<GridMark> {
         }
     }
     marks
-}
-
-/// "1.5 s", "2:05", "1:02:05": a time for an axis label.
-pub fn format_seconds(seconds: f64) -> String {
-    if seconds.abs() < 60.0 {
-        let text = format!("{seconds:.3}");
-        let text = text.trim_end_matches('0').trim_end_matches('.');
-        return format!("{text} s");
-    }
-    let total = seconds.round() as i64;
-    let (h, m, s) = (total / 3600, (total / 60) % 60, total % 60);
-    if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
-    } else {
-        format!("{m}:{s:02}")
-    }
 }
 
 /// Plot x coordinate of a time, and back.

@@ -34,6 +34,22 @@ pub fn format_duration(seconds: f64) -> String {
     }
 }
 
+/// "1.5 s", "2:05", "1:02:05": a time for an axis label.
+pub fn format_seconds(seconds: f64) -> String {
+    if seconds.abs() < 60.0 {
+        let text = format!("{seconds:.3}");
+        let text = text.trim_end_matches('0').trim_end_matches('.');
+        return format!("{text} s");
+    }
+    let total = seconds.round() as i64;
+    let (h, m, s) = (total / 3600, (total / 60) % 60, total % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
 /// `1 block`, `3 blocks`, `2 entries`.
 pub fn count(n: usize, what: &str) -> String {
     match (n, what.strip_suffix('y')) {

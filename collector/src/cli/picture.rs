@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use collector::analysis::{Analysis, Basis, headline};
-use collector::format::{format_bytes, format_duration};
+use collector::format::{format_bytes, format_seconds};
 use collector::palette::{self, Rgb};
 use collector::recording::{Recording, SeriesKind};
 use plotters::prelude::*;
@@ -341,16 +341,6 @@ pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String
         root.present().map_err(err)?;
     }
     Ok(svg)
-}
-
-fn format_seconds(s: f64) -> String {
-    if s >= 120.0 {
-        format_duration(s)
-    } else if s >= 10.0 || s == 0.0 {
-        format!("{s:.0} s")
-    } else {
-        format!("{s:.1} s")
-    }
 }
 
 fn escape(text: &str) -> String {
