@@ -128,9 +128,12 @@ fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve>
 }
 
 /// Why there is nothing to draw, when that is so.
-fn missing(recording: &Recording, curves: &[Curve]) -> Option<String> {
+fn missing(recording: &Recording, curves: &[Curve], snapshot: bool) -> Option<String> {
     let points: usize = curves.iter().map(|c| c.points.len()).max().unwrap_or(0);
     match points {
+        0 | 1 if snapshot => Some(
+            "Nothing to draw: the snapshot's trace holds no allocations over time (taken without torch.cuda.memory._record_memory_history, or with only its final state); the report lists its segments and live blocks".to_owned(),
+        ),
         0 if recording.series.is_empty() && recording.allocator.is_empty() => Some(
             "Nothing to draw: the recording has no samples and no allocator numbers (the job ended at once, or the collector could not sample it)".to_owned(),
         ),
@@ -179,7 +182,12 @@ fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
 }
 
 /// The timeline with the verdict drawn, as an SVG document.
-pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String, String> {
+/// `snapshot`: the recording is a PyTorch snapshot's trace (then nothing to draw means no trace).
+pub fn timeline_svg(
+    recording: &Recording,
+    analysis: &Analysis,
+    snapshot: bool,
+) -> Result<String, String> {
     let end_ns = recording.duration_ns().max(1);
     let curves = curves(recording, analysis, end_ns);
     let mut svg = String::new();
@@ -187,7 +195,7 @@ pub fn timeline_svg(recording: &Recording, analysis: &Analysis) -> Result<String
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         let err = |e: DrawingAreaErrorKind<_>| format!("cannot draw the picture: {e}");
         root.fill(&WHITE).map_err(err)?;
-        if let Some(why) = missing(recording, &curves) {
+        if let Some(why) = missing(recording, &curves, snapshot) {
             root.draw_text(
                 &why,
                 &TextStyle::from(("sans-serif", 18).into_font()).color(&BLACK),

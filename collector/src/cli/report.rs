@@ -81,9 +81,10 @@ impl Outputs {
         recording: &Recording,
         analysis: &Analysis,
         text: &str,
+        snapshot: bool,
     ) -> Result<(), String> {
         use std::io::Write as _;
-        let svg = super::picture::timeline_svg(recording, analysis)?;
+        let svg = super::picture::timeline_svg(recording, analysis, snapshot)?;
         let put = |(path, mut f): (PathBuf, std::fs::File), body: &str| {
             f.write_all(body.as_bytes())
                 .map_err(|err| format!("cannot write {}: {err}", path.display()))
@@ -273,7 +274,13 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         });
     let report = text(&args.file, &recording, &analysis, verdict.as_ref());
     if outputs.any()
-        && let Err(err) = outputs.write(&args.file, &recording, &analysis, &report)
+        && let Err(err) = outputs.write(
+            &args.file,
+            &recording,
+            &analysis,
+            &report,
+            snapshot.is_some(),
+        )
     {
         eprintln!("collector: {err}");
         return ExitCode::from(2);

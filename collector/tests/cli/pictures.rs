@@ -215,3 +215,41 @@ fn an_unwritable_output_is_an_error_before_any_work() {
         assert!(output.stdout.is_empty());
     }
 }
+
+#[test]
+fn real_snapshots_draw_their_trace_or_say_they_have_none() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, curve) in [
+        ("bcrafton_cs336_training_step.pickle", true),
+        ("verl_rollout_state.pickle", false),
+    ] {
+        let svg = dir.path().join(format!("{name}.svg"));
+        let output = report(&real.join(name), &["--svg".as_ref(), svg.as_os_str()]);
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let (names, texts) = parse(&std::fs::read_to_string(&svg).unwrap());
+        if curve {
+            assert!(names.iter().any(|n| n == "polyline"), "{name}");
+            // A trace tens of milliseconds long still gets distinct axis labels.
+            let ticks: Vec<&String> = texts.iter().filter(|t| t.ends_with(" s")).collect();
+            let distinct: std::collections::BTreeSet<&&String> = ticks.iter().collect();
+            assert!(
+                distinct.len() >= 3 && distinct.len() == ticks.len(),
+                "{ticks:?}"
+            );
+        } else {
+            // The apostrophe is an XML entity: the text comes in pieces.
+            let all = texts.concat();
+            assert!(
+                all.contains("Nothing to draw: the snapshot")
+                    && all.contains("trace holds no allocations over time"),
+                "{name}: {texts:?}"
+            );
+        }
+    }
+}
