@@ -346,7 +346,7 @@ class _Census:
         if issubclass(kind, self.tensor_type):
             self.tensor(obj, holder or (path, what, path))
             return
-        if kind in (list, tuple, set, frozenset, deque) or kind.__name__ in ("deque",):
+        if kind in (list, tuple, set, frozenset, deque):
             here = holder or self.hold(path, f"{kind.__name__}, {what}", len(obj), id(obj))
             for item in list(obj):
                 self.push(item, None, None, here)

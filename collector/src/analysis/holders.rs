@@ -86,6 +86,11 @@ pub struct HolderGrowth {
 }
 
 impl HolderGrowth {
+    /// Whether a census' holder is this one (by its key, else its name, and its device).
+    pub fn is(&self, holder: &crate::recording::Holder) -> bool {
+        holder.is(&self.key, &self.name, self.device)
+    }
+
     /// The growth between the censuses, bytes.
     pub fn growth_bytes(&self) -> f64 {
         self.to_bytes as f64 - self.from_bytes as f64

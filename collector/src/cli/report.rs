@@ -624,9 +624,7 @@ fn holders_text(out: &mut String, recording: &Recording, analysis: &Analysis) {
         "\nHOLDERS (census at step {step}, parameters, gradients and optimizer state left out)"
     );
     for h in last.holders.iter().take(8) {
-        let grown = analysis.holders.iter().find(|g| {
-            g.device == h.device && (g.key == h.key && !h.key.is_empty() || g.name == h.name)
-        });
+        let grown = analysis.holders.iter().find(|g| g.is(h));
         let grew = grown.map_or(String::new(), |g| {
             format!(
                 "  +{} since step {}",

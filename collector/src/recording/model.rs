@@ -480,11 +480,16 @@ pub struct Holder {
 impl Holder {
     /// Whether two censuses' holders are the same one.
     pub fn same_as(&self, other: &Holder) -> bool {
-        self.device == other.device
-            && if self.key.is_empty() || other.key.is_empty() {
-                self.name == other.name
+        self.is(&other.key, &other.name, other.device)
+    }
+
+    /// Whether this is the holder with that key (else, without keys, that name) on that device.
+    pub fn is(&self, key: &str, name: &str, device: Option<u32>) -> bool {
+        self.device == device
+            && if self.key.is_empty() || key.is_empty() {
+                self.name == name
             } else {
-                self.key == other.key
+                self.key == key
             }
     }
 
