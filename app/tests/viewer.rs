@@ -433,25 +433,17 @@ fn a_recording_opens_with_the_snapshot_dumped_at_its_oom() {
 /// the rank picker lists them.
 #[test]
 fn each_rank_gets_its_own_host_memory_curve() {
-    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    use collector::recording::{Origin, Recording};
     let mut recording = Recording::new(tidemark_tests::header(&["torchrun", "train.py"]));
     for rank in 0..2u32 {
         let origin = Origin {
             pid: 100 + rank,
             rank: Some(rank),
         };
-        for step in 0..20u64 {
-            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
-                let mut e = tidemark_tests::edge(
-                    step * 10 + k as u64,
-                    edge,
-                    Phase::Forward,
-                    Some(step),
-                    origin,
-                );
-                e.host_rss = Some((1 << 30) + u64::from(rank) * step * (8 << 20));
-                recording.push(Record::Phase(e));
-            }
+        for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
+            (1 << 30) + u64::from(rank) * step * (8 << 20)
+        }) {
+            recording.push(record);
         }
     }
     let dir = tempfile::tempdir().unwrap();
@@ -525,7 +517,7 @@ fn the_steps_axis_ends_at_the_last_step() {
 /// together; a file of another job is named in the run's warnings, and the rest opens.
 #[test]
 fn two_nodes_open_as_one_run() {
-    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    use collector::recording::{Origin, Recording};
     let dir = tempfile::tempdir().unwrap();
     let node = |rank: u32, command: &str| {
         let mut header = tidemark_tests::header(&[command]);
@@ -535,18 +527,10 @@ fn two_nodes_open_as_one_run() {
             pid: 7,
             rank: Some(rank),
         };
-        for step in 0..20u64 {
-            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
-                let mut e = tidemark_tests::edge(
-                    step * 10 + k as u64,
-                    edge,
-                    Phase::Forward,
-                    Some(step),
-                    origin,
-                );
-                e.host_rss = Some((1 << 30) + u64::from(rank) * step * (8 << 20));
-                recording.push(Record::Phase(e));
-            }
+        for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
+            (1 << 30) + u64::from(rank) * step * (8 << 20)
+        }) {
+            recording.push(record);
         }
         let path = dir.path().join(format!("{command}-{rank}.msgpack"));
         collector::recording::write_file(&path, &recording).unwrap();
@@ -679,7 +663,7 @@ fn an_ooms_marker_tells_its_numbers_and_its_cause() {
 
 #[test]
 fn small_multiples_show_one_timeline_per_rank_on_one_scale() {
-    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    use collector::recording::{Origin, Recording};
     // Four ranks in one recording; rank 2 grows.
     let mut recording = Recording::new(tidemark_tests::header(&["torchrun"]));
     for rank in 0..4u32 {
@@ -687,18 +671,10 @@ fn small_multiples_show_one_timeline_per_rank_on_one_scale() {
             pid: 100 + rank,
             rank: Some(rank),
         };
-        for step in 0..20u64 {
-            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
-                let mut e = tidemark_tests::edge(
-                    step * 10 + k as u64,
-                    edge,
-                    Phase::Forward,
-                    Some(step),
-                    origin,
-                );
-                e.host_rss = Some((1 << 30) + if rank == 2 { step * (16 << 20) } else { 0 });
-                recording.push(Record::Phase(e));
-            }
+        for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
+            (1 << 30) + if rank == 2 { step * (16 << 20) } else { 0 }
+        }) {
+            recording.push(record);
         }
     }
     let dir = tempfile::tempdir().unwrap();

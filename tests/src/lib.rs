@@ -60,6 +60,27 @@ pub fn reading(
     }
 }
 
+/// `steps` steps of one forward each from `origin`, `step_ns` apart and `busy_ns` long, every
+/// edge carrying the process' host memory `rss(step)` as the probe reads it at its edges.
+pub fn forward_steps(
+    origin: Origin,
+    steps: u64,
+    step_ns: u64,
+    busy_ns: u64,
+    rss: impl Fn(u64) -> u64,
+) -> Vec<Record> {
+    let mut records = Vec::with_capacity(2 * steps as usize);
+    for step in 0..steps {
+        for (k, which) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+            let t_ns = step * step_ns + k as u64 * busy_ns;
+            let mut e = edge(t_ns, which, Phase::Forward, Some(step), origin);
+            e.host_rss = Some(rss(step));
+            records.push(Record::Phase(e));
+        }
+    }
+    records
+}
+
 /// Step `step` of a run whose steps last `step_ns`: forward, backward and optimizer, each edge
 /// with an allocator reading. Allocated memory is 4 GiB plus 4 KiB per step (a slow leak) plus
 /// 512 MiB inside each phase (the sawtooth); reserved is 1 GiB above, the peak 256 MiB above.

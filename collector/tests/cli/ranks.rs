@@ -335,7 +335,7 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
 /// report names the cut file and the rank claimed twice.
 #[test]
 fn a_truncated_node_and_a_rank_claimed_twice_are_named() {
-    use collector::recording::{Edge, Origin, Phase, Record, Recording, write_file};
+    use collector::recording::{Origin, Recording, write_file};
     let dir = tempfile::tempdir().unwrap();
     let node = |name: &str, rank: u32, pid: u32| {
         let mut header = tidemark_tests::header(&["python", "train.py"]);
@@ -345,18 +345,9 @@ fn a_truncated_node_and_a_rank_claimed_twice_are_named() {
             pid,
             rank: Some(rank),
         };
-        for step in 0..30u64 {
-            for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
-                let mut e = tidemark_tests::edge(
-                    step * 10_000_000 + k as u64 * 4_000_000,
-                    edge,
-                    Phase::Forward,
-                    Some(step),
-                    origin,
-                );
-                e.host_rss = Some(1 << 30);
-                recording.push(Record::Phase(e));
-            }
+        for record in tidemark_tests::forward_steps(origin, 30, 10_000_000, 4_000_000, |_| 1 << 30)
+        {
+            recording.push(record);
         }
         let path = dir.path().join(format!("{name}.msgpack"));
         write_file(&path, &recording).unwrap();
