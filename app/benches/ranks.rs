@@ -10,22 +10,11 @@ use tidemark_app::{Run, TidemarkApp};
 #[path = "support/synthetic.rs"]
 mod synthetic;
 
-const RANKS: u32 = 8;
+#[path = "support/frame.rs"]
+mod frame;
+use frame::frame;
 
-fn frame(ctx: &egui::Context, app: &mut TidemarkApp) -> Duration {
-    let input = egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1600.0, 900.0),
-        )),
-        ..Default::default()
-    };
-    let start = Instant::now();
-    let output = ctx.run_ui(input, |ui| app.show(ui));
-    let primitives = ctx.tessellate(output.shapes, output.pixels_per_point);
-    std::hint::black_box(primitives);
-    start.elapsed()
-}
+const RANKS: u32 = 8;
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {

@@ -21,23 +21,12 @@ static ALLOCATOR: Counting = Counting;
 #[path = "support/synthetic.rs"]
 mod synthetic;
 
+#[path = "support/frame.rs"]
+mod frame;
+use frame::frame;
+
 const SAMPLES_PER_SERIES: u64 = 5_000_000;
 const STEPS: u64 = 50_000;
-
-fn frame(ctx: &egui::Context, app: &mut TidemarkApp) -> Duration {
-    let input = egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1600.0, 900.0),
-        )),
-        ..Default::default()
-    };
-    let start = Instant::now();
-    let output = ctx.run_ui(input, |ui| app.show(ui));
-    let primitives = ctx.tessellate(output.shapes, output.pixels_per_point);
-    std::hint::black_box(primitives);
-    start.elapsed()
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
