@@ -140,6 +140,15 @@ impl XMap<'_> {
         }
     }
 
+    /// Where step `step`, starting at `t_ns`, is on the axis (exact on the steps axis, also
+    /// for a step after the last one recorded).
+    fn x_step(&self, step: u64, t_ns: u64) -> f64 {
+        match self.axis {
+            XAxis::Time => t_ns as f64 / 1e9,
+            XAxis::Steps => step as f64,
+        }
+    }
+
     fn t_ns(&self, x: f64) -> u64 {
         let t = match self.axis {
             XAxis::Time => x * 1e9,
@@ -532,7 +541,12 @@ fn extent(
             y_max = y_max.max(max as f64);
         }
     }
-    (map.x(map.end_ns()).max(1e-3), y_max)
+    let mut x_end = map.x(map.end_ns()).max(1e-3);
+    if let Some(o) = view.verdict.projected.filter(|_| state.verdict) {
+        x_end = x_end.max(map.x_step(o.step, o.at_ns));
+        y_max = y_max.max(o.capacity);
+    }
+    (x_end, y_max)
 }
 
 /// Phase bands for the visible range, from `y0` to `y1`: one band per run of occurrences of the
@@ -547,7 +561,8 @@ fn band_alpha(view: &RunView, phase: &Phase) -> u8 {
     }
 }
 
-/// The verdict drawn: the step baseline as dots, its trend as a line, the capacity it heads for.
+/// The verdict drawn: the step baseline as dots, its trend as a line, the capacity it heads for
+/// and, when that comes soon, the trend extended to it with the projected step marked.
 fn verdict(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, dark: bool) {
     let v = &view.verdict;
     let ink = if dark {
@@ -570,6 +585,25 @@ fn verdict(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, dark: bool) {
             Line::new("trend after warm-up", vec![[map.x(ta), a], [map.x(tb), b]])
                 .color(ink)
                 .width(2.0),
+        );
+    }
+    if let Some(o) = v.projected {
+        let from = [map.x_step(o.from_step, o.from.0), o.from.1];
+        let at = [map.x_step(o.step, o.at_ns), o.capacity];
+        pui.line(
+            Line::new("projected: the trend reaches the capacity", vec![from, at])
+                .color(ink)
+                .style(LineStyle::dashed_loose())
+                .width(2.0),
+        );
+        pui.points(
+            Points::new(
+                format!("projected out of memory at step {}", o.step),
+                vec![at],
+            )
+            .color(crate::style::OOM)
+            .radius(7.0)
+            .shape(MarkerShape::Cross),
         );
     }
     if let Some(capacity) = v.capacity {

@@ -255,6 +255,8 @@ pub struct VerdictDrawing {
     pub problem_phase: Option<Phase>,
     /// The device's capacity, when the trend is projected to reach it.
     pub capacity: Option<f64>,
+    /// The trend extended to the capacity, when that comes soon enough to draw.
+    pub projected: Option<collector::analysis::ProjectedOom>,
     /// One line under the plot.
     pub caption: String,
 }
@@ -274,6 +276,7 @@ impl VerdictDrawing {
                 .projection
                 .as_ref()
                 .map(|p| p.capacity_bytes as f64),
+            projected: analysis.projected_oom().filter(|o| o.near),
             caption: collector::analysis::caption(recording, analysis),
         }
     }

@@ -695,3 +695,35 @@ fn small_multiples_show_one_timeline_per_rank_on_one_scale() {
         harness.get_by_label(&format!("rank {rank}: host memory"));
     }
 }
+
+#[test]
+fn snapshot_projected_oom() {
+    use tidemark_tests::{GIB, MIB};
+    // 300 MiB a step from 40 GiB on an 80 GiB GPU: the trend reaches it some 38 steps on.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leak.msgpack");
+    collector::recording::write_file(&path, &tidemark_tests::gpu_leak(100, 40 * GIB, 300 * MIB))
+        .unwrap();
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let projected = run.view.verdict.projected.unwrap();
+    assert!((130..=145).contains(&projected.step), "{}", projected.step);
+    harness.get_by_label(&format!(
+        "projected out of memory at step {}",
+        projected.step
+    ));
+    harness.get_by_label("projected: the trend reaches the capacity");
+    harness.get_by_label_contains("(marked)");
+    harness.snapshot("projected_oom");
+    // On the steps axis too, at the projected step itself.
+    harness.get_by_label("steps").click();
+    harness.run();
+    assert_eq!(harness.state().runs()[0].timeline.x_axis, XAxis::Steps);
+    harness.get_by_label(&format!(
+        "projected out of memory at step {}",
+        projected.step
+    ));
+}

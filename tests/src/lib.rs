@@ -81,6 +81,34 @@ pub fn forward_steps(
     records
 }
 
+/// `steps` steps of one forward each, 100 ms apart, on the 80 GiB GPU of [`header`], allocated
+/// memory `base + step × per_step` at both edges (a leak as steady as can be).
+pub fn gpu_leak(steps: u64, base: u64, per_step: u64) -> Recording {
+    let mut recording = Recording::new(header(&["python", "train.py"]));
+    let origin = Origin { pid: 1, rank: None };
+    for step in 0..steps {
+        for (k, which) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+            let t_ns = step * 100_000_000 + k as u64 * 50_000_000;
+            let allocated = base + step * per_step;
+            recording.push(Record::Phase(edge(
+                t_ns,
+                which,
+                Phase::Forward,
+                Some(step),
+                origin,
+            )));
+            recording.push(Record::Allocator(reading(
+                t_ns,
+                origin,
+                allocated,
+                allocated + GIB,
+                allocated,
+            )));
+        }
+    }
+    recording
+}
+
 /// Step `step` of a run whose steps last `step_ns`: forward, backward and optimizer, each edge
 /// with an allocator reading. Allocated memory is 4 GiB plus 4 KiB per step (a slow leak) plus
 /// 512 MiB inside each phase (the sawtooth); reserved is 1 GiB above, the peak 256 MiB above.

@@ -15,7 +15,7 @@ mod trend;
 
 use serde::Serialize;
 
-use crate::format::format_bytes;
+use crate::format::{format_bytes, format_duration};
 
 pub use self::ending::{Ending, OomCause, OomVerdict};
 pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair};
@@ -228,6 +228,24 @@ pub struct Projection {
     pub oom_after_s: Option<f64>,
 }
 
+/// The trend extended to the device's capacity, as a picture draws it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProjectedOom {
+    /// The trend's last point: nanoseconds after the start, bytes.
+    pub from: (u64, f64),
+    /// Its step.
+    pub from_step: u64,
+    /// When the trend reaches the capacity, nanoseconds after the start, at the recorded pace.
+    pub at_ns: u64,
+    /// The step at which it does.
+    pub step: u64,
+    /// The capacity, bytes.
+    pub capacity: f64,
+    /// Whether it comes within half the recorded span after the last step: close enough to draw
+    /// without squeezing the recording into a corner (otherwise the caption says where it is).
+    pub near: bool,
+}
+
 /// The whole diagnosis of a recording.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Analysis {
@@ -303,6 +321,25 @@ impl Analysis {
         Some([at(warmup), at(n - 1)])
     }
 
+    /// The trend extended from its last point to where it reaches the device's capacity, for a
+    /// picture (`None` without a projection, or when the pace of the steps is unknown).
+    pub fn projected_oom(&self) -> Option<ProjectedOom> {
+        let p = self.projection.as_ref()?;
+        let [_, from] = self.trend_line()?;
+        let at_ns = p.oom_after_s.filter(|s| s.is_finite())? * 1e9;
+        let s = &self.step_series;
+        let (first, last) = (*s.times_ns.first()?, *s.times_ns.last()?);
+        let span = last.saturating_sub(first) as f64;
+        Some(ProjectedOom {
+            from,
+            from_step: p.last_step,
+            at_ns: at_ns.min(u64::MAX as f64) as u64,
+            step: p.oom_step,
+            capacity: p.capacity_bytes as f64,
+            near: at_ns <= last as f64 + span / 2.0,
+        })
+    }
+
     /// The phase the leading problem is in, when it names one (the picture emphasises it).
     pub fn problem_phase(&self) -> Option<&Phase> {
         self.findings
@@ -341,6 +378,14 @@ pub fn caption(recording: &Recording, analysis: &Analysis) -> String {
             format_bytes(p.capacity_bytes as f64),
             p.oom_step
         ));
+        match analysis.projected_oom() {
+            Some(o) if o.near => caption.push_str(" (marked)"),
+            Some(o) => caption.push_str(&format!(
+                ", {} after the last step: beyond the picture",
+                format_duration(o.at_ns.saturating_sub(o.from.0) as f64 / 1e9)
+            )),
+            None => {}
+        }
     }
     if !recording.ooms.is_empty() {
         caption.push_str(&format!(

@@ -15,6 +15,7 @@ use collector::format::{format_bytes, format_seconds};
 use collector::palette::{self, Rgb};
 use collector::recording::{Recording, SeriesKind};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// The picture's size, pixels.
 pub const WIDTH: u32 = 1000;
@@ -207,7 +208,8 @@ pub fn timeline_svg(
             return Ok(svg);
         }
         let (plot_area, caption_area) = root.split_vertically(HEIGHT - 34);
-        let x_max = end_ns as f64 / 1e9;
+        let projected = analysis.projected_oom().filter(|o| o.near);
+        let x_max = projected.map_or(end_ns, |o| o.at_ns.max(end_ns)) as f64 / 1e9;
         let capacity = recording
             .header
             .devices
@@ -309,6 +311,37 @@ pub fn timeline_svg(
                 .map_err(err)?
                 .label(format!("trend {}/step", format_bytes(slope)))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+        }
+        if let Some(o) = projected {
+            let (x0, x1) = (o.from.0 as f64 / 1e9, o.at_ns as f64 / 1e9);
+            let style = color(palette::BASELINE).stroke_width(2);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(x0, o.from.1), (x1, o.capacity)],
+                    8,
+                    5,
+                    style,
+                ))
+                .map_err(err)?
+                .label(format!("projected out of memory at step {}", o.step))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+            chart
+                .draw_series([Cross::new(
+                    (x1, o.capacity),
+                    6,
+                    color(palette::EVENT).stroke_width(2),
+                )])
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    format!("out of memory at step {}", o.step),
+                    (x1, o.capacity * 0.94),
+                    ("sans-serif", 13)
+                        .into_font()
+                        .color(&color(palette::EVENT))
+                        .pos(Pos::new(HPos::Right, VPos::Top)),
+                )))
+                .map_err(err)?;
         }
         for oom in &recording.ooms {
             let x = oom.t_ns as f64 / 1e9;

@@ -156,6 +156,53 @@ fn recording_with(samples: usize) -> Recording {
 }
 
 #[test]
+fn a_projected_out_of_memory_error_is_marked_when_near_and_told_when_far() {
+    use tidemark_tests::{GIB, MIB, gpu_leak};
+    let dir = tempfile::tempdir().unwrap();
+    // 300 MiB a step from 40 GiB: 69 GiB after 100 steps, 80 GiB some 38 steps later.
+    let near = dir.path().join("near.msgpack");
+    write_file(&near, &gpu_leak(100, 40 * GIB, 300 * MIB)).unwrap();
+    let svg = dir.path().join("near.svg");
+    let output = report(&near, &["--svg".as_ref(), svg.as_os_str()]);
+    assert!(output.status.success());
+    let (_, texts) = parse(&std::fs::read_to_string(&svg).unwrap());
+    let marked: Vec<&String> = texts
+        .iter()
+        .filter(|t| t.starts_with("projected out of memory at step "))
+        .collect();
+    assert_eq!(marked.len(), 1, "{texts:?}");
+    let step: u64 = marked[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((130..=145).contains(&step), "{step}");
+    assert!(texts.contains(&format!("out of memory at step {step}")));
+    assert!(
+        texts.iter().any(|t| t.contains(&format!(
+            "the trend reaches the capacity (80.0 GiB) at step {step} (marked)"
+        ))),
+        "{texts:?}"
+    );
+    // The x axis goes on to the projected step: its labels pass the recording's 10 s.
+    assert!(texts.iter().any(|t| t == "12 s"), "{texts:?}");
+
+    // 10 MiB a step: thousands of steps away. Not drawn; the caption says where.
+    let far = dir.path().join("far.msgpack");
+    write_file(&far, &gpu_leak(100, 40 * GIB, 10 * MIB)).unwrap();
+    let svg = dir.path().join("far.svg");
+    assert!(
+        report(&far, &["--svg".as_ref(), svg.as_os_str()])
+            .status
+            .success()
+    );
+    let (_, texts) = parse(&std::fs::read_to_string(&svg).unwrap());
+    assert!(!texts.iter().any(|t| t.contains("projected out of memory")));
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("after the last step: beyond the picture")),
+        "{texts:?}"
+    );
+}
+
+#[test]
 fn nothing_to_draw_is_said_in_the_picture() {
     let dir = tempfile::tempdir().unwrap();
     for (samples, why) in [
