@@ -58,6 +58,12 @@ impl Run {
         let (recording, snapshot) = opened.into_recording();
         let mut run = Self::new(recording);
         run.snapshot = snapshot.map(|s| crate::blocks::SnapshotView::new(s, &run.analysis));
+        if let Some(s) = &run.snapshot {
+            let v = &mut run.view.verdict;
+            v.suspects = s.verdict.suspect_marks(&s.snapshot, &run.recording);
+            v.caption
+                .push_str(&collector::snapshot::SuspectMarks::caption(&v.suspects));
+        }
         Ok(run)
     }
 }

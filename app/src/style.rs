@@ -29,6 +29,8 @@ pub const PINNED: Color32 = Color32::from_rgb(0xe0, 0xe0, 0xe0);
 pub const OOM: Color32 = rgb(palette::EVENT_ON_SCREEN);
 /// Lost probe messages.
 pub const DROPPED: Color32 = rgb(palette::EVENT_ON_SCREEN);
+/// A snapshot's leak suspects, marked where their live blocks were allocated.
+pub const SUSPECT: Color32 = rgb(palette::SUSPECT);
 /// The OK colour of a verdict.
 pub const OK_GREEN: Color32 = GREEN;
 

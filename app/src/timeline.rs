@@ -606,6 +606,33 @@ fn verdict(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, dark: bool) {
             .shape(MarkerShape::Cross),
         );
     }
+    // One shape per suspect; a halo in the ink keeps them readable on either theme.
+    const SHAPES: [MarkerShape; 5] = [
+        MarkerShape::Up,
+        MarkerShape::Diamond,
+        MarkerShape::Down,
+        MarkerShape::Square,
+        MarkerShape::Asterisk,
+    ];
+    for (i, s) in v.suspects.iter().enumerate() {
+        let points: Vec<[f64; 2]> = s.points.iter().map(|&(t, b)| [map.x(t), b]).collect();
+        let shape = SHAPES[i % SHAPES.len()];
+        // The halo has no name: the legend shows the suspect's own colour.
+        pui.points(
+            Points::new("", points.clone())
+                .color(ink)
+                .radius(6.5)
+                .shape(shape)
+                .filled(true),
+        );
+        pui.points(
+            Points::new(s.label.clone(), points)
+                .color(crate::style::SUSPECT)
+                .radius(5.0)
+                .shape(shape)
+                .filled(true),
+        );
+    }
     if let Some(capacity) = v.capacity {
         pui.hline(
             egui_plot::HLine::new("device capacity (the trend reaches it)", capacity)

@@ -257,6 +257,8 @@ pub struct VerdictDrawing {
     pub capacity: Option<f64>,
     /// The trend extended to the capacity, when that comes soon enough to draw.
     pub projected: Option<collector::analysis::ProjectedOom>,
+    /// A snapshot's leak suspects: where their blocks still alive at the end were allocated.
+    pub suspects: Vec<collector::snapshot::SuspectMarks>,
     /// One line under the plot.
     pub caption: String,
 }
@@ -277,6 +279,7 @@ impl VerdictDrawing {
                 .as_ref()
                 .map(|p| p.capacity_bytes as f64),
             projected: analysis.projected_oom().filter(|o| o.near),
+            suspects: Vec::new(),
             caption: collector::analysis::caption(recording, analysis),
         }
     }

@@ -727,3 +727,27 @@ fn snapshot_projected_oom() {
         projected.step
     ));
 }
+
+#[test]
+fn snapshot_suspects_marked() {
+    // A real snapshot (mini_snapshot.pickle): one suspect, 16 blocks of 16 MiB alive at the end.
+    let mut app = TidemarkApp::empty();
+    app.open_path(&snapshot_file("mini_snapshot.pickle"));
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let marks = &run.view.verdict.suspects;
+    assert_eq!(marks.len(), 1);
+    assert_eq!(marks[0].points.len(), 16);
+    // Each mark sits on the allocated curve, inside the trace.
+    let end = run.recording.duration_ns();
+    for &(t, y) in &marks[0].points {
+        assert!(t <= end);
+        assert!(y > 0.0);
+    }
+    harness.get_by_label("leak suspect: convert (module.py:1370) (256 MiB in 16 blocks alive)");
+    harness.get_by_label_contains(
+        "marked: where the blocks of 1 leak suspect still alive at the end were allocated",
+    );
+    harness.snapshot("snapshot_suspects");
+}

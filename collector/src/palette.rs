@@ -33,6 +33,10 @@ pub const EVENT: Rgb = Rgb(0x40, 0x40, 0x40);
 /// Events on screen, readable on the dark and the light theme (neutral: no hue).
 pub const EVENT_ON_SCREEN: Rgb = Rgb(0xa8, 0xa8, 0xa8);
 
+/// A snapshot's leak suspects, marked where their live blocks were allocated (deep magenta;
+/// one suspect from the next told apart by the marker's shape).
+pub const SUSPECT: Rgb = Rgb(0x80, 0x00, 0xb0);
+
 /// The built-in phases, for bands behind the curves, in hues no curve uses: forward (sky).
 pub const FORWARD: Rgb = Rgb(0x8c, 0xd3, 0xf2);
 /// The backward pass (straw).
@@ -155,6 +159,7 @@ mod tests {
         all.extend(CATEGORIES);
         all.push(("event", EVENT));
         all.push(("baseline", BASELINE));
+        all.push(("suspect", SUSPECT));
         all
     }
 

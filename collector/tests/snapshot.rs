@@ -469,6 +469,16 @@ fn every_protocol_reads_the_same() {
     let recording = s.to_recording();
     assert_eq!(recording.ooms.len(), 2);
     assert_eq!(recording.ooms[0].free_bytes, Some(5 << 20));
+    // The entries come device after device; the readings are in time order, both devices'.
+    assert!(
+        recording
+            .allocator
+            .windows(2)
+            .all(|w| w[0].t_ns <= w[1].t_ns)
+    );
+    let devices: std::collections::BTreeSet<u32> =
+        recording.allocator.iter().map(|r| r.device).collect();
+    assert_eq!(devices.len(), 2);
     // Block states, including the pending-free one.
     let states: Vec<BlockState> = s.segments[0].blocks.iter().map(|b| b.state).collect();
     assert_eq!(
@@ -556,6 +566,36 @@ fn live_blocks_suspects_and_segments() {
         (3, 3, 3 << 20)
     );
     assert_eq!(s.string(s.user_frames(first.stack)[0].name), "remember");
+    // Where a picture marks it: at each kept block's allocation, on the allocated curve just
+    // after it (1 MiB more each step: the staircase).
+    assert_eq!(first.allocated_us.len(), 3);
+    assert!(first.allocated_us.windows(2).all(|w| w[0] < w[1]));
+    let recording = s.to_recording();
+    let analysis = collector::analysis::analyze(&recording);
+    let verdict = collector::snapshot::SnapshotVerdict::new(&s, &analysis);
+    let marks = verdict.suspect_marks(&s, &recording);
+    assert_eq!(marks.len(), suspects.len().min(5));
+    let points = &marks[0].points;
+    let times: Vec<u64> = first
+        .allocated_us
+        .iter()
+        .map(|t| (t - t0) as u64 * 1000)
+        .collect();
+    assert_eq!(points.iter().map(|p| p.0).collect::<Vec<_>>(), times);
+    for &(t, y) in points {
+        let at = recording.allocator.iter().rfind(|r| r.t_ns <= t).unwrap();
+        assert_eq!(y, at.allocated as f64);
+    }
+    assert!(
+        marks[0].label.starts_with("leak suspect: remember ("),
+        "{}",
+        marks[0].label
+    );
+    assert!(
+        marks[0].label.ends_with("(3.00 MiB in 3 blocks alive)"),
+        "{}",
+        marks[0].label
+    );
     // Segments: 64 MiB reserved, 3 MiB allocated, 2 MiB pending, 59 MiB free in 2 pieces.
     let seg = &s.segment_summary()[0];
     assert_eq!(seg.reserved, 64 << 20);

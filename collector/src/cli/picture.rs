@@ -14,6 +14,7 @@ use collector::analysis::{Analysis, Basis, headline};
 use collector::format::{format_bytes, format_seconds};
 use collector::palette::{self, Rgb};
 use collector::recording::{Recording, SeriesKind};
+use collector::snapshot::{Snapshot, SnapshotVerdict, SuspectMarks};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -183,11 +184,12 @@ fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
 }
 
 /// The timeline with the verdict drawn, as an SVG document.
-/// `snapshot`: the recording is a PyTorch snapshot's trace (then nothing to draw means no trace).
+/// `snapshot`: the recording is this PyTorch snapshot's trace (then nothing to draw means no
+/// trace, and its leak suspects' blocks are marked).
 pub fn timeline_svg(
     recording: &Recording,
     analysis: &Analysis,
-    snapshot: bool,
+    snapshot: Option<(&Snapshot, &SnapshotVerdict)>,
 ) -> Result<String, String> {
     let end_ns = recording.duration_ns().max(1);
     let curves = curves(recording, analysis, end_ns);
@@ -196,7 +198,7 @@ pub fn timeline_svg(
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         let err = |e: DrawingAreaErrorKind<_>| format!("cannot draw the picture: {e}");
         root.fill(&WHITE).map_err(err)?;
-        if let Some(why) = missing(recording, &curves, snapshot) {
+        if let Some(why) = missing(recording, &curves, snapshot.is_some()) {
             root.draw_text(
                 &why,
                 &TextStyle::from(("sans-serif", 18).into_font()).color(&BLACK),
@@ -207,7 +209,13 @@ pub fn timeline_svg(
             drop(root);
             return Ok(svg);
         }
-        let (plot_area, caption_area) = root.split_vertically(HEIGHT - 34);
+        let marks = snapshot.map_or(Vec::new(), |(s, v)| v.suspect_marks(s, recording));
+        let caption = wrap(
+            &(collector::analysis::caption(recording, analysis) + &SuspectMarks::caption(&marks)),
+            CAPTION_CHARS,
+        );
+        let caption_height = 16 + 18 * caption.len() as u32;
+        let (plot_area, caption_area) = root.split_vertically(HEIGHT - caption_height);
         let projected = analysis.projected_oom().filter(|o| o.near);
         let x_max = projected.map_or(end_ns, |o| o.at_ns.max(end_ns)) as f64 / 1e9;
         let capacity = recording
@@ -343,6 +351,31 @@ pub fn timeline_svg(
                 )))
                 .map_err(err)?;
         }
+        // A snapshot's leak suspects: their blocks alive at the end, where they were allocated.
+        let c = color(palette::SUSPECT);
+        for (i, m) in marks.iter().enumerate() {
+            let at = |&(t, y): &(u64, f64)| (t as f64 / 1e9, y);
+            // One shape per suspect, so that they are told apart without colour.
+            let series = if i % 2 == 0 {
+                chart.draw_series(
+                    m.points
+                        .iter()
+                        .map(|p| TriangleMarker::new(at(p), 5, c.filled())),
+                )
+            } else {
+                chart.draw_series(
+                    m.points
+                        .iter()
+                        .map(|p| Cross::new(at(p), 5, c.stroke_width(2))),
+                )
+            };
+            let legend = series.map_err(err)?.label(m.label.clone());
+            if i % 2 == 0 {
+                legend.legend(move |(x, y)| TriangleMarker::new((x + 9, y), 5, c.filled()));
+            } else {
+                legend.legend(move |(x, y)| Cross::new((x + 9, y), 5, c.stroke_width(2)));
+            }
+        }
         for oom in &recording.ooms {
             let x = oom.t_ns as f64 / 1e9;
             let style = color(palette::EVENT).stroke_width(2);
@@ -372,16 +405,45 @@ pub fn timeline_svg(
             .label_font(("sans-serif", 13))
             .draw()
             .map_err(err)?;
-        caption_area
-            .draw_text(
-                &collector::analysis::caption(recording, analysis),
-                &TextStyle::from(("sans-serif", 14).into_font()).color(&BLACK),
-                (14, 8),
-            )
-            .map_err(err)?;
+        for (i, line) in caption.iter().enumerate() {
+            caption_area
+                .draw_text(
+                    line,
+                    &TextStyle::from(("sans-serif", 14).into_font()).color(&BLACK),
+                    (14, 8 + 18 * i as i32),
+                )
+                .map_err(err)?;
+        }
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+/// How many characters of the caption fit on one line of the picture (14 px sans-serif).
+const CAPTION_CHARS: usize = 155;
+
+/// `text` in lines of at most `width` characters, broken between words (a longer word gets a
+/// line of its own); at most three lines, the last one ending in `…` when cut.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    if lines.len() > 3 {
+        lines.truncate(3);
+        lines[2].push_str(" …");
+    }
+    lines
 }
 
 fn escape(text: &str) -> String {

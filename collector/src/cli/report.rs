@@ -81,7 +81,7 @@ impl Outputs {
         recording: &Recording,
         analysis: &Analysis,
         text: &str,
-        snapshot: bool,
+        snapshot: Option<(&Snapshot, &SnapshotVerdict)>,
     ) -> Result<(), String> {
         use std::io::Write as _;
         let svg = super::picture::timeline_svg(recording, analysis, snapshot)?;
@@ -279,7 +279,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             &recording,
             &analysis,
             &report,
-            snapshot.is_some(),
+            snapshot.as_ref().zip(verdict.as_ref()),
         )
     {
         eprintln!("collector: {err}");

@@ -192,6 +192,8 @@ impl Snapshot {
                 });
             }
         }
+        // Entries come device after device: the readings in time order, each device's kept.
+        recording.allocator = merge_devices(std::mem::take(&mut recording.allocator));
         recording.phases.sort_by_key(|p| p.t_ns);
         recording.push(Record::Note(Note {
             t_ns: 0,
@@ -205,4 +207,35 @@ impl Snapshot {
         recording.shrink_to_fit();
         recording
     }
+}
+
+/// Readings that come device after device, merged by time; each device's own order is kept
+/// (also where its clock stepped back), ties going to the device that came first.
+fn merge_devices(readings: Vec<AllocatorSample>) -> Vec<AllocatorSample> {
+    use std::cmp::Reverse;
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, r) in readings.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if readings[run.start].device == r.device => run.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    if runs.len() < 2 {
+        return readings;
+    }
+    let mut heads: std::collections::BinaryHeap<Reverse<(u64, usize)>> = runs
+        .iter()
+        .enumerate()
+        .map(|(k, run)| Reverse((readings[run.start].t_ns, k)))
+        .collect();
+    let mut next: Vec<usize> = runs.iter().map(|run| run.start).collect();
+    let mut out = Vec::with_capacity(readings.len());
+    while let Some(Reverse((_, k))) = heads.pop() {
+        out.push(readings[next[k]].clone());
+        next[k] += 1;
+        if next[k] < runs[k].end {
+            heads.push(Reverse((readings[next[k]].t_ns, k)));
+        }
+    }
+    out
 }

@@ -21,7 +21,7 @@ mod verdict;
 pub use convert::PhaseSpan;
 pub use model::{
     Action, Annotation, Block, BlockState, LeakSuspect, LiveBlock, Segment, SegmentSummary,
-    Snapshot, SnapshotError, TraceEntry,
+    Snapshot, SnapshotError, SuspectMarks, TraceEntry,
 };
 pub use pickle::Frame;
 pub use read::read_snapshot;

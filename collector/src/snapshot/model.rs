@@ -239,6 +239,27 @@ pub struct LeakSuspect {
     pub blocks: usize,
     /// Their bytes.
     pub bytes: u64,
+    /// When they were allocated, µs since the epoch, in time order.
+    pub allocated_us: Vec<i64>,
+}
+
+/// Where a picture marks a leak suspect's blocks: at their allocation, on the allocated curve.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SuspectMarks {
+    /// What the legend says: the site, its bytes and blocks.
+    pub label: String,
+    /// The device.
+    pub device: u32,
+    /// (nanoseconds since the trace's start, allocated bytes on the device just after), at most
+    /// [`SuspectMarks::MAX_POINTS`], evenly thinned.
+    pub points: Vec<(u64, f64)>,
+}
+
+impl SuspectMarks {
+    /// The most points one suspect is marked with.
+    pub const MAX_POINTS: usize = 400;
+    /// The most suspects marked.
+    pub const MAX_SUSPECTS: usize = 5;
 }
 
 /// The segments of one device at snapshot time.

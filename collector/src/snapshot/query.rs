@@ -50,6 +50,17 @@ impl Snapshot {
         }
     }
 
+    /// A frame as `name (file:line)` with the file's name only (for legends).
+    pub fn frame_text_short(&self, frame: &Frame) -> String {
+        let file = self.string(frame.filename);
+        let short = file.rsplit(['/', '\\']).next().unwrap_or(file);
+        if frame.line > 0 && frame.line < u64::from(u32::MAX) && !short.is_empty() {
+            format!("{} ({short}:{})", self.string(frame.name), frame.line)
+        } else {
+            self.frame_text(frame)
+        }
+    }
+
     /// The frames worth showing first: Python frames (a `.py` file) when the stack has any,
     /// else the C++ frames outside the allocator itself.
     pub fn user_frames(&self, stack: u32) -> Vec<&Frame> {
@@ -175,8 +186,8 @@ impl Snapshot {
                 .push((span.start_us, span.end_us));
         }
         type Key<'a> = (u32, u32, Option<&'a str>);
-        let mut groups: HashMap<Key<'_>, (std::collections::HashSet<usize>, usize, u64)> =
-            HashMap::new();
+        type Group = (std::collections::HashSet<usize>, Vec<i64>, u64);
+        let mut groups: HashMap<Key<'_>, Group> = HashMap::new();
         for b in alive {
             let Some(t) = b.allocated_us else { continue };
             let mut found = false;
@@ -188,7 +199,7 @@ impl Snapshot {
                 if let Some(i) = occ.iter().position(|(s, e)| *s <= t && t <= *e) {
                     let g = groups.entry((b.device, b.stack, Some(name))).or_default();
                     g.0.insert(i);
-                    g.1 += 1;
+                    g.1.push(t);
                     g.2 += b.size;
                     found = true;
                     break;
@@ -199,15 +210,16 @@ impl Snapshot {
                 // Without phases, count distinct allocation times (coarsely, per millisecond).
                 let ms = usize::try_from(t / 1000).unwrap_or(0);
                 g.0.insert(ms);
-                g.1 += 1;
+                g.1.push(t);
                 g.2 += b.size;
             }
         }
         let mut suspects: Vec<LeakSuspect> = groups
             .into_iter()
             .filter(|((_, _, phase), (occ, _, _))| occ.len() >= if phase.is_some() { 2 } else { 3 })
-            .map(
-                |((device, stack, phase), (occ, blocks, bytes))| LeakSuspect {
+            .map(|((device, stack, phase), (occ, mut times, bytes))| {
+                times.sort_unstable();
+                LeakSuspect {
                     device,
                     stack,
                     of: phase
@@ -215,10 +227,11 @@ impl Snapshot {
                         .map_or(0, Vec::len),
                     phase: phase.map(str::to_owned),
                     occurrences: occ.len(),
-                    blocks,
+                    blocks: times.len(),
                     bytes,
-                },
-            )
+                    allocated_us: times,
+                }
+            })
             .collect();
         suspects.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
         suspects

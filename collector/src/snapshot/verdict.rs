@@ -6,10 +6,11 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{Action, LeakSuspect, SegmentSummary, Snapshot};
+use super::{Action, LeakSuspect, SegmentSummary, Snapshot, SuspectMarks};
 use crate::analysis::{Analysis, FindingKind};
 use crate::format::count;
 use crate::format::format_bytes;
+use crate::recording::Recording;
 
 /// The out-of-memory error a snapshot was taken at (its last `oom` trace entry).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -218,6 +219,76 @@ impl SnapshotVerdict {
             evidence,
         }
     }
+}
+
+impl SnapshotVerdict {
+    /// The leading leak suspects' blocks still alive at the end, where a picture marks them: at
+    /// their allocation times on `recording`'s allocated curve (`recording` is the snapshot's
+    /// trace, [`Snapshot::to_recording`]).
+    pub fn suspect_marks(&self, snapshot: &Snapshot, recording: &Recording) -> Vec<SuspectMarks> {
+        let t0 = snapshot.time_range_us().map_or(0, |r| r.0);
+        self.suspects
+            .iter()
+            .take(SuspectMarks::MAX_SUSPECTS)
+            .map(|s| {
+                let stride = s
+                    .allocated_us
+                    .len()
+                    .div_ceil(SuspectMarks::MAX_POINTS)
+                    .max(1);
+                let points = s
+                    .allocated_us
+                    .iter()
+                    .step_by(stride)
+                    .map(|&us| {
+                        let t_ns = u64::try_from(us.saturating_sub(t0))
+                            .unwrap_or(0)
+                            .saturating_mul(1000);
+                        (t_ns, allocated_after(recording, s.device, t_ns))
+                    })
+                    .collect();
+                let site = snapshot
+                    .user_frames(s.stack)
+                    .first()
+                    .map_or("(no frames recorded)".to_owned(), |f| {
+                        snapshot.frame_text_short(f)
+                    });
+                SuspectMarks {
+                    label: format!(
+                        "leak suspect: {site} ({} in {} alive)",
+                        format_bytes(s.bytes as f64),
+                        count(s.blocks, "block")
+                    ),
+                    device: s.device,
+                    points,
+                }
+            })
+            .collect()
+    }
+}
+
+impl SuspectMarks {
+    /// What a caption adds when suspects are marked (empty when none are).
+    pub fn caption(marks: &[SuspectMarks]) -> String {
+        if marks.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; marked: where the blocks of {} still alive at the end were allocated",
+            count(marks.len(), "leak suspect")
+        )
+    }
+}
+
+/// Allocated bytes on `device` at the last reading at or before `t_ns` (the allocation itself).
+fn allocated_after(recording: &Recording, device: u32, t_ns: u64) -> f64 {
+    let readings = &recording.allocator;
+    let end = readings.partition_point(|r| r.t_ns <= t_ns);
+    readings[..end]
+        .iter()
+        .rev()
+        .find(|r| r.device == device)
+        .map_or(0.0, |r| r.allocated as f64)
 }
 
 /// Live blocks grouped by allocation site, largest first.

@@ -174,10 +174,11 @@ fn a_projected_out_of_memory_error_is_marked_when_near_and_told_when_far() {
     let step: u64 = marked[0].rsplit(' ').next().unwrap().parse().unwrap();
     assert!((130..=145).contains(&step), "{step}");
     assert!(texts.contains(&format!("out of memory at step {step}")));
+    // The caption, over two lines.
     assert!(
-        texts.iter().any(|t| t.contains(&format!(
+        texts.join(" ").contains(&format!(
             "the trend reaches the capacity (80.0 GiB) at step {step} (marked)"
-        ))),
+        )),
         "{texts:?}"
     );
     // The x axis goes on to the projected step: its labels pass the recording's 10 s.
@@ -196,10 +197,46 @@ fn a_projected_out_of_memory_error_is_marked_when_near_and_told_when_far() {
     assert!(!texts.iter().any(|t| t.contains("projected out of memory")));
     assert!(
         texts
-            .iter()
-            .any(|t| t.contains("after the last step: beyond the picture")),
+            .join(" ")
+            .contains("after the last step: beyond the picture"),
         "{texts:?}"
     );
+}
+
+#[test]
+fn a_snapshots_leak_suspects_are_marked_where_their_blocks_were_allocated() {
+    // A real snapshot: one suspect site with 16 blocks of 16 MiB alive at the end.
+    let file =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshots/mini_snapshot.pickle");
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("snap.svg");
+    let output = report(&file, &["--svg".as_ref(), svg.as_os_str()]);
+    assert!(output.status.success());
+    let xml = std::fs::read_to_string(&svg).unwrap();
+    let (names, texts) = parse(&xml);
+    assert!(
+        texts.contains(
+            &"leak suspect: convert (module.py:1370) (256 MiB in 16 blocks alive)".to_owned()
+        ),
+        "{texts:?}"
+    );
+    assert!(
+        texts.join(" ").contains(
+            "marked: where the blocks of 1 leak suspect still alive at the end were allocated"
+        ),
+        "{texts:?}"
+    );
+    // 16 triangles on the curve and one in the legend, in the suspects' colour.
+    let fill = format!(
+        "fill=\"{}\"",
+        collector::palette::SUSPECT.hex().to_uppercase()
+    );
+    let triangles = xml
+        .lines()
+        .flat_map(|l| l.split("<polygon").skip(1))
+        .filter(|p| p.split('>').next().is_some_and(|p| p.contains(&fill)))
+        .count();
+    assert_eq!(triangles, 17, "{names:?}");
 }
 
 #[test]
