@@ -42,8 +42,10 @@ HOST_MEMORY = (0xCC, 0x79, 0xA7)
 DEVICE_USED = (0x00, 0x9E, 0x73)
 ALLOCATED = (0xD5, 0x5E, 0x00)
 
-# Where the "Open…" button is laid out in the canvas (CSS pixels from its top left).
+# Where the "Open…" and "Save image" buttons are laid out in the canvas (CSS pixels from its
+# top left).
 OPEN_BUTTON = (98, 12)
+SAVE_BUTTON = (177, 12)
 
 failures = []
 
@@ -125,6 +127,18 @@ fetch(url).then(r => r.arrayBuffer()).then(bytes => {
   done(true);
 });
 """
+
+
+def click_canvas(driver, at):
+    """Clicks at `at` (CSS pixels from the canvas' top left): the buttons are drawn in it. A
+    pause between each event: egui sees the hover, the press and the release in separate
+    frames, as from a hand on a mouse."""
+    canvas = driver.find_element(By.ID, "tidemark_canvas")
+    ActionChains(driver).move_to_element_with_offset(
+        canvas,
+        at[0] - canvas.size["width"] // 2,
+        at[1] - canvas.size["height"] // 2,
+    ).pause(0.3).click_and_hold().pause(0.3).release().perform()
 
 
 def console_errors(driver):
@@ -249,6 +263,32 @@ def main():
             image = Image.open(out / "dropped.png").convert("RGB")
             check(count_red(image, (0, 0, w, 60)) > 40, "the dropped file's verdict is drawn")
 
+            print("Save image: the view downloads as a PNG")
+            downloads = Path(tmp) / "downloads"
+            downloads.mkdir()
+            driver.execute_cdp_cmd(
+                "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
+            )
+            saved = None
+            for _ in range(3):
+                click_canvas(driver, SAVE_BUTTON)
+                for _ in range(50):
+                    done = [p for p in downloads.glob("*.png") if p.stat().st_size > 0]
+                    if done:
+                        saved = done[0]
+                        break
+                    time.sleep(0.1)
+                if saved:
+                    break
+            check(saved is not None and saved.name == "tidemark.png", f"downloaded: {saved}")
+            if saved:
+                time.sleep(0.5)  # the download's last bytes
+                picture = Image.open(saved).convert("RGB")
+                check(picture.size[0] >= 1000, f"the PNG is the view: {picture.size}")
+                drawn = count_red(picture, (0, 0, picture.size[0], 60 * picture.size[0] // w))
+                check(drawn > 40, f"the PNG shows the verdict: {drawn} red pixels")
+            check(not elsewhere(requested_urls(driver)), "the download made no request elsewhere")
+
             print("a file opened with Open… (the browser's file picker)")
             driver.get(base)
             wait_for_mark(driver)
@@ -256,16 +296,9 @@ def main():
             # <input type=file> waiting, and the test fills it as a user's choice would.
             driver.execute_cdp_cmd("Page.enable", {})
             driver.execute_cdp_cmd("Page.setInterceptFileChooserDialog", {"enabled": True})
-            canvas = driver.find_element(By.ID, "tidemark_canvas")
             picked = []
-            for _ in range(3):  # the button is drawn in the canvas: click where it is laid out
-                # A pause between each event: egui sees the hover, the press and the release
-                # in separate frames, as from a hand on a mouse.
-                ActionChains(driver).move_to_element_with_offset(
-                    canvas,
-                    OPEN_BUTTON[0] - canvas.size["width"] // 2,
-                    OPEN_BUTTON[1] - canvas.size["height"] // 2,
-                ).pause(0.3).click_and_hold().pause(0.3).release().perform()
+            for _ in range(3):
+                click_canvas(driver, OPEN_BUTTON)
                 for _ in range(30):
                     picked = driver.find_elements(By.CSS_SELECTOR, "#rfd-overlay input[type=file]")
                     if picked:
