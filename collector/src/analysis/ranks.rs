@@ -33,12 +33,20 @@ pub struct RankSummary {
     pub step_series: StepSeries,
 }
 
-/// The ranks that sent phase edges, each with its busiest process: `(rank, pid)`, by rank.
+/// The ranks that sent phase edges, each with its busiest process: `(rank, pid)`, by rank. A
+/// rank without any phase edge counts by its allocator readings (per-rank snapshots without
+/// phases).
 pub(super) fn ranks_of(recording: &Recording) -> Vec<(u32, u32)> {
     let mut counts: std::collections::BTreeMap<(u32, u32), usize> = Default::default();
     for e in &recording.phases {
         if let Some(rank) = e.origin.rank {
             *counts.entry((rank, e.origin.pid)).or_default() += 1;
+        }
+    }
+    let phased: std::collections::BTreeSet<u32> = counts.keys().map(|k| k.0).collect();
+    for a in &recording.allocator {
+        if let Some(rank) = a.origin.rank.filter(|r| !phased.contains(r)) {
+            *counts.entry((rank, a.origin.pid)).or_default() += 1;
         }
     }
     let mut out: Vec<(u32, u32)> = Vec::new();

@@ -23,12 +23,21 @@ pub struct Merged {
 /// kept and said in a warning.
 pub fn merge(recordings: Vec<Recording>) -> Merged {
     let mut left_out = Vec::new();
-    let Some(first) = recordings
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, r)| r.header.start_unix_ns)
-        .map(|(i, _)| i)
-    else {
+    // The run is where most recordings start together (a stray file from another day is the odd
+    // one out, even when it is the earliest); its earliest recording gives the header and t = 0.
+    let starts: Vec<u64> = recordings.iter().map(|r| r.header.start_unix_ns).collect();
+    let together = |i: usize| {
+        starts
+            .iter()
+            .filter(|&&s| s.abs_diff(starts[i]) <= SAME_RUN_NS)
+            .count()
+    };
+    let anchor = (0..starts.len()).max_by_key(|&i| (together(i), std::cmp::Reverse(starts[i])));
+    let Some(first) = anchor.and_then(|a| {
+        (0..starts.len())
+            .filter(|&i| starts[a].abs_diff(starts[i]) <= SAME_RUN_NS)
+            .min_by_key(|&i| starts[i])
+    }) else {
         return Merged {
             recording: Recording::new(super::Header::new(0, String::new(), Vec::new())),
             hosts: Vec::new(),
@@ -54,12 +63,18 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
             ));
             continue;
         }
-        if offset > SAME_RUN_NS {
+        let before = start.saturating_sub(recording.header.start_unix_ns);
+        if offset > SAME_RUN_NS || before > 0 {
+            let (apart, when) = if before > 0 {
+                (before, "before")
+            } else {
+                (offset, "after")
+            };
             left_out.push((
                 index,
                 format!(
-                    "another run: it started {:.0} s after the first",
-                    offset as f64 / 1e9
+                    "another run: it started {:.0} s {when} the others",
+                    apart as f64 / 1e9
                 ),
             ));
             continue;

@@ -15,6 +15,7 @@ mod convert;
 mod model;
 mod pickle;
 mod query;
+pub mod ranks;
 mod read;
 mod verdict;
 

@@ -278,6 +278,12 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
     )
     .unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a snapshot").unwrap();
+    // A snapshot from another job, taken on another day.
+    std::fs::copy(
+        real.join("../mini_snapshot.pickle"),
+        dir.path().join("rank4_memory_snapshot.pickle"),
+    )
+    .unwrap();
 
     let json = crate::report_json(dir.path());
     let ranks = json["ranks"].as_array().unwrap();
@@ -298,7 +304,8 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
             (1, false, false),
             (2, true, false),
             (2, true, false),
-            (3, false, true)
+            (3, false, true),
+            (4, false, false)
         ]
     );
     assert!(
@@ -312,7 +319,30 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
         standout.starts_with("rank 1 peaks at 23.2 GiB"),
         "{standout}"
     );
+    // The traces with times on one timeline, each rank judged on its own: rank 1's snapshot
+    // has no trace, rank 3's cannot be read; rank 2's two files are two processes.
+    let judged: Vec<u64> = json["analysis"]["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(judged, [0, 2]);
     let text = crate::report(dir.path());
+    assert!(text.contains("TRACES ON ONE TIMELINE"), "{text}");
+    assert!(text.contains("rank 0: "), "{text}");
+    assert!(
+        text.contains(
+            "rank 2 is claimed by more than one file; memory_trace_2.pickle is on the timeline"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "rank4_memory_snapshot.pickle is not on the timeline: another run: it started"
+        ),
+        "{text}"
+    );
     assert!(text.contains("✗ Imbalance: rank 1 peaks at"), "{text}");
     assert!(text.contains("(rank claimed twice)"), "{text}");
     assert!(text.contains("vllm/worker/cache_engine.py:83"), "{text}");

@@ -1,0 +1,302 @@
+//! A folder of per-rank PyTorch memory snapshots (`rank{r}_memory_snapshot.pickle` as torchtitan
+//! writes them, `memory_trace_{r}.pickle`, anything with `rank{N}` in its name) as one
+//! multi-rank run: each rank's memory at its snapshot and its peak in the trace, side by side,
+//! the rank that stands out, and the traces merged into one recording whose ranks the analysis
+//! judges one by one (the report and the viewer share it).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Snapshot, SnapshotVerdict};
+use crate::analysis::analyze;
+use crate::format::format_bytes;
+use crate::recording::{Note, Origin, Recording};
+
+/// One rank's snapshot, read or not.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankSnapshot {
+    /// The rank its name gives.
+    pub rank: u32,
+    /// The file.
+    pub file: String,
+    /// Why it cannot be read (the other fields are then absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Another file claims the same rank.
+    pub duplicate: bool,
+    /// Bytes reserved at the snapshot, all devices.
+    pub reserved_bytes: Option<u64>,
+    /// Bytes allocated at the snapshot, all devices.
+    pub allocated_bytes: Option<u64>,
+    /// The most allocated at any time in the trace (or at the snapshot without one).
+    pub peak_allocated_bytes: Option<u64>,
+    /// The snapshot's own verdict in one line.
+    pub headline: Option<String>,
+    /// The allocation site holding the most, with its first frame.
+    pub top_site: Option<String>,
+    /// Whether its trace is on the merged timeline (a snapshot without a trace has no times).
+    #[serde(skip)]
+    pub on_timeline: bool,
+}
+
+/// The ranks of a folder: one row per file, the rank that stands out, and the traces as one
+/// recording.
+#[derive(Debug)]
+pub struct RankFolder {
+    /// The folder.
+    pub folder: PathBuf,
+    /// By rank, then file name.
+    pub rows: Vec<RankSnapshot>,
+    /// The rank whose peak is well above the others', in words.
+    pub standout: Option<String>,
+    /// The traces with times, each as its rank, merged by wall clock (`None` when no snapshot
+    /// has one).
+    pub recording: Option<Recording>,
+}
+
+/// The rank in a snapshot's file name: `rank3`, `rank_3`, `rank-3`, or a trailing `_3`.
+pub fn rank_of(name: &str) -> Option<u32> {
+    let lower = name.to_ascii_lowercase();
+    if let Some(at) = lower.find("rank") {
+        let rest = lower[at + 4..].trim_start_matches(['_', '-']);
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(rank) = digits.parse() {
+            return Some(rank);
+        }
+    }
+    let stem = lower.rsplit_once('.').map_or(lower.as_str(), |(s, _)| s);
+    let (_, last) = stem.rsplit_once('_')?;
+    last.parse().ok()
+}
+
+impl Snapshot {
+    /// The trace as [`Snapshot::to_recording`] makes it, every reading and phase from process
+    /// `pid` of `rank`, so that several ranks' snapshots merge into one run (two files claiming
+    /// one rank stay two processes).
+    pub fn to_rank_recording(&self, rank: u32, pid: u32) -> Recording {
+        let mut recording = self.to_recording();
+        let origin = Origin {
+            pid,
+            rank: Some(rank),
+        };
+        for a in &mut recording.allocator {
+            a.origin = origin;
+        }
+        for p in &mut recording.phases {
+            p.origin = origin;
+        }
+        for o in &mut recording.ooms {
+            o.rank = Some(rank);
+        }
+        recording
+    }
+}
+
+fn row(rank: u32, file: &str, snapshot: Result<&Snapshot, String>) -> RankSnapshot {
+    let mut row = RankSnapshot {
+        rank,
+        file: file.to_owned(),
+        error: None,
+        duplicate: false,
+        reserved_bytes: None,
+        allocated_bytes: None,
+        peak_allocated_bytes: None,
+        headline: None,
+        top_site: None,
+        on_timeline: false,
+    };
+    let snapshot = match snapshot {
+        Ok(s) => s,
+        Err(err) => {
+            row.error = Some(err);
+            return row;
+        }
+    };
+    let recording = snapshot.to_recording();
+    let verdict = SnapshotVerdict::new(snapshot, &analyze(&recording));
+    let held = snapshot.segment_summary();
+    let allocated: u64 = held.iter().map(|h| h.allocated).sum();
+    row.reserved_bytes = Some(held.iter().map(|h| h.reserved).sum());
+    row.allocated_bytes = Some(allocated);
+    row.peak_allocated_bytes = Some(
+        recording
+            .allocator
+            .iter()
+            .map(|a| a.allocated)
+            .max()
+            .unwrap_or(0)
+            .max(allocated),
+    );
+    row.top_site = verdict.top_sites.first().map(|s| {
+        let frame = s
+            .frames
+            .first()
+            .map_or("(no frames recorded)", String::as_str);
+        format!(
+            "{} in {} blocks from {frame}",
+            format_bytes(s.bytes as f64),
+            s.blocks
+        )
+    });
+    row.headline = Some(verdict.headline);
+    row
+}
+
+impl RankFolder {
+    /// The ranks from snapshots already read: `(rank, file, the snapshot or why not)`, in any
+    /// order.
+    pub fn new(
+        folder: PathBuf,
+        mut snapshots: Vec<(u32, String, Result<Snapshot, String>)>,
+    ) -> Self {
+        snapshots.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut rows: Vec<RankSnapshot> = Vec::with_capacity(snapshots.len());
+        let mut traces = Vec::new();
+        for (rank, file, snapshot) in &snapshots {
+            let mut r = row(*rank, file, snapshot.as_ref().map_err(Clone::clone));
+            if let Ok(s) = snapshot
+                && s.time_range_us().is_some_and(|(a, b)| b > a)
+            {
+                let pid = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+                traces.push((rows.len(), s.to_rank_recording(*rank, pid)));
+                r.on_timeline = true;
+            }
+            rows.push(r);
+        }
+        let ranks: Vec<u32> = rows.iter().map(|r| r.rank).collect();
+        for r in &mut rows {
+            r.duplicate = ranks.iter().filter(|&&x| x == r.rank).count() > 1;
+        }
+        let recording = (!traces.is_empty()).then(|| {
+            let (indices, recordings): (Vec<usize>, Vec<Recording>) = traces.into_iter().unzip();
+            let merged = crate::recording::merge(recordings);
+            let mut recording = merged.recording;
+            for (i, why) in merged.left_out {
+                let r = &mut rows[indices[i]];
+                r.on_timeline = false;
+                recording
+                    .warnings
+                    .push(format!("{} is not on the timeline: {why}", r.file));
+            }
+            for r in rows.iter().filter(|r| r.duplicate && r.on_timeline) {
+                recording.warnings.push(format!(
+                    "rank {} is claimed by more than one file; {} is on the timeline as one of them",
+                    r.rank,
+                    short(&r.file)
+                ));
+            }
+            recording.notes.push(Note {
+                t_ns: 0,
+                text: format!(
+                    "one run from the per-rank snapshots in {}: {}",
+                    folder.display(),
+                    rows.iter()
+                        .filter(|r| r.on_timeline)
+                        .map(|r| format!("rank {} ({})", r.rank, short(&r.file)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+            recording
+        });
+        let standout = standout(&rows);
+        Self {
+            folder,
+            rows,
+            standout,
+            recording,
+        }
+    }
+
+    /// Reads the snapshots in `dir` that name a rank. `Err` when the folder cannot be read or
+    /// holds none; a file that cannot be read is a row with its error.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn read(dir: &Path) -> Result<Self, String> {
+        let files = rank_files(dir)
+            .map_err(|err| format!("cannot read the folder ({err}): {}", dir.display()))?;
+        if files.is_empty() {
+            return Err(format!(
+                "no per-rank snapshots in {} (files named like rank0_memory_snapshot.pickle or memory_trace_0.pickle)",
+                dir.display()
+            ));
+        }
+        let snapshots = files
+            .into_iter()
+            .map(|(rank, path)| {
+                let snapshot = match crate::open::read_any_file(&path) {
+                    Ok(crate::open::Opened::Snapshot(s)) => Ok(*s),
+                    Ok(crate::open::Opened::Recording(_)) => Err(format!(
+                        "a tidemark recording, not a snapshot: {}",
+                        path.display()
+                    )),
+                    Err(err) => Err(err.to_string()),
+                };
+                (rank, path.display().to_string(), snapshot)
+            })
+            .collect();
+        Ok(Self::new(dir.to_owned(), snapshots))
+    }
+}
+
+/// The file's name without its folder.
+pub fn short(file: &str) -> &str {
+    file.rsplit(['/', '\\']).next().unwrap_or(file)
+}
+
+/// The snapshots in `dir` that name a rank, by rank then name.
+#[cfg(not(target_arch = "wasm32"))]
+fn rank_files(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
+    let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pickle" || e == "pkl"))
+        .filter_map(|p| {
+            let rank = rank_of(&p.file_name()?.to_string_lossy())?;
+            Some((rank, p))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The rank whose peak is well above the median of the others', in words.
+fn standout(rows: &[RankSnapshot]) -> Option<String> {
+    let peaks: Vec<(u32, u64)> = rows
+        .iter()
+        .filter_map(|r| r.peak_allocated_bytes.map(|p| (r.rank, p)))
+        .collect();
+    if peaks.len() < 2 {
+        return None;
+    }
+    let &(rank, top) = peaks.iter().max_by_key(|(_, p)| *p)?;
+    let mut others: Vec<u64> = peaks
+        .iter()
+        .filter(|(r, _)| *r != rank)
+        .map(|(_, p)| *p)
+        .collect();
+    others.sort_unstable();
+    let median = others[others.len() / 2];
+    (top as f64 >= 1.2 * median as f64 && top - median >= 64 << 20).then(|| {
+        format!(
+            "rank {rank} peaks at {}, {:.0}% above the other ranks' median ({})",
+            format_bytes(top as f64),
+            100.0 * (top as f64 / median.max(1) as f64 - 1.0),
+            format_bytes(median as f64)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rank_of;
+
+    #[test]
+    fn ranks_from_the_names_people_give_snapshots() {
+        assert_eq!(rank_of("rank3_memory_snapshot.pickle"), Some(3));
+        assert_eq!(rank_of("memory_trace_12.pickle"), Some(12));
+        assert_eq!(rank_of("snap-rank_7.pkl"), Some(7));
+        assert_eq!(rank_of("RANK-2.pickle"), Some(2));
+        assert_eq!(rank_of("memory_snapshot.pickle"), None);
+    }
+}
