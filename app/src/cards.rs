@@ -17,6 +17,9 @@ pub fn headline(ui: &egui::Ui, run: &Run) -> (String, egui::Color32) {
         };
         return (view.verdict.headline.clone(), color);
     }
+    if let Some(line) = run.rank_folder.as_ref().and_then(|f| f.standout.as_ref()) {
+        return (format!("Imbalance: {line}"), ui.visuals().error_fg_color);
+    }
     let (text, problem) = collector::analysis::headline(&run.analysis);
     let color = match problem {
         Some(true) => ui.visuals().error_fg_color,
@@ -24,6 +27,50 @@ pub fn headline(ui: &egui::Ui, run: &Run) -> (String, egui::Color32) {
         None => ui.visuals().warn_fg_color,
     };
     (text, color)
+}
+
+/// A folder of per-rank snapshots: each rank's file, its memory at the snapshot and its peak,
+/// what holds the most, and which files are not on the timeline or claim a rank twice.
+fn rank_folder_ui(ui: &mut egui::Ui, folder: &collector::snapshot::ranks::RankFolder) {
+    egui::Frame::group(ui.style()).show(ui, |ui| {
+        ui.set_width(ui.available_width());
+        ui.strong(format!(
+            "Per-rank snapshots in {} ({} files)",
+            folder.folder.display(),
+            folder.rows.len()
+        ));
+        if folder.standout.is_none() {
+            ui.label("No rank stands out: the peaks are within a fifth of each other");
+        }
+        let bytes = |b: Option<u64>| b.map_or("—".to_owned(), |b| format_bytes(b as f64));
+        egui::Grid::new("rank_folder").striped(true).show(ui, |ui| {
+            for heading in ["rank", "reserved", "allocated", "peak allocated", "file"] {
+                ui.strong(heading);
+            }
+            ui.end_row();
+            for r in &folder.rows {
+                ui.label(r.rank.to_string());
+                ui.label(bytes(r.reserved_bytes));
+                ui.label(bytes(r.allocated_bytes));
+                ui.label(bytes(r.peak_allocated_bytes));
+                let mut file = collector::snapshot::ranks::short(&r.file).to_owned();
+                if r.duplicate {
+                    file.push_str(" (rank claimed twice)");
+                }
+                if r.error.is_none() && !r.on_timeline {
+                    file.push_str(" (not on the timeline)");
+                }
+                match (&r.error, &r.top_site) {
+                    (Some(err), _) => {
+                        ui.colored_label(ui.visuals().error_fg_color, format!("{file}: {err}"))
+                    }
+                    (None, Some(site)) => ui.label(format!("{file}: {site}")),
+                    (None, None) => ui.label(file),
+                };
+                ui.end_row();
+            }
+        });
+    });
 }
 
 /// The findings with their evidence and hints, the projected OOM, and what the recording lacks;
@@ -40,6 +87,9 @@ pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
                 ui.label(format!("- {line}"));
             }
         });
+    }
+    if let Some(folder) = &run.rank_folder {
+        rank_folder_ui(ui, folder);
     }
     if let Some(p) = &analysis.projection {
         let when = p.oom_after_s.map_or(String::new(), |s| {

@@ -45,6 +45,10 @@ impl Incoming {
 #[cfg(not(target_arch = "wasm32"))]
 fn read_path(path: &std::path::Path) -> Result<Run, String> {
     let name = path.to_string_lossy();
+    // A folder of per-rank snapshots (torchtitan's rank{r}_memory_snapshot.pickle, …).
+    if path.is_dir() {
+        return collector::snapshot::ranks::RankFolder::read(path).map(Run::from_rank_folder);
+    }
     let mut run = match std::fs::read(path) {
         Ok(bytes) => Run::from_bytes(&name, &bytes)?,
         Err(err) => return Err(format!("{name}: cannot read the file: {err}")),

@@ -7,7 +7,9 @@ const USAGE: &str = "\
 Usage: tidemark [--follow | --one-run] [FILE]...
 
 Shows GPU memory recordings made by `collector` (run.msgpack): the curves over time with their
-phases, the attribution per phase, and an explained verdict. With no FILE, shows an example.
+phases, the attribution per phase, and an explained verdict; also PyTorch memory snapshots
+(snap.pickle), and a folder of per-rank snapshots (rank0_memory_snapshot.pickle, …) as one
+run. With no FILE, shows an example.
 
 Options:
   --follow     keep reading the files as they are written (a live view of a running job)

@@ -25,6 +25,9 @@ pub struct Run {
     pub view: RunView,
     /// When the file was a PyTorch memory snapshot: its blocks, suspects and segments.
     pub snapshot: Option<crate::blocks::SnapshotView>,
+    /// When a folder of per-rank snapshots was opened: each rank's file and memory, and the rank
+    /// that stands out (the traces are the recording).
+    pub rank_folder: Option<collector::snapshot::ranks::RankFolder>,
 }
 
 impl Run {
@@ -48,7 +51,28 @@ impl Run {
             analysis,
             view,
             snapshot: None,
+            rank_folder: None,
         }
+    }
+
+    /// A folder of per-rank snapshots as one run: the traces on one timeline, each rank judged
+    /// on its own, and the ranks' memory side by side.
+    pub fn from_rank_folder(mut folder: collector::snapshot::ranks::RankFolder) -> Self {
+        let recording = folder.recording.take().unwrap_or_else(|| {
+            let mut empty = Recording::new(collector::recording::Header::new(
+                0,
+                String::new(),
+                vec!["torch.cuda.memory._dump_snapshot".to_owned()],
+            ));
+            empty.warnings.push(format!(
+                "no snapshot in {} has a trace: there is nothing on the timeline; the Verdict tab compares the ranks",
+                folder.folder.display()
+            ));
+            empty
+        });
+        let mut run = Self::new(recording);
+        run.rank_folder = Some(folder);
+        run
     }
 
     /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error

@@ -751,3 +751,68 @@ fn snapshot_suspects_marked() {
     );
     harness.snapshot("snapshot_suspects");
 }
+
+#[test]
+fn a_folder_of_per_rank_snapshots_opens_as_one_run() {
+    // Built from real snapshots: ranks 0 and 2 with a trace, rank 1 holding much more without
+    // one, rank 3 cut short.
+    let real = snapshot_file("real");
+    let dir = tempfile::tempdir().unwrap();
+    for (from, to) in [
+        (
+            "bcrafton_cs336_training_step.pickle",
+            "rank0_memory_snapshot.pickle",
+        ),
+        ("verl_rollout_state.pickle", "rank1_memory_snapshot.pickle"),
+        (
+            "bcrafton_cs336_training_step.pickle",
+            "rank2_memory_snapshot.pickle",
+        ),
+    ] {
+        std::fs::copy(real.join(from), dir.path().join(to)).unwrap();
+    }
+    let legacy = std::fs::read(real.join("flexgen_oom_legacy_history.pickle")).unwrap();
+    std::fs::write(
+        dir.path().join("rank3_memory_snapshot.pickle"),
+        &legacy[..5000],
+    )
+    .unwrap();
+    let mut app = TidemarkApp::empty();
+    app.open_path(dir.path());
+    let mut harness = harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let folder = run.rank_folder.as_ref().unwrap();
+    assert_eq!(
+        folder.rows.iter().map(|r| r.rank).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    let on_timeline: Vec<u32> = run.analysis.ranks.iter().map(|r| r.rank).collect();
+    assert_eq!(on_timeline, [0, 2], "the traces, each rank judged");
+    harness.get_by_label_contains("Imbalance: rank 1 peaks at 23.2 GiB");
+    // One small timeline per rank with a trace.
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, "per rank")
+        .next()
+        .unwrap()
+        .click();
+    harness.run();
+    assert!(harness.state().runs()[0].timeline.per_rank);
+    for rank in [0, 2] {
+        assert!(
+            harness
+                .query_all_by_label_contains(&format!("rank {rank}: "))
+                .next()
+                .is_some(),
+            "rank {rank}'s timeline"
+        );
+    }
+    // The Verdict tab compares the ranks, and names the file that cannot be read.
+    harness.get_by_label("Verdict").click();
+    harness.run();
+    harness.get_by_label_contains("Per-rank snapshots in ");
+    // Rank 1's allocated and peak.
+    assert_eq!(harness.query_all_by_label("23.2 GiB").count(), 2);
+    harness.get_by_label_contains("rank1_memory_snapshot.pickle (not on the timeline): ");
+    harness.get_by_label_contains("rank3_memory_snapshot.pickle: ");
+}

@@ -24,7 +24,8 @@ pub(super) fn judge(
         analysis.findings.push(Finding {
             kind: FindingKind::NotEnoughData,
             title: format!(
-                "not enough data: {n} {unit}s recorded, at least {MIN_STEPS} are needed to judge a trend ({} more)",
+                "not enough data: {} recorded, at least {MIN_STEPS} are needed to judge a trend ({} more)",
+                crate::format::count(n, unit),
                 MIN_STEPS - n
             ),
             phase: None,

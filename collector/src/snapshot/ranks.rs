@@ -4,7 +4,7 @@
 //! the rank that stands out, and the traces merged into one recording whose ranks the analysis
 //! judges one by one (the report and the viewer share it).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -212,7 +212,7 @@ impl RankFolder {
     /// Reads the snapshots in `dir` that name a rank. `Err` when the folder cannot be read or
     /// holds none; a file that cannot be read is a row with its error.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn read(dir: &Path) -> Result<Self, String> {
+    pub fn read(dir: &std::path::Path) -> Result<Self, String> {
         let files = rank_files(dir)
             .map_err(|err| format!("cannot read the folder ({err}): {}", dir.display()))?;
         if files.is_empty() {
@@ -246,7 +246,7 @@ pub fn short(file: &str) -> &str {
 
 /// The snapshots in `dir` that name a rank, by rank then name.
 #[cfg(not(target_arch = "wasm32"))]
-fn rank_files(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
+fn rank_files(dir: &std::path::Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
     let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())
