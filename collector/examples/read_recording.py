@@ -19,10 +19,13 @@ def unzigzag(v):
 
 
 def decode_ints(ints, n):
-    """[first, order (1 or 2), scale, data]: data holds n - 1 zig-zag LEB128 varints."""
+    """[first, order (0, 1 or 2), scale, data]: data holds n - 1 zig-zag LEB128 varints; order 0
+    (in `allocators` and `phases` records) means every value is `first`."""
     first, order, scale, data = ints
     if n == 0:
         return []
+    if order == 0:
+        return [first] * n
     out = [first]
     at, value, delta = 0, first, 0
     for _ in range(n - 1):
@@ -41,9 +44,55 @@ def decode_ints(ints, n):
     return out
 
 
+def decode_optional(column, n):
+    """nil (every value absent), or [ints, validity bits or nil]."""
+    if column is None:
+        return [None] * n
+    ints, bits = column
+    values = decode_ints(ints, n)
+    if bits is None:
+        return values
+    return [v if bits[i // 8] >> (i % 8) & 1 else None for i, v in enumerate(values)]
+
+
+def bit(bits, i):
+    return bool(bits[i // 8] >> (i % 8) & 1)
+
+
+ALLOCATOR_FIELDS = ("device", "allocated", "reserved", "peak", "active", "inactive_split", "retries", "ooms")
+
+
+def expand(kind, body):
+    """A 1.3 batch (`allocators`, `phases`) as the `allocator` and `phase` records it holds."""
+    n = body["n"]
+    t = decode_ints(body["t"], n)
+    pid = decode_ints(body["pid"], n)
+    rank = decode_optional(body["rank"], n)
+    if kind == "allocators":
+        columns = {f: decode_ints(body[f], n) for f in ALLOCATOR_FIELDS}
+        for i in range(n):
+            record = {"t_ns": t[i], "pid": pid[i], "rank": rank[i]}
+            record.update({f: columns[f][i] for f in ALLOCATOR_FIELDS})
+            yield "allocator", record
+    else:
+        phase = decode_ints(body["phase"], n)
+        optional = {f: decode_optional(body[f], n) for f in ("step", "host_heap", "host_rss")}
+        for i in range(n):
+            record = {
+                "t_ns": t[i],
+                "edge": "end" if bit(body["end"], i) else "begin",
+                "phase": body["names"][phase[i]],
+                "pid": pid[i],
+                "rank": rank[i],
+            }
+            record.update({f: optional[f][i] for f in optional})
+            yield "phase", record
+
+
 def read(path):
     """Yields (kind, body) for every record but series declarations; chunks are decoded into
-    {"times": [...], "columns": [{"series": {...}, "values": [... or None]}]}."""
+    {"times": [...], "columns": [{"series": {...}, "values": [... or None]}]}, and 1.3's batches
+    into one `allocator` or `phase` record per entry, as 1.2 and before wrote them."""
     series = []
     with open(path, "rb") as f:
         if f.read(8) != MAGIC:
@@ -63,6 +112,9 @@ def read(path):
                         values = [v if bits[i // 8] >> (i % 8) & 1 else None for i, v in enumerate(values)]
                     columns.append({"series": series[series_id], "values": values})
                 body = {"times": decode_ints(body["t"], n), "columns": columns}
+            if kind in ("allocators", "phases"):
+                yield from expand(kind, body)
+                continue
             yield kind, body
 
 

@@ -15,6 +15,7 @@ const MIB: u64 = 1 << 20;
 const GOLDEN_V1: &str = "tests/data/golden_v1.msgpack";
 const GOLDEN_V1_1: &str = "tests/data/golden_v1_1.msgpack";
 const GOLDEN_V1_2: &str = "tests/data/golden_v1_2.msgpack";
+const GOLDEN_V1_3: &str = "tests/data/golden_v1_3.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -255,15 +256,45 @@ fn golden_v1_2() -> (Header, Vec<Record>) {
     (header, records)
 }
 
+/// Format 1.3: the 1.2 contents, stored with phase edges and allocator readings by column; a
+/// process without a rank (a data-loader worker) adds an edge and a reading, so that the rank
+/// column has absent values.
+fn golden_v1_3() -> (Header, Vec<Record>) {
+    let (mut header, mut records) = golden_v1_2();
+    header.format_minor = 3;
+    let worker = Origin {
+        pid: 4300,
+        rank: None,
+    };
+    records.push(Record::Phase(tidemark_tests::edge(
+        250_000_000,
+        Edge::End,
+        Phase::Custom("data_loading".to_owned()),
+        None,
+        worker,
+    )));
+    records.push(Record::Allocator(AllocatorSample {
+        t_ns: 250_000_000,
+        origin: worker,
+        device: 1,
+        allocated: 12 * MIB,
+        reserved: 20 * MIB,
+        peak: 16 * MIB,
+        ..AllocatorSample::default()
+    }));
+    (header, records)
+}
+
 /// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
 fn write_golden_files() {
     type Contents = fn() -> (Header, Vec<Record>);
-    let files: [(&str, Contents); 3] = [
+    let files: [(&str, Contents); 4] = [
         (GOLDEN_V1, golden_v1),
         (GOLDEN_V1_1, golden_v1_1),
         (GOLDEN_V1_2, golden_v1_2),
+        (GOLDEN_V1_3, golden_v1_3),
     ];
     for (name, contents) in files {
         let path = data_path(name);
@@ -327,6 +358,104 @@ fn golden_v1_2_reads_back_exactly_with_categories_and_censuses() {
     // Older readers' view: the 1.1 file has neither.
     let v1_1 = read_file(&data_path(GOLDEN_V1_1)).unwrap();
     assert!(v1_1.categories.is_empty() && v1_1.censuses.is_empty());
+}
+
+#[test]
+fn golden_v1_3_reads_back_exactly_with_edges_and_readings_by_column() {
+    let recording = reads_back_exactly(GOLDEN_V1_3, golden_v1_3, 3);
+    // By hand: the worker's edge and reading, without a rank, come last.
+    assert_eq!(recording.phases.len(), 14);
+    assert_eq!(recording.phases[13].origin.rank, None);
+    assert_eq!(recording.phases[13].phase.as_str(), "data_loading");
+    assert_eq!(recording.phases[1].host_heap, Some(300 * MIB + 30_000));
+    assert_eq!(recording.allocator[12].device, 1);
+    assert_eq!(recording.allocator[5].retries, 0);
+    assert_eq!(recording.allocator[6].retries, 1);
+    // Stored by column: two records for 27 edges and readings, where 1.2 wrote 25 records.
+    let bytes = std::fs::read(data_path(GOLDEN_V1_3)).unwrap();
+    let v1_2 = std::fs::read(data_path(GOLDEN_V1_2)).unwrap();
+    assert!(
+        bytes.len() < v1_2.len(),
+        "{} vs {}",
+        bytes.len(),
+        v1_2.len()
+    );
+    let end = recording.end.as_ref().unwrap();
+    let v1_2_end = read_file(&data_path(GOLDEN_V1_2)).unwrap().end.unwrap();
+    assert_eq!(end.records + 25 - 2, v1_2_end.records);
+}
+
+#[test]
+fn batches_of_any_size_read_back_and_claims_beyond_the_bound_are_corrupt() {
+    let (header, _) = golden_v1();
+    let origin = Origin {
+        pid: 7,
+        rank: Some(3),
+    };
+    // 10,001 readings and edges: two full batches and a rest, each.
+    let records: Vec<Record> = (0..10_001u64)
+        .flat_map(|i| {
+            [
+                Record::Phase(tidemark_tests::edge(
+                    i * 1000,
+                    if i % 2 == 0 { Edge::Begin } else { Edge::End },
+                    if i % 3 == 0 {
+                        Phase::Forward
+                    } else {
+                        Phase::Custom(format!("p{}", i % 5))
+                    },
+                    (i % 7 != 0).then_some(i / 6),
+                    origin,
+                )),
+                Record::Allocator(AllocatorSample {
+                    t_ns: i * 1000,
+                    origin,
+                    device: 0,
+                    allocated: i * 512,
+                    reserved: 1 << 30,
+                    peak: i * 512 + 4096,
+                    ..AllocatorSample::default()
+                }),
+            ]
+        })
+        .collect();
+    let bytes = write(&header, &records, 20_000_000);
+    let recording = read_recording(&bytes).unwrap();
+    let mut expected = collector::recording::Recording::new(header.clone());
+    for record in records {
+        expected.push(record);
+    }
+    expected.end = recording.end.clone();
+    assert_eq!(recording, expected);
+    assert_eq!(
+        recording.end.as_ref().unwrap().records,
+        1 + 2 * 3,
+        "the header and 3 + 3 batches"
+    );
+    // Snapshot imports' budget: at most 8 bytes per allocator reading (and edge), here.
+    assert!(
+        bytes.len() < 8 * 2 * 10_001,
+        "{} bytes for 10,001 readings and edges",
+        bytes.len()
+    );
+
+    // A batch claiming more than it may hold: corrupt, named, no allocation.
+    let mut wire = collector::recording::wire::encode_allocators(&[]);
+    wire.n = 1 << 40;
+    let mut bad = write(&header, &[], 0);
+    let mut record = Vec::new();
+    rmp::encode::write_array_len(&mut record, 2).unwrap();
+    rmp::encode::write_str(&mut record, "allocators").unwrap();
+    rmp_serde::encode::write_named(&mut record, &wire).unwrap();
+    let body_at = Reader::new(&bad).unwrap().offset();
+    bad.truncate(body_at);
+    bad.extend_from_slice(&record);
+    let err = read_recording(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("corrupt allocators record at byte ")
+            && err.contains("claims 1099511627776 entries, more than the 65536 a record may hold"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -450,12 +579,16 @@ fn a_record_cut_in_the_middle_loses_only_that_record() {
     let (header, records) = golden_v1();
     let bytes = write(&header, &records, 1);
     let mut reader = Reader::new(&bytes).unwrap();
-    let mut offsets = vec![reader.offset()];
-    while reader.read_next().unwrap().is_some() {
-        offsets.push(reader.offset());
+    let mut oom_start = None;
+    let mut start = reader.offset();
+    while let Some(record) = reader.read_next().unwrap() {
+        if matches!(record, Record::Oom(_)) {
+            oom_start = Some(start);
+        }
+        start = reader.offset();
     }
-    // Cut inside the OOM record (the fourth from the end).
-    let oom_start = offsets[offsets.len() - 4];
+    // Cut inside the OOM record.
+    let oom_start = oom_start.unwrap();
     let cut = oom_start + 5;
     let recording = read_recording(&bytes[..cut]).unwrap();
     assert_eq!(recording.ooms.len(), 0);
@@ -578,7 +711,8 @@ proptest! {
     /// Any byte flipped anywhere: a recording, a warning or an error, never a panic.
     #[test]
     fn byte_flips_never_panic(flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4)) {
-        let mut bytes = std::fs::read(data_path(GOLDEN_V1)).unwrap();
+        let golden = if flips.len() % 2 == 0 { GOLDEN_V1 } else { GOLDEN_V1_3 };
+        let mut bytes = std::fs::read(data_path(golden)).unwrap();
         for (index, xor) in flips {
             let i = index.index(bytes.len());
             bytes[i] ^= xor;
@@ -587,6 +721,50 @@ proptest! {
             // Whatever was read is bounded by what the file could hold.
             prop_assert!(recording.sample_count() <= bytes.len() as u64 * 2);
         }
+    }
+
+    /// Edges and readings of any values, ranks and steps present or not, read back the same.
+    #[test]
+    fn batches_round_trip(
+        entries in proptest::collection::vec(
+            (any::<u64>(), any::<u32>(), proptest::option::of(any::<u32>()), proptest::option::of(any::<u64>()), any::<u64>(), any::<bool>()),
+            0..300,
+        ),
+    ) {
+        let (header, _) = golden_v1();
+        let mut records = Vec::new();
+        for &(t, pid, rank, step, bytes, end) in &entries {
+            let origin = Origin { pid, rank };
+            let mut edge = tidemark_tests::edge(
+                t,
+                if end { Edge::End } else { Edge::Begin },
+                if end { Phase::Eval } else { Phase::Custom(format!("{}", bytes % 3)) },
+                step,
+                origin,
+            );
+            edge.host_rss = step.map(|s| s ^ bytes);
+            records.push(Record::Phase(edge));
+            records.push(Record::Allocator(AllocatorSample {
+                t_ns: t,
+                origin,
+                device: pid % 8,
+                allocated: bytes,
+                reserved: bytes.wrapping_mul(3),
+                peak: u64::MAX - bytes,
+                active: t,
+                inactive_split: u64::from(pid),
+                retries: step.unwrap_or(0),
+                ooms: u64::from(end),
+            }));
+        }
+        let bytes = write(&header, &records, 0);
+        let recording = read_recording(&bytes).unwrap();
+        let mut expected = collector::recording::Recording::new(header);
+        for record in records {
+            expected.push(record);
+        }
+        expected.end = recording.end.clone();
+        prop_assert_eq!(recording, expected);
     }
 
     /// Whatever is written reads back the same.
@@ -616,10 +794,15 @@ use python::python;
 /// FORMAT.md's promise: a reader in another language, from the document alone.
 #[test]
 fn the_python_reader_reads_what_rust_reads() {
-    let golden = data_path(GOLDEN_V1);
+    for golden in [GOLDEN_V1, GOLDEN_V1_3] {
+        python_reads_what_rust_reads(&data_path(golden));
+    }
+}
+
+fn python_reads_what_rust_reads(golden: &Path) {
     let output = std::process::Command::new(python())
         .arg(data_path("examples/read_recording.py"))
-        .arg(&golden)
+        .arg(golden)
         .output()
         .unwrap();
     assert!(
@@ -628,7 +811,7 @@ fn the_python_reader_reads_what_rust_reads() {
         String::from_utf8_lossy(&output.stderr)
     );
     let stdout = String::from_utf8(output.stdout).unwrap();
-    let recording = read_file(&golden).unwrap();
+    let recording = read_file(golden).unwrap();
     let end = recording.end.as_ref().unwrap();
     assert!(
         stdout.contains(&format!("\"records\": {}", end.records)),
@@ -640,6 +823,10 @@ fn the_python_reader_reads_what_rust_reads() {
     );
     assert!(
         stdout.contains(&format!("\"phase\": {}", recording.phases.len())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("\"allocator\": {}", recording.allocator.len())),
         "{stdout}"
     );
     for series in &recording.series {

@@ -1,4 +1,5 @@
-//! The column codec: integers as scaled, delta-encoded, zig-zag LEB128 varints.
+//! The column codec: integers as scaled, delta-encoded, zig-zag LEB128 varints (or, for a
+//! column of equal values in the record kinds that allow it, the value alone: order 0).
 //!
 //! A column of `n` unsigned 64-bit integers is stored as its first value, a delta `order` (1 or 2),
 //! a `scale`, and `n - 1` varints. Order 1 stores differences between neighbours (good for memory
@@ -152,6 +153,29 @@ pub fn encode(values: &[u64], order: u8) -> Encoded {
     }
 }
 
+/// The most values a constant column (order 0) may claim: it has no data bytes to bound it.
+pub const MAX_CONSTANT: u64 = 1 << 16;
+
+/// Like [`encode`], but a column whose values are all equal is stored as order 0 (`first` only,
+/// no data): the probe's columns (pid, device, counters that stay zero) mostly are. Only for
+/// record kinds added with order 0 (format 1.3's `allocators` and `phases`), at most
+/// [`MAX_CONSTANT`] values: readers of 1.2 and before know only orders 1 and 2.
+pub fn encode_or_constant(values: &[u64], order: u8) -> Encoded {
+    match values.split_first() {
+        Some((&first, rest))
+            if rest.iter().all(|&v| v == first) && values.len() as u64 <= MAX_CONSTANT =>
+        {
+            Encoded {
+                first,
+                order: 0,
+                scale: 1,
+                data: Vec::new(),
+            }
+        }
+        _ => encode(values, order),
+    }
+}
+
 /// Decodes `n` values. Never allocates more than one `u64` per byte of data (plus one).
 pub fn decode(encoded: &Encoded, n: u64) -> Result<Vec<u64>, DecodeError> {
     let mut values = Vec::new();
@@ -177,6 +201,20 @@ pub fn decode_into(
     values: &mut Vec<u64>,
 ) -> Result<(), DecodeError> {
     let (order, scale, first) = (&order, &scale, &first);
+    if *order == 0 && *scale != 0 {
+        // Every value is `first`.
+        if !data.is_empty() {
+            return Err(DecodeError::Trailing { extra: data.len() });
+        }
+        if n > MAX_CONSTANT {
+            return Err(DecodeError::TooMany {
+                claimed: n,
+                possible: MAX_CONSTANT,
+            });
+        }
+        values.extend(std::iter::repeat_n(*first, n as usize));
+        return Ok(());
+    }
     if !matches!(order, 1 | 2) || *scale == 0 {
         return Err(DecodeError::Encoding {
             order: *order,
@@ -323,6 +361,29 @@ mod tests {
         let trailing = encode(&[1, 2, 3], 1);
         assert_eq!(
             decode(&trailing, 2),
+            Err(DecodeError::Trailing { extra: 1 })
+        );
+    }
+
+    #[test]
+    fn equal_values_are_stored_as_their_value_alone_and_bounded() {
+        let constant = encode_or_constant(&[7; 1000], 1);
+        assert_eq!((constant.order, constant.first), (0, 7));
+        assert!(constant.data.is_empty());
+        assert_eq!(decode(&constant, 1000).unwrap(), vec![7; 1000]);
+        // Not all equal: the usual encoding.
+        assert_eq!(encode_or_constant(&[7, 8], 1), encode(&[7, 8], 1));
+        // A constant column cannot claim more values than MAX_CONSTANT, nor carry data.
+        assert!(matches!(
+            decode(&constant, MAX_CONSTANT + 1),
+            Err(DecodeError::TooMany { .. })
+        ));
+        let with_data = Encoded {
+            data: vec![0],
+            ..constant
+        };
+        assert_eq!(
+            decode(&with_data, 2),
             Err(DecodeError::Trailing { extra: 1 })
         );
     }

@@ -8,7 +8,7 @@ pub mod codec;
 mod merge;
 mod model;
 mod read;
-mod wire;
+pub mod wire;
 mod write;
 
 use std::collections::BTreeMap;
@@ -115,6 +115,8 @@ impl Recording {
             Record::Chunk(chunk) => self.push_chunk(chunk),
             Record::Allocator(sample) => self.allocator.push(sample),
             Record::Phase(edge) => self.phases.push(edge),
+            Record::Allocators(samples) => self.allocator.extend(samples),
+            Record::Phases(edges) => self.phases.extend(edges),
             Record::Oom(oom) => self.ooms.push(oom),
             Record::Exit(exit) => self.exits.push(exit),
             Record::Dropped(dropped) => self.drops.push(dropped),

@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 2;
+pub const FORMAT_MINOR: u32 = 3;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -597,6 +597,10 @@ pub enum Record {
     Allocator(AllocatorSample),
     /// A phase edge from the probe.
     Phase(PhaseEdge),
+    /// Allocator numbers, many at once, as format 1.3 stores them (by column).
+    Allocators(Vec<AllocatorSample>),
+    /// Phase edges, many at once, as format 1.3 stores them (by column).
+    Phases(Vec<PhaseEdge>),
     /// An out-of-memory error.
     Oom(Oom),
     /// The job ended.

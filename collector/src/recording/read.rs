@@ -204,6 +204,16 @@ impl<'a> Reader<'a> {
                     Record::Allocator(decode::<AllocatorSample>(body).map_err(corrupt)?)
                 }
                 kind::PHASE => Record::Phase(decode::<PhaseEdge>(body).map_err(corrupt)?),
+                kind::ALLOCATORS => {
+                    let wire: wire::WireAllocators<'_> =
+                        rmp_serde::from_slice(body).map_err(|err| corrupt(err.to_string()))?;
+                    Record::Allocators(wire::decode_allocators(&wire).map_err(corrupt)?)
+                }
+                kind::PHASES => {
+                    let wire: wire::WirePhases<'_> =
+                        rmp_serde::from_slice(body).map_err(|err| corrupt(err.to_string()))?;
+                    Record::Phases(wire::decode_phases(&wire).map_err(corrupt)?)
+                }
                 kind::OOM => Record::Oom(decode::<Oom>(body).map_err(corrupt)?),
                 kind::EXIT => Record::Exit(decode::<Exit>(body).map_err(corrupt)?),
                 kind::DROPPED => Record::Dropped(decode::<Dropped>(body).map_err(corrupt)?),

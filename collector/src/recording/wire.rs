@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use super::codec::{self, DecodeError, Encoded};
-use super::model::{Chunk, Column, SeriesKey};
+use super::model::{AllocatorSample, Chunk, Column, Edge, Origin, Phase, PhaseEdge, SeriesKey};
 
 /// Record kinds, as written in the first element of every record.
 pub mod kind {
@@ -22,8 +22,17 @@ pub mod kind {
     pub const SNAPSHOT: &str = "snapshot";
     pub const CATEGORIES: &str = "categories";
     pub const CENSUS: &str = "census";
+    pub const ALLOCATORS: &str = "allocators";
+    pub const PHASES: &str = "phases";
     pub const END: &str = "end";
 }
+
+/// The most readings or edges one `allocators` or `phases` record holds (the writer writes at
+/// most [`BATCH`]); a record claiming more is corrupt, so that memory stays bounded.
+pub const MAX_BATCH: u64 = codec::MAX_CONSTANT;
+
+/// How many readings or edges the writer puts in one record, at most.
+pub const BATCH: usize = 4096;
 
 /// A series declaration: the id that chunks use for this series from here on.
 #[derive(Serialize, Deserialize)]
@@ -138,6 +147,281 @@ pub fn decode_chunk(
         })
         .collect::<Result<_, String>>()?;
     Ok(Chunk { times_ns, columns })
+}
+
+/// An optional column of a batch: `[ints, validity bits or nil]`, or nil when no value is there.
+#[derive(Serialize, Deserialize)]
+pub struct WireOptional<'a>(
+    #[serde(borrow)] pub WireInts<'a>,
+    #[serde(borrow, with = "serde_bytes")] pub Option<Cow<'a, [u8]>>,
+);
+
+/// Allocator readings stored by column (format 1.3): what `allocator` records held, for up to
+/// [`MAX_BATCH`] readings.
+#[derive(Serialize, Deserialize)]
+pub struct WireAllocators<'a> {
+    pub n: u64,
+    #[serde(borrow)]
+    pub t: WireInts<'a>,
+    #[serde(borrow)]
+    pub pid: WireInts<'a>,
+    #[serde(borrow)]
+    pub rank: Option<WireOptional<'a>>,
+    #[serde(borrow)]
+    pub device: WireInts<'a>,
+    #[serde(borrow)]
+    pub allocated: WireInts<'a>,
+    #[serde(borrow)]
+    pub reserved: WireInts<'a>,
+    #[serde(borrow)]
+    pub peak: WireInts<'a>,
+    #[serde(borrow)]
+    pub active: WireInts<'a>,
+    #[serde(borrow)]
+    pub inactive_split: WireInts<'a>,
+    #[serde(borrow)]
+    pub retries: WireInts<'a>,
+    #[serde(borrow)]
+    pub ooms: WireInts<'a>,
+}
+
+/// Phase edges stored by column (format 1.3): what `phase` records held, for up to
+/// [`MAX_BATCH`] edges. `phase` indexes `names`; `end` has a bit set for each edge that ends
+/// its phase.
+#[derive(Serialize, Deserialize)]
+pub struct WirePhases<'a> {
+    pub n: u64,
+    #[serde(borrow)]
+    pub t: WireInts<'a>,
+    #[serde(borrow)]
+    pub pid: WireInts<'a>,
+    #[serde(borrow)]
+    pub rank: Option<WireOptional<'a>>,
+    #[serde(borrow, with = "serde_bytes")]
+    pub end: Cow<'a, [u8]>,
+    pub names: Vec<String>,
+    #[serde(borrow)]
+    pub phase: WireInts<'a>,
+    #[serde(borrow)]
+    pub step: Option<WireOptional<'a>>,
+    #[serde(borrow)]
+    pub host_heap: Option<WireOptional<'a>>,
+    #[serde(borrow)]
+    pub host_rss: Option<WireOptional<'a>>,
+}
+
+fn ints(values: &[u64], order: u8) -> WireInts<'static> {
+    codec::encode_or_constant(values, order).into()
+}
+
+/// An optional column: nil when every value is absent, the values (absent ones stored as the
+/// previous value, so that they cost a byte) with validity bits when some are.
+fn optional(values: impl Iterator<Item = Option<u64>>) -> Option<WireOptional<'static>> {
+    let mut stored = Vec::new();
+    let mut valid = Vec::new();
+    let mut last = 0;
+    for v in values {
+        valid.push(v.is_some());
+        last = v.unwrap_or(last);
+        stored.push(last);
+    }
+    if !valid.iter().any(|&v| v) {
+        return None;
+    }
+    let bits = (!valid.iter().all(|&v| v)).then(|| Cow::Owned(codec::pack_bits(&valid)));
+    Some(WireOptional(ints(&stored, 1), bits))
+}
+
+/// Encodes allocator readings (at most [`MAX_BATCH`]).
+pub fn encode_allocators(samples: &[AllocatorSample]) -> WireAllocators<'static> {
+    let column = |f: fn(&AllocatorSample) -> u64| {
+        let values: Vec<u64> = samples.iter().map(f).collect();
+        ints(&values, 1)
+    };
+    let times: Vec<u64> = samples.iter().map(|s| s.t_ns).collect();
+    WireAllocators {
+        n: samples.len() as u64,
+        t: ints(&times, 2),
+        pid: column(|s| u64::from(s.origin.pid)),
+        rank: optional(samples.iter().map(|s| s.origin.rank.map(u64::from))),
+        device: column(|s| u64::from(s.device)),
+        allocated: column(|s| s.allocated),
+        reserved: column(|s| s.reserved),
+        peak: column(|s| s.peak),
+        active: column(|s| s.active),
+        inactive_split: column(|s| s.inactive_split),
+        retries: column(|s| s.retries),
+        ooms: column(|s| s.ooms),
+    }
+}
+
+/// Encodes phase edges (at most [`MAX_BATCH`]).
+pub fn encode_phases(edges: &[PhaseEdge]) -> WirePhases<'static> {
+    let mut names: Vec<String> = Vec::new();
+    let phase: Vec<u64> = edges
+        .iter()
+        .map(|e| {
+            let name = e.phase.as_str();
+            let at = names.iter().position(|n| n == name).unwrap_or_else(|| {
+                names.push(name.to_owned());
+                names.len() - 1
+            });
+            at as u64
+        })
+        .collect();
+    let times: Vec<u64> = edges.iter().map(|e| e.t_ns).collect();
+    let pids: Vec<u64> = edges.iter().map(|e| u64::from(e.origin.pid)).collect();
+    let ends: Vec<bool> = edges.iter().map(|e| e.edge == Edge::End).collect();
+    WirePhases {
+        n: edges.len() as u64,
+        t: ints(&times, 2),
+        pid: ints(&pids, 1),
+        rank: optional(edges.iter().map(|e| e.origin.rank.map(u64::from))),
+        end: Cow::Owned(codec::pack_bits(&ends)),
+        names,
+        phase: ints(&phase, 1),
+        step: optional(edges.iter().map(|e| e.step)),
+        host_heap: optional(edges.iter().map(|e| e.host_heap)),
+        host_rss: optional(edges.iter().map(|e| e.host_rss)),
+    }
+}
+
+/// Checks a batch's claimed size.
+fn batch_size(n: u64) -> Result<usize, String> {
+    if n > MAX_BATCH {
+        return Err(format!(
+            "claims {n} entries, more than the {MAX_BATCH} a record may hold"
+        ));
+    }
+    Ok(n as usize)
+}
+
+fn column(ints: &WireInts<'_>, n: u64, name: &str) -> Result<Vec<u64>, String> {
+    ints.decode(n)
+        .map_err(|err| format!("{name} column: {err}"))
+}
+
+/// A u32 column (pid, rank, device).
+fn column_u32(ints: &WireInts<'_>, n: u64, name: &str) -> Result<Vec<u32>, String> {
+    column(ints, n, name)?
+        .into_iter()
+        .map(|v| u32::try_from(v).map_err(|_| format!("{name} column: {v} is not a 32-bit value")))
+        .collect()
+}
+
+fn optional_column(
+    wire: Option<&WireOptional<'_>>,
+    n: u64,
+    name: &str,
+) -> Result<Vec<Option<u64>>, String> {
+    let Some(WireOptional(ints, valid)) = wire else {
+        return Ok(vec![None; n as usize]);
+    };
+    let values = column(ints, n, name)?;
+    match valid {
+        None => Ok(values.into_iter().map(Some).collect()),
+        Some(bits) => {
+            let valid = codec::unpack_bits(bits, n as usize).ok_or_else(|| {
+                format!(
+                    "{name} column: validity has {} bytes for {n} values",
+                    bits.len()
+                )
+            })?;
+            Ok(values
+                .into_iter()
+                .zip(valid)
+                .map(|(v, ok)| ok.then_some(v))
+                .collect())
+        }
+    }
+}
+
+fn ranks(wire: Option<&WireOptional<'_>>, n: u64) -> Result<Vec<Option<u32>>, String> {
+    optional_column(wire, n, "rank")?
+        .into_iter()
+        .map(|r| {
+            r.map(|r| {
+                u32::try_from(r).map_err(|_| format!("rank column: {r} is not a 32-bit value"))
+            })
+            .transpose()
+        })
+        .collect()
+}
+
+/// Decodes stored allocator readings; the error says which column is wrong.
+pub fn decode_allocators(wire: &WireAllocators<'_>) -> Result<Vec<AllocatorSample>, String> {
+    let n = wire.n;
+    batch_size(n)?;
+    let t = column(&wire.t, n, "t")?;
+    let pid = column_u32(&wire.pid, n, "pid")?;
+    let rank = ranks(wire.rank.as_ref(), n)?;
+    let device = column_u32(&wire.device, n, "device")?;
+    let allocated = column(&wire.allocated, n, "allocated")?;
+    let reserved = column(&wire.reserved, n, "reserved")?;
+    let peak = column(&wire.peak, n, "peak")?;
+    let active = column(&wire.active, n, "active")?;
+    let inactive_split = column(&wire.inactive_split, n, "inactive_split")?;
+    let retries = column(&wire.retries, n, "retries")?;
+    let ooms = column(&wire.ooms, n, "ooms")?;
+    Ok((0..n as usize)
+        .map(|i| AllocatorSample {
+            t_ns: t[i],
+            origin: Origin {
+                pid: pid[i],
+                rank: rank[i],
+            },
+            device: device[i],
+            allocated: allocated[i],
+            reserved: reserved[i],
+            peak: peak[i],
+            active: active[i],
+            inactive_split: inactive_split[i],
+            retries: retries[i],
+            ooms: ooms[i],
+        })
+        .collect())
+}
+
+/// Decodes stored phase edges; the error says which column is wrong.
+pub fn decode_phases(wire: &WirePhases<'_>) -> Result<Vec<PhaseEdge>, String> {
+    let n = wire.n;
+    batch_size(n)?;
+    let t = column(&wire.t, n, "t")?;
+    let pid = column_u32(&wire.pid, n, "pid")?;
+    let rank = ranks(wire.rank.as_ref(), n)?;
+    let ends = codec::unpack_bits(&wire.end, n as usize)
+        .ok_or_else(|| format!("end column: {} bytes for {n} values", wire.end.len()))?;
+    let names: Vec<Phase> = wire.names.iter().cloned().map(Phase::from).collect();
+    let phase = column(&wire.phase, n, "phase")?;
+    let step = optional_column(wire.step.as_ref(), n, "step")?;
+    let host_heap = optional_column(wire.host_heap.as_ref(), n, "host_heap")?;
+    let host_rss = optional_column(wire.host_rss.as_ref(), n, "host_rss")?;
+    (0..n as usize)
+        .map(|i| {
+            let phase = usize::try_from(phase[i])
+                .ok()
+                .and_then(|p| names.get(p))
+                .ok_or_else(|| {
+                    format!(
+                        "phase column: edge {i} names phase {} of {}",
+                        phase[i],
+                        names.len()
+                    )
+                })?;
+            Ok(PhaseEdge {
+                t_ns: t[i],
+                edge: if ends[i] { Edge::End } else { Edge::Begin },
+                phase: phase.clone(),
+                step: step[i],
+                origin: Origin {
+                    pid: pid[i],
+                    rank: rank[i],
+                },
+                host_heap: host_heap[i],
+                host_rss: host_rss[i],
+            })
+        })
+        .collect()
 }
 
 /// Why [`value_end`] stopped.

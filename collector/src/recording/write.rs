@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::model::{Chunk, End, Header, MAGIC, Record, SeriesKey};
+use super::model::{AllocatorSample, Chunk, End, Header, MAGIC, PhaseEdge, Record, SeriesKey};
 use super::wire::{self, WireSeries, kind};
 
 /// Writes a recording as a stream: the magic and header at once, then one record per call.
@@ -18,6 +18,10 @@ pub struct Writer<W: Write> {
     samples: u64,
     dropped: u64,
     series_ids: BTreeMap<SeriesKey, u32>,
+    /// Allocator readings and phase edges not written yet: they go out by column, a batch at a
+    /// time (when [`wire::BATCH`] are waiting, and at every flush).
+    allocators: Vec<AllocatorSample>,
+    phases: Vec<PhaseEdge>,
 }
 
 impl<W: Write> Writer<W> {
@@ -30,6 +34,8 @@ impl<W: Write> Writer<W> {
             samples: 0,
             dropped: 0,
             series_ids: BTreeMap::new(),
+            allocators: Vec::new(),
+            phases: Vec::new(),
         };
         writer.write_body(kind::HEADER, header)?;
         Ok(writer)
@@ -39,8 +45,22 @@ impl<W: Write> Writer<W> {
     pub fn write(&mut self, record: &Record) -> io::Result<()> {
         match record {
             Record::Chunk(chunk) => self.write_chunk(chunk),
-            Record::Allocator(sample) => self.write_body(kind::ALLOCATOR, sample),
-            Record::Phase(edge) => self.write_body(kind::PHASE, edge),
+            Record::Allocator(sample) => {
+                self.allocators.push(sample.clone());
+                self.write_full_batches()
+            }
+            Record::Phase(edge) => {
+                self.phases.push(edge.clone());
+                self.write_full_batches()
+            }
+            Record::Allocators(samples) => {
+                self.allocators.extend_from_slice(samples);
+                self.write_full_batches()
+            }
+            Record::Phases(edges) => {
+                self.phases.extend_from_slice(edges);
+                self.write_full_batches()
+            }
             Record::Oom(oom) => self.write_body(kind::OOM, oom),
             Record::Exit(exit) => self.write_body(kind::EXIT, exit),
             Record::Dropped(dropped) => {
@@ -74,9 +94,32 @@ impl<W: Write> Writer<W> {
         self.write_body(kind::CHUNK, &wire)
     }
 
-    /// Flushes the output.
+    /// Writes what waits in batches, and flushes the output.
     pub fn flush(&mut self) -> io::Result<()> {
+        self.write_batches(1)?;
         self.out.flush()
+    }
+
+    fn write_full_batches(&mut self) -> io::Result<()> {
+        self.write_batches(wire::BATCH)
+    }
+
+    /// Writes the waiting readings and edges in records of at most [`wire::BATCH`], as long as
+    /// at least `at_least` wait.
+    fn write_batches(&mut self, at_least: usize) -> io::Result<()> {
+        while self.allocators.len() >= at_least.max(1) {
+            let n = self.allocators.len().min(wire::BATCH);
+            let batch = wire::encode_allocators(&self.allocators[..n]);
+            self.write_body(kind::ALLOCATORS, &batch)?;
+            self.allocators.drain(..n);
+        }
+        while self.phases.len() >= at_least.max(1) {
+            let n = self.phases.len().min(wire::BATCH);
+            let batch = wire::encode_phases(&self.phases[..n]);
+            self.write_body(kind::PHASES, &batch)?;
+            self.phases.drain(..n);
+        }
+        Ok(())
     }
 
     /// Samples written so far, summed over all series.
@@ -86,6 +129,7 @@ impl<W: Write> Writer<W> {
 
     /// Writes the end record with the totals, flushes, and hands back the output.
     pub fn finish(mut self, t_ns: u64) -> io::Result<W> {
+        self.write_batches(1)?;
         let end = End {
             t_ns,
             records: self.records,

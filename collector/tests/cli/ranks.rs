@@ -387,9 +387,9 @@ fn a_truncated_node_and_a_rank_claimed_twice_are_named() {
     let b = node("node-b", 1, 11);
     let c = node("node-c", 2, 12);
     let d = node("node-d", 0, 13);
-    // node-c's file is cut in the middle, as a node that died mid-write leaves it.
+    // node-c's file is cut inside its last record, as a node that died mid-write leaves it.
     let bytes = std::fs::read(&c).unwrap();
-    std::fs::write(&c, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    std::fs::write(&c, &bytes[..bytes.len() - 5]).unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
         .arg("report")
         .args([&a, &b, &c, &d])
