@@ -461,10 +461,11 @@ pub fn analyze(recording: &Recording) -> Analysis {
         ending::judge_ending(recording, &mut analysis, &[]);
         analysis
     } else {
+        let by_origin = ranks::by_origin(recording);
         let per: Vec<(RankSummary, Analysis)> = ranks
             .iter()
             .map(|&(rank, pid)| {
-                let analysis = analyze_one(&ranks::project(recording, rank, pid));
+                let analysis = analyze_one(&ranks::project(recording, &by_origin, rank, pid));
                 (ranks::summary(rank, pid, &analysis), analysis)
             })
             .collect();

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::rules::median_u64;
 use super::{Analysis, Basis, Finding, FindingKind, MIB, StepSeries, headline};
 use crate::format::format_bytes;
-use crate::recording::{Chunk, Column, Record, Recording, Series, SeriesKey, SeriesKind};
+use crate::recording::{Chunk, Column, Origin, Record, Recording, Series, SeriesKey, SeriesKind};
 
 /// One rank's verdict, for the report, the JSON and the viewer.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -63,20 +63,46 @@ pub(super) fn ranks_of(recording: &Recording) -> Vec<(u32, u32)> {
     out
 }
 
+/// Where each process' phase edges and allocator readings are, by index, found in one pass
+/// (a rank's projection then reads only its own, not the whole run's once per rank).
+pub(super) type ByOrigin = std::collections::HashMap<Origin, (Vec<u32>, Vec<u32>)>;
+
+/// Indexes `recording`'s phase edges and allocator readings by their origin.
+pub(super) fn by_origin(recording: &Recording) -> ByOrigin {
+    let mut index = ByOrigin::new();
+    for (i, e) in recording.phases.iter().enumerate() {
+        index.entry(e.origin).or_default().0.push(i as u32);
+    }
+    for (i, a) in recording.allocator.iter().enumerate() {
+        index.entry(a.origin).or_default().1.push(i as u32);
+    }
+    index
+}
+
 /// The recording as one rank sees it: its process' phases and allocator readings, its own host
 /// memory at its edges (the tree's sum would hold every rank), its processes' device memory, the
 /// devices; the job's end stays with the whole run.
-pub(super) fn project(recording: &Recording, rank: u32, pid: u32) -> Recording {
+pub(super) fn project(
+    recording: &Recording,
+    by_origin: &ByOrigin,
+    rank: u32,
+    pid: u32,
+) -> Recording {
     // A pid is only unique on its node: the rank tells processes of several nodes apart.
-    let mine = |o: &crate::recording::Origin| o.pid == pid && o.rank == Some(rank);
+    let origin = Origin {
+        pid,
+        rank: Some(rank),
+    };
+    let mine = |o: &Origin| *o == origin;
+    let (phase_at, allocator_at) = by_origin
+        .get(&origin)
+        .map_or((&[][..], &[][..]), |(p, a)| (p.as_slice(), a.as_slice()));
     let mut one = Recording::new(recording.header.clone());
     // The rank's own GPUs, as its allocator readings name them: the other ranks' device series
     // are theirs (copying all of them for every rank made eight ranks cost 8× the samples).
-    let mut devices: Vec<u32> = recording
-        .allocator
+    let mut devices: Vec<u32> = allocator_at
         .iter()
-        .filter(|a| mine(&a.origin))
-        .map(|a| a.device)
+        .map(|&i| recording.allocator[i as usize].device)
         .collect();
     devices.sort_unstable();
     devices.dedup();
@@ -98,11 +124,9 @@ pub(super) fn project(recording: &Recording, rank: u32, pid: u32) -> Recording {
             }],
         }));
     }
-    let edges: Vec<_> = recording
-        .phases
+    let edges: Vec<_> = phase_at
         .iter()
-        .filter(|e| mine(&e.origin))
-        .cloned()
+        .map(|&i| recording.phases[i as usize].clone())
         .collect();
     let rss: Option<Vec<u64>> = edges.iter().map(|e| e.host_rss).collect();
     if let Some(rss) = rss.filter(|v| !v.is_empty()) {
@@ -116,11 +140,9 @@ pub(super) fn project(recording: &Recording, rank: u32, pid: u32) -> Recording {
         }));
     }
     one.phases = edges;
-    one.allocator = recording
-        .allocator
+    one.allocator = allocator_at
         .iter()
-        .filter(|a| mine(&a.origin))
-        .cloned()
+        .map(|&i| recording.allocator[i as usize].clone())
         .collect();
     one.categories = recording
         .categories

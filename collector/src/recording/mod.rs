@@ -129,7 +129,11 @@ impl Recording {
     }
 
     fn push_chunk(&mut self, chunk: Chunk) {
-        let Chunk { times_ns, columns } = chunk;
+        let Chunk {
+            mut times_ns,
+            columns,
+        } = chunk;
+        let single = columns.len() == 1;
         for column in columns {
             let Column {
                 series: key,
@@ -150,6 +154,11 @@ impl Recording {
             };
             let series = &mut self.series[index];
             match valid {
+                // A whole series at once (a projection, a conversion): moved, not copied.
+                None if single && series.times_ns.is_empty() => {
+                    series.times_ns = std::mem::take(&mut times_ns);
+                    series.values = values;
+                }
                 None => {
                     series.times_ns.extend_from_slice(&times_ns);
                     series.values.extend_from_slice(&values);
