@@ -94,6 +94,20 @@ fn main() {
             recording.allocator.len()
         );
         ours.push(parsed.as_secs_f64());
+        if round == 0 {
+            // What `collector import` writes: smaller than the pickle, ≤ 8 B per reading.
+            let out = file.with_extension("imported.msgpack");
+            if collector::recording::write_file(&out, &recording).is_ok() {
+                let written = std::fs::metadata(&out).map_or(0, |m| m.len());
+                println!(
+                    "import: a {:.1} MB recording = {:.2}× the pickle, {:.2} bytes per allocator reading (budget: smaller than the pickle, ≤ 8)",
+                    written as f64 / 1e6,
+                    written as f64 / size as f64,
+                    written as f64 / recording.allocator.len().max(1) as f64
+                );
+                let _ = std::fs::remove_file(&out);
+            }
+        }
         drop(recording);
         drop(snapshot);
     }
