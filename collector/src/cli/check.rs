@@ -77,8 +77,8 @@ pub fn check(args: &CheckArgs) -> ExitCode {
         })
         .collect();
     if failing.is_empty() {
-        println!(
-            "collector check: ok ({} {}s, no {})",
+        super::out(format_args!(
+            "collector check: ok ({} {}s, no {})\n",
             analysis.step_series.values.len(),
             if analysis.by_step { "step" } else { "window" },
             args.fail_on
@@ -86,13 +86,13 @@ pub fn check(args: &CheckArgs) -> ExitCode {
                 .map(|k| k.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        ));
         return ExitCode::SUCCESS;
     }
     for finding in failing {
-        println!("collector check: FAILED: {}", finding.title);
+        super::out(format_args!("collector check: FAILED: {}\n", finding.title));
         for line in &finding.evidence {
-            println!("    {line}");
+            super::out(format_args!("    {line}\n"));
         }
     }
     ExitCode::from(1)

@@ -37,13 +37,13 @@ pub fn import(args: &ImportArgs) -> ExitCode {
     drop(snapshot);
     match write_file(&args.out, &recording) {
         Ok(()) => {
-            println!(
-                "collector: wrote {} ({} allocator readings, {} phase edges, {} OOMs)",
+            super::out(format_args!(
+                "collector: wrote {} ({} allocator readings, {} phase edges, {} OOMs)\n",
                 args.out.display(),
                 recording.allocator.len(),
                 recording.phases.len(),
                 recording.ooms.len()
-            );
+            ));
             ExitCode::SUCCESS
         }
         Err(err) => {

@@ -140,6 +140,14 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Writes to standard output. A reader that went away (`collector report run.msgpack | head`) is
+/// not an error: the rest is dropped, and the command ends as it would have (a `check` keeps its
+/// verdict's exit status).
+pub(crate) fn out(text: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_fmt(text);
+}
+
 /// Reads a recording or a snapshot (as a recording, with the snapshot); the error is printed,
 /// and the exit status for an unreadable file returned.
 fn load(file: &Path) -> Result<(Recording, Option<Snapshot>), ExitCode> {

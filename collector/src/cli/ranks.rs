@@ -44,7 +44,7 @@ pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
             analysis: analysis.as_ref(),
         };
         match serde_json::to_string_pretty(&folder) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => super::out(format_args!("{text}\n")),
             Err(err) => {
                 eprintln!("collector: cannot write the report as JSON: {err}");
                 return ExitCode::from(2);
@@ -123,6 +123,6 @@ pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
             let _ = writeln!(out, "  warning: {w}");
         }
     }
-    print!("{out}");
+    super::out(format_args!("{out}"));
     ExitCode::SUCCESS
 }

@@ -314,16 +314,16 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             }),
         };
         match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => super::out(format_args!("{json}\n")),
             Err(err) => {
                 eprintln!("collector: cannot write the report as JSON: {err}");
                 return ExitCode::from(2);
             }
         }
     } else {
-        print!("{report}");
+        super::out(format_args!("{report}"));
         if let (Some(snapshot), Some(verdict)) = (&snapshot, &verdict) {
-            print!("\n{}", snapshot_text(snapshot, verdict, 10));
+            super::out(format_args!("\n{}", snapshot_text(snapshot, verdict, 10)));
         }
         if let Some((paired, verdict)) = &paired {
             let when = if paired.reason == "oom" {
@@ -331,13 +331,13 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             } else {
                 "AT THE END OF THE JOB"
             };
-            println!("\n{when}: {}", paired.path.display());
+            super::out(format_args!("\n{when}: {}\n", paired.path.display()));
             match (&paired.snapshot, verdict) {
                 (Ok(snapshot), Some(verdict)) => {
-                    println!("  {}", verdict.headline);
-                    print!("{}", snapshot_text(snapshot, verdict, 10));
+                    super::out(format_args!("  {}\n", verdict.headline));
+                    super::out(format_args!("{}", snapshot_text(snapshot, verdict, 10)));
                 }
-                (Err(err), _) => println!("  cannot be read: {err}"),
+                (Err(err), _) => super::out(format_args!("  cannot be read: {err}\n")),
                 _ => {}
             }
         }

@@ -66,6 +66,32 @@ fn report_json_is_stable_and_complete() {
     assert_eq!(phases, ["forward", "backward", "optimizer", "eval"]);
 }
 
+/// `collector report … | head`: the reader goes away; the collector neither panics nor fails,
+/// and `check` keeps its verdict's exit status.
+#[test]
+fn a_closed_standard_output_is_not_an_error() {
+    use std::process::{Command, Stdio};
+    for (args, status) in [
+        (&["report"][..], 0),
+        (&["report", "--json"][..], 0),
+        (&["check"][..], 1),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_collector"))
+            .args(args)
+            .arg(corpus("forward_keeps_losses.msgpack"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Closed before anything is written: every write meets a broken pipe.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(status), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn check_is_a_ci_gate() {
     let leak = corpus("forward_keeps_losses.msgpack");
