@@ -42,6 +42,16 @@ fn rank_folder_ui(ui: &mut egui::Ui, folder: &collector::snapshot::ranks::RankFo
         if folder.standout.is_none() {
             ui.label("No rank stands out: the peaks are within a fifth of each other");
         }
+        if !folder.missing.is_empty() {
+            let list: Vec<String> = folder.missing.iter().map(u32::to_string).collect();
+            ui.colored_label(
+                ui.visuals().warn_fg_color,
+                format!(
+                    "No snapshot for rank {}: its file is missing from the folder",
+                    list.join(", ")
+                ),
+            );
+        }
         let bytes = |b: Option<u64>| b.map_or("—".to_owned(), |b| format_bytes(b as f64));
         egui::Grid::new("rank_folder").striped(true).show(ui, |ui| {
             for heading in ["rank", "reserved", "allocated", "peak allocated", "file"] {

@@ -41,13 +41,54 @@ impl Incoming {
     }
 }
 
+/// Nodes' recordings of one run, read and merged, and the name the run is shown under.
+#[cfg(not(target_arch = "wasm32"))]
+fn one_run(paths: &[std::path::PathBuf]) -> (String, Result<Run, String>) {
+    let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+    let name = match paths {
+        [first, _, ..] => format!(
+            "{} + {} more (one run)",
+            first.to_string_lossy(),
+            paths.len() - 1
+        ),
+        _ => paths
+            .first()
+            .map_or(String::new(), |p| p.to_string_lossy().into_owned()),
+    };
+    let run = collector::open::read_one_run(&files)
+        .map(Run::new)
+        .map_err(|reasons| format!("{name}: {}", reasons.join("; ")));
+    (name, run)
+}
+
+/// Whether files dropped together are the nodes of one run: recordings from as many hosts, of
+/// one command, started together (their headers say; nothing else is read).
+#[cfg(not(target_arch = "wasm32"))]
+fn nodes_of_one_run(paths: &[std::path::PathBuf]) -> bool {
+    let headers: Option<Vec<_>> = paths
+        .iter()
+        .map(|p| collector::open::peek_header(p))
+        .collect();
+    headers
+        .is_some_and(|h| collector::recording::are_nodes_of_one_run(&h.iter().collect::<Vec<_>>()))
+}
+
 /// Reads and opens a file; the error names it.
 #[cfg(not(target_arch = "wasm32"))]
 fn read_path(path: &std::path::Path) -> Result<Run, String> {
     let name = path.to_string_lossy();
-    // A folder of per-rank snapshots (torchtitan's rank{r}_memory_snapshot.pickle, …).
+    // A folder: its recordings (one collector per node) as one run, else its per-rank snapshots
+    // (torchtitan's rank{r}_memory_snapshot.pickle, …).
     if path.is_dir() {
-        return collector::snapshot::ranks::RankFolder::read(path).map(Run::from_rank_folder);
+        let recordings = collector::open::recordings_in(path)
+            .map_err(|err| format!("{name}: cannot read the folder: {err}"))?;
+        if recordings.is_empty() {
+            return collector::snapshot::ranks::RankFolder::read(path).map(Run::from_rank_folder);
+        }
+        let files: Vec<&std::path::Path> = recordings.iter().map(|p| p.as_path()).collect();
+        return collector::open::read_one_run(&files)
+            .map(Run::new)
+            .map_err(|reasons| format!("{name}: {}", reasons.join("; ")));
     }
     let mut run = match std::fs::read(path) {
         Ok(bytes) => Run::from_bytes(&name, &bytes)?,
@@ -77,6 +118,16 @@ fn read_path(path: &std::path::Path) -> Result<Run, String> {
 impl TidemarkApp {
     pub(crate) fn take_dropped_files(&mut self, ctx: &egui::Context) {
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        // Nodes' recordings of one run dropped together open as that run.
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let paths: Vec<std::path::PathBuf> =
+                dropped.iter().map(|f| f.path().to_owned()).collect();
+            if nodes_of_one_run(&paths) {
+                self.open_as_one_run_in_background(ctx, paths);
+                return;
+            }
+        }
         for file in dropped {
             #[cfg(not(target_arch = "wasm32"))]
             self.open_path_in_background(ctx, file.path().to_owned());
@@ -155,22 +206,33 @@ impl TidemarkApp {
         });
     }
 
+    /// [`TidemarkApp::open_as_one_run`], read in the background.
+    fn open_as_one_run_in_background(
+        &mut self,
+        ctx: &egui::Context,
+        paths: Vec<std::path::PathBuf>,
+    ) {
+        let tx = self.sender();
+        let ctx = ctx.clone();
+        self.loading += 1;
+        std::thread::spawn(move || {
+            let (name, run) = one_run(&paths);
+            let _ = tx.send(Incoming::Run {
+                name,
+                run: run.map(Box::new),
+            });
+            let _ = tx.send(Incoming::Done);
+            ctx.request_repaint();
+        });
+    }
+
     /// Opens several nodes' recordings of one run as one (`tidemark --one-run a b …`): ranks
     /// judged together, the files that do not belong named in the run's warnings.
     pub fn open_as_one_run(&mut self, paths: &[std::path::PathBuf]) {
-        let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
-        let name = match paths {
-            [one] => one.to_string_lossy().into_owned(),
-            [first, ..] => format!(
-                "{} + {} more (one run)",
-                first.to_string_lossy(),
-                paths.len() - 1
-            ),
-            [] => return,
-        };
-        let run = collector::open::read_one_run(&files)
-            .map(Run::new)
-            .map_err(|reasons| format!("{name}: {}", reasons.join("; ")));
+        if paths.is_empty() {
+            return;
+        }
+        let (name, run) = one_run(paths);
         self.add(OpenRun::new(name, run));
     }
 

@@ -555,6 +555,109 @@ fn two_nodes_open_as_one_run() {
     );
 }
 
+/// A file dropped on the window, as the native integration hands it over.
+#[derive(Debug)]
+struct Dropped(PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+/// Two nodes' recordings of one job (hosts node-0 and node-1), rank 1 growing.
+fn two_nodes(dir: &std::path::Path) -> Vec<PathBuf> {
+    use collector::recording::{Origin, Recording};
+    (0..2u32)
+        .map(|rank| {
+            let mut header = tidemark_tests::header(&["train"]);
+            header.host = format!("node-{rank}");
+            let mut recording = Recording::new(header);
+            let origin = Origin {
+                pid: 7,
+                rank: Some(rank),
+            };
+            for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
+                (1 << 30) + u64::from(rank) * step * (8 << 20)
+            }) {
+                recording.push(record);
+            }
+            let path = dir.join(format!("run-node-{rank}.msgpack"));
+            collector::recording::write_file(&path, &recording).unwrap();
+            path
+        })
+        .collect()
+}
+
+#[test]
+fn nodes_dropped_together_or_their_folder_open_as_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = two_nodes(dir.path());
+    let mut harness = harness(TidemarkApp::empty());
+    harness.run();
+    for path in &paths {
+        harness
+            .input_mut()
+            .dropped_files
+            .push(std::sync::Arc::new(Dropped(path.clone())));
+    }
+    // Read in the background: wait for it.
+    for _ in 0..200 {
+        harness.step();
+        if !harness.state().runs().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for _ in 0..5 {
+        harness.step();
+    }
+    assert_eq!(harness.state().runs().len(), 1, "one run, not two tabs");
+    let open = &harness.state().runs()[0];
+    assert!(open.name.ends_with("+ 1 more (one run)"), "{}", open.name);
+    let run = open.run.as_ref().unwrap();
+    let ranks: Vec<u32> = run.analysis.ranks.iter().map(|r| r.rank).collect();
+    assert_eq!(ranks, [0, 1]);
+
+    // The folder holding them: the same run.
+    let mut app = TidemarkApp::empty();
+    app.open_path(dir.path());
+    let run = app.runs()[0].run.as_ref().unwrap();
+    let ranks: Vec<u32> = run.analysis.ranks.iter().map(|r| r.rank).collect();
+    assert_eq!(ranks, [0, 1]);
+    assert!(run.analysis.findings[0].title.starts_with("Rank 1: "));
+
+    // Two recordings of one host (before and after a fix) dropped together stay two.
+    let other = tempfile::tempdir().unwrap();
+    let mut same_host = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let mut r = collector::recording::read_file(path).unwrap();
+        r.header.host = "laptop".to_owned();
+        let p = other.path().join(format!("{i}.msgpack"));
+        collector::recording::write_file(&p, &r).unwrap();
+        same_host.push(p);
+    }
+    let mut apart = self::harness(TidemarkApp::empty());
+    apart.run();
+    for path in &same_host {
+        apart
+            .input_mut()
+            .dropped_files
+            .push(std::sync::Arc::new(Dropped(path.clone())));
+    }
+    for _ in 0..200 {
+        apart.step();
+        if apart.state().runs().len() == 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(apart.state().runs().len(), 2);
+}
+
 #[test]
 fn categories_are_stacked_under_the_curves_and_toggle() {
     let mut app = TidemarkApp::empty();

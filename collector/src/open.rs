@@ -81,6 +81,35 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
     })
 }
 
+/// The header of the recording in `path`, read from the file's first bytes only (`None`: not a
+/// recording, or not readable).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn peek_header(path: &Path) -> Option<crate::recording::Header> {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(1 << 16)
+        .read_to_end(&mut head)
+        .ok()?;
+    crate::recording::Reader::new(&head)
+        .ok()
+        .map(|r| r.header().clone())
+}
+
+/// The recordings (`*.msgpack`) in a folder, by name: one collector's file per node, to open as
+/// one run.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn recordings_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "msgpack"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 /// A snapshot the probe dumped next to a recording (`collector --history`), read.
 #[derive(Debug)]
 pub struct PairedSnapshot {

@@ -32,6 +32,8 @@ pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
             folder: String,
             ranks: &'a [RankSnapshot],
             standout: Option<String>,
+            /// Ranks below the highest without a file.
+            missing: &'a [u32],
             /// The traces merged by wall clock and judged rank by rank (absent without traces).
             #[serde(skip_serializing_if = "Option::is_none")]
             analysis: Option<&'a collector::analysis::Analysis>,
@@ -41,6 +43,7 @@ pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
             folder: dir.display().to_string(),
             ranks: rows,
             standout,
+            missing: &folder.missing,
             analysis: analysis.as_ref(),
         };
         match serde_json::to_string_pretty(&folder) {
@@ -70,6 +73,14 @@ pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
                 "  • No rank stands out: the peaks are within a fifth of each other"
             );
         }
+    }
+    if !folder.missing.is_empty() {
+        let list: Vec<String> = folder.missing.iter().map(u32::to_string).collect();
+        let _ = writeln!(
+            out,
+            "  • No snapshot for rank {}: its file is missing from the folder",
+            list.join(", ")
+        );
     }
     let _ = writeln!(
         out,

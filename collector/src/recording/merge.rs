@@ -7,6 +7,26 @@ use super::{Chunk, Column, Record, Recording, SeriesKey};
 /// How far apart two nodes' recordings may start and still be one run.
 const SAME_RUN_NS: u64 = 10 * 60 * 1_000_000_000;
 
+/// Whether recordings with these headers look like the nodes of one run (one collector per node):
+/// at least two, each from its own host, of one command, started within ten minutes of each
+/// other. (Two runs of one job on one machine, compared before and after a fix, are not.)
+pub fn are_nodes_of_one_run(headers: &[&super::Header]) -> bool {
+    let Some(first) = headers.first() else {
+        return false;
+    };
+    let mut hosts: Vec<&str> = headers.iter().map(|h| h.host.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let (lo, hi) = headers.iter().fold((u64::MAX, 0), |(lo, hi), h| {
+        (lo.min(h.start_unix_ns), hi.max(h.start_unix_ns))
+    });
+    headers.len() >= 2
+        && hosts.len() == headers.len()
+        && !hosts.contains(&"")
+        && headers.iter().all(|h| h.command == first.command)
+        && hi - lo <= SAME_RUN_NS
+}
+
 /// One run from several nodes' recordings, and what did not fit.
 #[derive(Debug)]
 pub struct Merged {

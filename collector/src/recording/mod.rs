@@ -13,7 +13,7 @@ mod write;
 
 use std::collections::BTreeMap;
 
-pub use merge::{Merged, merge};
+pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
     AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
     FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record,

@@ -50,6 +50,8 @@ pub struct RankFolder {
     pub rows: Vec<RankSnapshot>,
     /// The rank whose peak is well above the others', in words.
     pub standout: Option<String>,
+    /// Ranks below the highest that no file names (a rank whose snapshot is missing).
+    pub missing: Vec<u32>,
     /// The traces with times, each as its rank, merged by wall clock (`None` when no snapshot
     /// has one).
     pub recording: Option<Recording>,
@@ -201,10 +203,13 @@ impl RankFolder {
             recording
         });
         let standout = standout(&rows);
+        let top = rows.iter().map(|r| r.rank).max().unwrap_or(0);
+        let missing = (0..top).filter(|r| !ranks.contains(r)).collect();
         Self {
             folder,
             rows,
             standout,
+            missing,
             recording,
         }
     }

@@ -278,10 +278,15 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
     )
     .unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a snapshot").unwrap();
-    // A snapshot from another job, taken on another day.
+    // A snapshot from another job, taken on another day; rank 5's file is missing.
     std::fs::copy(
         real.join("../mini_snapshot.pickle"),
         dir.path().join("rank4_memory_snapshot.pickle"),
+    )
+    .unwrap();
+    std::fs::copy(
+        real.join("bcrafton_cs336_training_step.pickle"),
+        dir.path().join("rank6_memory_snapshot.pickle"),
     )
     .unwrap();
 
@@ -305,7 +310,8 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
             (2, true, false),
             (2, true, false),
             (3, false, true),
-            (4, false, false)
+            (4, false, false),
+            (6, false, false)
         ]
     );
     assert!(
@@ -314,6 +320,7 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
             .unwrap()
             .contains("rank3_memory_snapshot.pickle")
     );
+    assert_eq!(json["missing"], serde_json::json!([5]));
     let standout = json["standout"].as_str().unwrap();
     assert!(
         standout.starts_with("rank 1 peaks at 23.2 GiB"),
@@ -327,7 +334,7 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
         .iter()
         .map(|r| r["rank"].as_u64().unwrap())
         .collect();
-    assert_eq!(judged, [0, 2]);
+    assert_eq!(judged, [0, 2, 6]);
     let text = crate::report(dir.path());
     assert!(text.contains("TRACES ON ONE TIMELINE"), "{text}");
     assert!(text.contains("rank 0: "), "{text}");
@@ -344,6 +351,10 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
         "{text}"
     );
     assert!(text.contains("✗ Imbalance: rank 1 peaks at"), "{text}");
+    assert!(
+        text.contains("No snapshot for rank 5: its file is missing from the folder"),
+        "{text}"
+    );
     assert!(text.contains("(rank claimed twice)"), "{text}");
     assert!(text.contains("vllm/worker/cache_engine.py:83"), "{text}");
 
