@@ -14,6 +14,8 @@ pub struct SnapshotView {
     pub verdict: SnapshotVerdict,
     /// The first and last time of the trace (µs since the epoch).
     pub range_us: (i64, i64),
+    /// Every block's life, swept once: the blocks alive at any time picked are read off it.
+    pub index: collector::snapshot::LiveIndex,
     /// For a snapshot dumped next to a recording (`collector --history`): the file and why it
     /// was dumped; `None` when the opened file is the snapshot.
     pub paired: Option<(String, String)>,
@@ -22,9 +24,11 @@ pub struct SnapshotView {
 impl SnapshotView {
     /// Prepares the views of a snapshot; `analysis` is that of its trace.
     pub fn new(snapshot: Snapshot, analysis: &Analysis) -> Self {
-        let verdict = SnapshotVerdict::new(&snapshot, analysis);
+        let index = collector::snapshot::LiveIndex::new(&snapshot);
+        let verdict = SnapshotVerdict::with_index(&snapshot, analysis, &index);
         Self {
             range_us: snapshot.time_range_us().unwrap_or((0, 0)),
+            index,
             verdict,
             snapshot,
             paired: None,
@@ -73,7 +77,7 @@ impl BlocksState {
         let at = self.at_us;
         if self.cache.as_ref().is_none_or(|(t, _, _)| *t != at) {
             let absolute = at.map_or(i64::MAX, |t| view.range_us.0.saturating_add(t));
-            let blocks = view.snapshot.live_blocks_at(absolute, None);
+            let blocks = view.index.at(absolute, None);
             let sites = group_by_site(&blocks);
             self.cache = Some((at, blocks, sites));
         }

@@ -273,6 +273,7 @@ fn fnv(snapshot: &Snapshot, stack: u32) -> String {
 fn real_snapshots_from_other_projects_read_as_python_reads_them() {
     let dir = data("snapshots/real");
     let training = agrees_with_python(&dir.join("bcrafton_cs336_training_step.pickle"));
+    live_blocks_replay_the_trace(&training);
     // What the fixtures' README says, independently of Python.
     assert_eq!(training.segments.len(), 96);
     assert_eq!(training.entries.len(), 6486);
@@ -400,7 +401,71 @@ fn random_sharing_reads_as_python_reads_it() {
         .map(|i| dir.path().join(format!("random_{i}.pickle")))
         .collect();
     for (path, expected) in paths.iter().zip(facts_of(&paths)) {
-        agrees(path, &expected);
+        let mut snapshot = agrees(path, &expected);
+        // Real traces are in time order per device; the random ones are not.
+        snapshot.entries.sort_by_key(|e| (e.device, e.time_us));
+        live_blocks_replay_the_trace(&snapshot);
+    }
+}
+
+/// The live blocks at any time, as a replay of the trace up to that time finds them (the
+/// importer answers from lifetimes swept once, `LiveIndex`): at every entry's time and between.
+fn live_blocks_replay_the_trace(s: &Snapshot) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut times: BTreeSet<i64> = s.entries.iter().map(|e| e.time_us).collect();
+    times.extend(s.entries.iter().map(|e| e.time_us + 1));
+    times.insert(i64::MAX);
+    let seen: BTreeSet<(u32, u64)> = s
+        .entries
+        .iter()
+        .filter(|e| matches!(e.action, Action::Alloc | Action::FreeCompleted))
+        .map(|e| (e.device, e.addr))
+        .collect();
+    // Some 80 times across the trace (and the end).
+    let stride = times.len().div_ceil(80).max(1);
+    for &t in times.iter().step_by(stride).chain([&i64::MAX]) {
+        let mut live: BTreeMap<(u32, u64), (u64, Option<i64>)> = BTreeMap::new();
+        let mut allocated = BTreeSet::new();
+        for e in &s.entries {
+            let key = (e.device, e.addr);
+            match e.action {
+                Action::Alloc => {
+                    allocated.insert(key);
+                    if e.time_us <= t {
+                        live.insert(key, (e.size, Some(e.time_us)));
+                    }
+                }
+                Action::FreeCompleted => {
+                    if e.time_us <= t {
+                        live.remove(&key);
+                    } else if !allocated.contains(&key) {
+                        live.entry(key).or_insert((e.size, None));
+                    }
+                    allocated.insert(key);
+                }
+                _ => {}
+            }
+        }
+        for seg in &s.segments {
+            for b in seg
+                .blocks
+                .iter()
+                .filter(|b| b.state != BlockState::Inactive)
+            {
+                if !seen.contains(&(seg.device, b.address)) {
+                    live.entry((seg.device, b.address))
+                        .or_insert((b.size, None));
+                }
+            }
+        }
+        let mut ours: Vec<_> = s
+            .live_blocks_at(t, None)
+            .into_iter()
+            .map(|b| ((b.device, b.addr), (b.size, b.allocated_us)))
+            .collect();
+        ours.sort();
+        let replay: Vec<_> = live.into_iter().collect();
+        assert_eq!(ours, replay, "at {t}");
     }
 }
 

@@ -184,12 +184,11 @@ struct SegmentJson {
 
 impl SnapshotJson {
     fn new(s: &Snapshot, verdict: SnapshotVerdict) -> Self {
-        let live = s.live_blocks_at(i64::MAX, None);
         Self {
             trace_entries: s.entries.len(),
             entries_by_action: s.action_counts(),
-            live_blocks_at_end: live.len(),
-            live_bytes_at_end: live.iter().map(|b| b.size).sum(),
+            live_blocks_at_end: verdict.live.len(),
+            live_bytes_at_end: verdict.live.iter().map(|b| b.size).sum(),
             leak_suspects: verdict
                 .suspects
                 .iter()
@@ -711,7 +710,7 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
             );
         }
     }
-    let live = snapshot.live_blocks_at(i64::MAX, None);
+    let live = &verdict.live;
     let total: u64 = live.iter().map(|b| b.size).sum();
     let _ = writeln!(
         out,

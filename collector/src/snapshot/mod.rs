@@ -25,5 +25,6 @@ pub use model::{
     Snapshot, SnapshotError, SuspectMarks, TraceEntry,
 };
 pub use pickle::Frame;
+pub use query::LiveIndex;
 pub use read::read_snapshot;
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

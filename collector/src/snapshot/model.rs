@@ -207,6 +207,18 @@ pub struct Snapshot {
     pub devices: u32,
 }
 
+/// One block's life: allocated in the trace (or before it began), freed in it (or alive at the
+/// end). `i64::MIN` and `i64::MAX` stand for before the trace and never.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Lifetime {
+    pub device: u32,
+    pub stack: u32,
+    pub addr: u64,
+    pub size: u64,
+    pub allocated_us: i64,
+    pub freed_us: i64,
+}
+
 /// A block alive at some time, with where it was allocated.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LiveBlock {

@@ -1,8 +1,11 @@
 //! What a snapshot answers by itself: strings, stacks and frames by id, the live blocks at any
 //! time, leak suspects, the segments' state and the actions' counts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
+use foldhash::{HashMap, HashSet};
+
+use super::model::Lifetime;
 use super::{
     Action, BlockState, Frame, LeakSuspect, LiveBlock, SegmentSummary, Snapshot, TraceEntry,
 };
@@ -99,72 +102,78 @@ impl Snapshot {
     }
 
     /// The blocks alive at `time_us` (µs since the epoch; `i64::MAX` for the end), largest
-    /// first, on `device` or on all devices.
+    /// first, on `device` or on all devices: one sweep of the trace (to ask again and again,
+    /// keep a [`LiveIndex`]).
     pub fn live_blocks_at(&self, time_us: i64, device: Option<u32>) -> Vec<LiveBlock> {
-        let mut live: HashMap<(u32, u64), LiveBlock> = HashMap::new();
-        // Blocks alive before the trace starts: freed in the trace without being allocated in
-        // it, or still active at the end without an allocation in the trace.
-        let mut allocated_in_trace: HashMap<(u32, u64), bool> = HashMap::new();
+        LiveIndex::new(self).at(time_us, device)
+    }
+
+    /// Every block's life, from one pass over the trace: an allocation opens one, its
+    /// `free_completed` closes it (an allocation at an address still open closes the older);
+    /// a block freed without being allocated in the trace, or active in the segments without
+    /// either, was allocated before the trace began.
+    fn lifetimes(&self) -> Vec<Lifetime> {
+        // Each address' latest block, and whether it is still open.
+        let mut latest: HashMap<(u32, u64), (usize, bool)> = HashMap::default();
+        latest.reserve(self.entries.len() / 4);
+        let mut lifetimes: Vec<Lifetime> = Vec::with_capacity(self.entries.len() / 2);
         for e in &self.entries {
-            if device.is_some_and(|d| d != e.device) {
-                continue;
-            }
             let key = (e.device, e.addr);
             match e.action {
                 Action::Alloc => {
-                    allocated_in_trace.insert(key, true);
-                    if e.time_us <= time_us {
-                        live.insert(
-                            key,
-                            LiveBlock {
-                                device: e.device,
-                                addr: e.addr,
-                                size: e.size,
-                                allocated_us: Some(e.time_us),
-                                stack: e.stack,
-                            },
-                        );
+                    if let Some(&(at, true)) = latest.get(&key) {
+                        lifetimes[at].freed_us = lifetimes[at].freed_us.min(e.time_us);
                     }
+                    latest.insert(key, (lifetimes.len(), true));
+                    lifetimes.push(Lifetime {
+                        device: e.device,
+                        stack: e.stack,
+                        addr: e.addr,
+                        size: e.size,
+                        allocated_us: e.time_us,
+                        freed_us: i64::MAX,
+                    });
                 }
-                Action::FreeCompleted => {
-                    let seen = allocated_in_trace.contains_key(&key);
-                    if e.time_us <= time_us {
-                        live.remove(&key);
-                    } else if !seen {
-                        // Allocated before the trace, freed after `time_us`: alive then.
-                        live.entry(key).or_insert(LiveBlock {
+                Action::FreeCompleted => match latest.get_mut(&key) {
+                    // Freed (again: the earliest free ends it).
+                    Some((at, open)) => {
+                        lifetimes[*at].freed_us = lifetimes[*at].freed_us.min(e.time_us);
+                        *open = false;
+                    }
+                    // Allocated before the trace began.
+                    None => {
+                        latest.insert(key, (lifetimes.len(), false));
+                        lifetimes.push(Lifetime {
                             device: e.device,
+                            stack: e.stack,
                             addr: e.addr,
                             size: e.size,
-                            allocated_us: None,
-                            stack: e.stack,
+                            allocated_us: i64::MIN,
+                            freed_us: e.time_us,
                         });
                     }
-                    allocated_in_trace.entry(key).or_insert(false);
-                }
+                },
                 _ => {}
             }
         }
         for s in &self.segments {
-            if device.is_some_and(|d| d != s.device) {
-                continue;
-            }
             for b in &s.blocks {
                 let key = (s.device, b.address);
-                if b.state != BlockState::Inactive && !allocated_in_trace.contains_key(&key) {
-                    live.entry(key).or_insert(LiveBlock {
+                if b.state != BlockState::Inactive && !latest.contains_key(&key) {
+                    latest.insert(key, (lifetimes.len(), true));
+                    lifetimes.push(Lifetime {
                         device: s.device,
+                        stack: b.stack,
                         addr: b.address,
                         size: b.size,
-                        allocated_us: None,
-                        stack: b.stack,
+                        allocated_us: i64::MIN,
+                        freed_us: i64::MAX,
                     });
                 }
             }
         }
-        let mut blocks: Vec<LiveBlock> = live.into_values().collect();
-        blocks.sort_by(|a, b| b.size.cmp(&a.size).then(a.addr.cmp(&b.addr)));
-        blocks
+        lifetimes.shrink_to_fit();
+        lifetimes
     }
 
     /// Allocation sites whose blocks, allocated inside a phase that repeats, are still alive at
@@ -186,8 +195,8 @@ impl Snapshot {
                 .push((span.start_us, span.end_us));
         }
         type Key<'a> = (u32, u32, Option<&'a str>);
-        type Group = (std::collections::HashSet<usize>, Vec<i64>, u64);
-        let mut groups: HashMap<Key<'_>, Group> = HashMap::new();
+        type Group = (HashSet<usize>, Vec<i64>, u64);
+        let mut groups: HashMap<Key<'_>, Group> = HashMap::default();
         for b in alive {
             let Some(t) = b.allocated_us else { continue };
             let mut found = false;
@@ -265,10 +274,53 @@ impl Snapshot {
 
     /// Trace entries per action name, in a stable order.
     pub fn action_counts(&self) -> BTreeMap<String, usize> {
-        let mut counts = BTreeMap::new();
+        // Counted by action first: a name per entry would be an allocation per entry.
+        let mut by_action: HashMap<Action, usize> = HashMap::default();
         for e in &self.entries {
-            *counts.entry(e.action.name(self).to_owned()).or_insert(0) += 1;
+            *by_action.entry(e.action).or_insert(0) += 1;
+        }
+        let mut counts = BTreeMap::new();
+        for (action, n) in by_action {
+            *counts.entry(action.name(self).to_owned()).or_insert(0) += n;
         }
         counts
+    }
+}
+
+/// Every block's life in a snapshot's trace, swept once: the blocks alive at any time are then
+/// read off it (the viewer's Blocks tab asks at every time the user picks).
+#[derive(Clone, Debug)]
+pub struct LiveIndex {
+    lifetimes: Vec<Lifetime>,
+}
+
+impl LiveIndex {
+    /// Sweeps the trace once.
+    pub fn new(snapshot: &Snapshot) -> Self {
+        Self {
+            lifetimes: snapshot.lifetimes(),
+        }
+    }
+
+    /// The blocks alive at `time_us` (µs since the epoch; `i64::MAX` for the end), largest
+    /// first, on `device` or on all devices.
+    pub fn at(&self, time_us: i64, device: Option<u32>) -> Vec<LiveBlock> {
+        let mut blocks: Vec<LiveBlock> = self
+            .lifetimes
+            .iter()
+            .filter(|l| device.is_none_or(|d| d == l.device))
+            .filter(|l| {
+                l.allocated_us <= time_us && (l.freed_us == i64::MAX || time_us < l.freed_us)
+            })
+            .map(|l| LiveBlock {
+                device: l.device,
+                addr: l.addr,
+                size: l.size,
+                allocated_us: (l.allocated_us != i64::MIN).then_some(l.allocated_us),
+                stack: l.stack,
+            })
+            .collect();
+        blocks.sort_unstable_by(|a, b| b.size.cmp(&a.size).then(a.addr.cmp(&b.addr)));
+        blocks
     }
 }

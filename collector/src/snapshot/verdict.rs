@@ -2,11 +2,11 @@
 //! what is held (and by whom), is the cache fragmented, which sites leak — and only then the
 //! trend, when the trace is long enough to have one.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use serde::Serialize;
 
-use super::{Action, LeakSuspect, SegmentSummary, Snapshot, SuspectMarks};
+use super::{Action, LeakSuspect, LiveBlock, LiveIndex, SegmentSummary, Snapshot, SuspectMarks};
 use crate::analysis::{Analysis, FindingKind};
 use crate::format::count;
 use crate::format::format_bytes;
@@ -82,6 +82,9 @@ pub struct SnapshotVerdict {
     /// Sites whose blocks, from several occurrences of a repeating phase, are still alive.
     #[serde(skip)]
     pub suspects: Vec<LeakSuspect>,
+    /// The blocks alive at the end, largest first (what the suspects and sites are found among).
+    #[serde(skip)]
+    pub live: Vec<LiveBlock>,
     /// The evidence, one sentence each, in the order of the headline's questions.
     pub evidence: Vec<String>,
 }
@@ -92,8 +95,14 @@ pub const TOP_SITES: usize = 10;
 impl SnapshotVerdict {
     /// Judges a snapshot; `analysis` is the analysis of its trace as a recording.
     pub fn new(snapshot: &Snapshot, analysis: &Analysis) -> Self {
+        Self::with_index(snapshot, analysis, &LiveIndex::new(snapshot))
+    }
+
+    /// [`SnapshotVerdict::new`] with the snapshot's blocks already swept (a viewer keeps the
+    /// index for the times the user picks).
+    pub fn with_index(snapshot: &Snapshot, analysis: &Analysis, index: &LiveIndex) -> Self {
         let held = snapshot.segment_summary();
-        let live = snapshot.live_blocks_at(i64::MAX, None);
+        let live = index.at(i64::MAX, None);
         let suspects = snapshot.leak_suspects_among(&live);
         let top_sites = sites(snapshot, &live);
         let taken_at_oom = snapshot
@@ -111,7 +120,7 @@ impl SnapshotVerdict {
             .entries
             .last()
             .is_some_and(|e| e.action == Action::Snapshot);
-        let mut largest_request: HashMap<u32, u64> = HashMap::new();
+        let mut largest_request: HashMap<u32, u64> = HashMap::default();
         for e in &snapshot.entries {
             if matches!(e.action, Action::Alloc | Action::Oom) {
                 let r = largest_request.entry(e.device).or_default();
@@ -216,6 +225,7 @@ impl SnapshotVerdict {
             top_sites,
             fragmentation,
             suspects,
+            live,
             evidence,
         }
     }
@@ -293,7 +303,7 @@ fn allocated_after(recording: &Recording, device: u32, t_ns: u64) -> f64 {
 
 /// Live blocks grouped by allocation site, largest first.
 fn sites(snapshot: &Snapshot, live: &[super::LiveBlock]) -> Vec<Site> {
-    let mut groups: HashMap<(u32, u32), (usize, u64)> = HashMap::new();
+    let mut groups: HashMap<(u32, u32), (usize, u64)> = HashMap::default();
     for b in live {
         let g = groups.entry((b.device, b.stack)).or_default();
         g.0 += 1;

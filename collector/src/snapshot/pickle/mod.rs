@@ -12,7 +12,7 @@
 //! a pickle of something other than a snapshot reads to the end and is then refused with a clear
 //! message.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 mod memo;
@@ -169,14 +169,14 @@ impl<'a> Machine<'a> {
             arena: Vec::new(),
             free: Vec::new(),
             strings: Vec::new(),
-            string_ids: HashMap::new(),
+            string_ids: HashMap::default(),
             frames: Vec::new(),
-            frame_ids: HashMap::new(),
+            frame_ids: HashMap::default(),
             stack_frames: Vec::new(),
             stack_starts: vec![0],
-            stack_ids: HashMap::new(),
+            stack_ids: HashMap::default(),
             streams: Vec::new(),
-            stream_ids: HashMap::new(),
+            stream_ids: HashMap::default(),
             other_actions: Vec::new(),
             entries: Vec::new(),
             scratch: Vec::new(),
