@@ -90,10 +90,12 @@ fn read_path(path: &std::path::Path) -> Result<Run, String> {
             .map(Run::new)
             .map_err(|reasons| format!("{name}: {}", reasons.join("; ")));
     }
-    let mut run = match std::fs::read(path) {
-        Ok(bytes) => Run::from_bytes(&name, &bytes)?,
-        Err(err) => return Err(format!("{name}: cannot read the file: {err}")),
-    };
+    use collector::open::OpenError;
+    let opened = collector::open::read_any_file(path).map_err(|err| match err {
+        OpenError::Io { reason, .. } => format!("{name}: cannot read the file: {reason}"),
+        OpenError::Format { reason, .. } => format!("{name}: {reason}"),
+    })?;
+    let mut run = Run::from_opened(opened);
     // A recording made with --history opens with the snapshot dumped next to it (at the OOM).
     if run.snapshot.is_none()
         && let Some(paired) = collector::open::paired_snapshot(path, &run.recording)

@@ -79,6 +79,11 @@ impl Run {
     /// names `name`.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self, String> {
         let opened = collector::open::read_any(bytes).map_err(|err| format!("{name}: {err}"))?;
+        Ok(Self::from_opened(opened))
+    }
+
+    /// A recording, or a snapshot with its views, already read.
+    pub fn from_opened(opened: collector::open::Opened) -> Self {
         let (recording, snapshot) = opened.into_recording();
         let mut run = Self::new(recording);
         run.snapshot = snapshot.map(|s| crate::blocks::SnapshotView::new(s, &run.analysis));
@@ -88,7 +93,7 @@ impl Run {
             v.caption
                 .push_str(&collector::snapshot::SuspectMarks::caption(&v.suspects));
         }
-        Ok(run)
+        run
     }
 }
 

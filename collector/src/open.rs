@@ -69,15 +69,63 @@ pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
     Ok(Opened::Recording(Box::new(read_recording(bytes)?)))
 }
 
-/// Reads a recording or a PyTorch memory snapshot from a file, read once.
+/// Reads a recording or a PyTorch memory snapshot from a file, read once. A large snapshot is
+/// mapped rather than read into memory: the parser walks it once, the kernel pages it in and
+/// out, and the process holds what it found, not the file as well (a 2 GB pickle is not held
+/// twice).
 pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
-    let bytes = std::fs::read(path).map_err(|err| OpenError::Io {
+    let io = |err: std::io::Error| OpenError::Io {
         path: path.to_owned(),
         reason: Arc::new(err),
-    })?;
-    read_any(&bytes).map_err(|reason| OpenError::Format {
+    };
+    let format = |reason| OpenError::Format {
         path: path.to_owned(),
         reason,
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use std::io::Read as _;
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let mut first = [0u8; 1];
+        let is_pickle = file.read(&mut first).map_err(io)? == 1 && first[0] == 0x80;
+        if is_pickle && len >= MAP_FROM {
+            return map_snapshot(path).map(|s| Opened::Snapshot(Box::new(s)));
+        }
+    }
+    let bytes = std::fs::read(path).map_err(io)?;
+    read_any(&bytes).map_err(format)
+}
+
+/// From this size on, a snapshot is mapped rather than read (smaller ones are read at once).
+#[cfg(not(target_arch = "wasm32"))]
+const MAP_FROM: u64 = 64 << 20;
+
+/// Reads the PyTorch memory snapshot in `path` through a read-only mapping of the file: the
+/// parser walks it once, the kernel pages it in (and out, under pressure), and the process
+/// holds what the parser found, not the file's bytes as well.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn map_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
+    let io = |err: std::io::Error| OpenError::Io {
+        path: path.to_owned(),
+        reason: Arc::new(err),
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    if file.metadata().map_err(io)?.len() == 0 {
+        return Err(OpenError::Format {
+            path: path.to_owned(),
+            reason: SnapshotError::Schema("the file is empty".to_owned()).into(),
+        });
+    }
+    // SAFETY: the mapping is read-only and dropped before this returns. A snapshot is written
+    // once, by `torch.cuda.memory._dump_snapshot`; were it cut while being read, the parser
+    // would meet a bus error instead of the end of its bytes.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    #[cfg(unix)]
+    let _ = map.advise(memmap2::Advice::Sequential);
+    read_snapshot(&map).map_err(|reason| OpenError::Format {
+        path: path.to_owned(),
+        reason: reason.into(),
     })
 }
 

@@ -774,3 +774,38 @@ fn every_prefix_of_a_snapshot_is_an_error_not_a_panic() {
     }
     assert!(read_snapshot(&bytes).is_ok());
 }
+
+/// A snapshot read through a mapping of its file is the snapshot read from its bytes; an empty
+/// or missing file is an error naming it.
+#[test]
+fn a_mapped_snapshot_reads_as_its_bytes_do() {
+    for name in [
+        "snapshots/mini_snapshot.pickle",
+        "snapshots/real/bcrafton_cs336_training_step.pickle",
+        "snapshots/real/verl_rollout_state.pickle",
+    ] {
+        let path = data(name);
+        let mapped = collector::open::map_snapshot(&path).unwrap();
+        let read = read(&path).unwrap();
+        assert_eq!(mapped.entries, read.entries, "{name}");
+        assert_eq!(mapped.segments, read.segments, "{name}");
+        assert_eq!(mapped.strings, read.strings, "{name}");
+        assert_eq!(mapped.frames, read.frames, "{name}");
+        assert_eq!(mapped.stack_count(), read.stack_count(), "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pickle");
+    std::fs::write(&empty, b"").unwrap();
+    let err = collector::open::map_snapshot(&empty)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("empty") && err.ends_with("empty.pickle"),
+        "{err}"
+    );
+    let missing = dir.path().join("missing.pickle");
+    let err = collector::open::map_snapshot(&missing)
+        .unwrap_err()
+        .to_string();
+    assert!(err.ends_with("missing.pickle"), "{err}");
+}
