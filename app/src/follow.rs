@@ -1,6 +1,7 @@
 //! Following a recording while the collector writes it: the file is re-read from where the last
-//! read stopped, and what arrived is handed back as the grown recording (the app rebuilds its
-//! views from it; this module knows nothing of them).
+//! read stopped, and what arrived is handed back as the grown recording (the app grows its
+//! curves from it at every poll, and analyses it again when this module says it is due; it
+//! knows nothing of the views).
 
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::PathBuf;
@@ -10,6 +11,9 @@ use collector::recording::{Follower, Recording};
 
 /// How often the file is checked.
 const POLL: Duration = Duration::from_millis(250);
+
+/// How often, at most, a growing run is analysed again (its curves grow at every poll).
+const ANALYSIS: Duration = Duration::from_secs(1);
 
 /// The most bytes read in one poll, so the window stays responsive while a large file is caught
 /// up with.
@@ -21,9 +25,11 @@ pub struct Follow {
     offset: u64,
     follower: Follower,
     last_poll: Option<Instant>,
-    /// The wait before the next poll: `POLL`, or three times the last rebuild when that took
-    /// longer (a big recording re-analysed every 250 ms would leave the window no time to draw).
-    interval: Duration,
+    /// When the run was last analysed, and the wait before the next analysis: one second, or
+    /// five times the last analysis when that took longer (between them the curves grow at
+    /// every poll, the verdict and the phase bands with the next analysis).
+    last_analysis: Option<Instant>,
+    analysis_interval: Duration,
     last_data: Option<Instant>,
     error: Option<String>,
 }
@@ -36,7 +42,8 @@ impl Follow {
             offset: 0,
             follower: Follower::new(),
             last_poll: None,
-            interval: POLL,
+            last_analysis: None,
+            analysis_interval: ANALYSIS,
             last_data: None,
             error: None,
         }
@@ -64,8 +71,8 @@ impl Follow {
         self.follower.ended() || self.error.is_some()
     }
 
-    /// Reads what was added to the file since the last poll (at most every 250 ms, or three times
-    /// the last rebuild when that took longer, unless `now`).
+    /// Reads what was added to the file since the last poll (at most every 250 ms, unless
+    /// `now`).
     /// `None`: nothing new. Otherwise the grown recording, or why there is none: `current` is
     /// asked for the recording read so far (taken from the app's run) only when records arrived
     /// that extend it.
@@ -74,7 +81,7 @@ impl Follow {
         current: impl FnOnce() -> Option<Recording>,
         now: bool,
     ) -> Option<Result<Recording, String>> {
-        if self.is_done() || (!now && self.last_poll.is_some_and(|t| t.elapsed() < self.interval)) {
+        if self.is_done() || (!now && self.last_poll.is_some_and(|t| t.elapsed() < POLL)) {
             return None;
         }
         self.last_poll = Some(Instant::now());
@@ -107,11 +114,17 @@ impl Follow {
         })
     }
 
-    /// How long the app took to rebuild its views from the last poll's recording: the next
-    /// poll waits three times that when it is longer than 250 ms (a big recording re-analysed
-    /// every 250 ms would leave the window no time to draw).
-    pub fn rebuilt_in(&mut self, took: Duration) {
-        self.interval = POLL.max(took * 3);
+    /// Whether the run grown by the last poll is due to be analysed again.
+    pub fn analysis_due(&self) -> bool {
+        self.last_analysis
+            .is_none_or(|t| t.elapsed() >= self.analysis_interval)
+    }
+
+    /// The run was analysed (and its views made) in `took`: the next analysis waits a second,
+    /// or five times that when longer.
+    pub fn analysed_in(&mut self, took: Duration) {
+        self.last_analysis = Some(Instant::now());
+        self.analysis_interval = ANALYSIS.max(took * 5);
     }
 
     fn read_more(&mut self) -> std::io::Result<Vec<u8>> {

@@ -390,14 +390,33 @@ fn poll(open: &mut OpenRun, now: bool) {
         return;
     };
     let run = &mut open.run;
+    // The run stays, its recording lent to the follower to grow.
+    let mut kept: Option<Run> = None;
     let taken = || match std::mem::replace(run, Err(String::new())) {
-        Ok(previous) => Some(previous.recording),
+        Ok(mut previous) => {
+            let empty = collector::recording::Recording::new(previous.recording.header.clone());
+            let recording = std::mem::replace(&mut previous.recording, empty);
+            kept = Some(previous);
+            Some(recording)
+        }
         Err(_) => None,
     };
     let Some(update) = follow.poll(taken, now) else {
         return;
     };
     let started = std::time::Instant::now();
-    *run = update.map(Run::new);
-    follow.rebuilt_in(started.elapsed());
+    match (update, kept) {
+        (Ok(recording), Some(mut previous)) => {
+            let reanalyse = now || recording.end.is_some() || follow.analysis_due();
+            previous.grow(recording, reanalyse);
+            if reanalyse {
+                follow.analysed_in(started.elapsed());
+            }
+            *run = Ok(previous);
+        }
+        (update, _) => {
+            *run = update.map(Run::new);
+            follow.analysed_in(started.elapsed());
+        }
+    }
 }

@@ -54,6 +54,50 @@ impl Levels {
         Self { levels, index }
     }
 
+    /// The levels over `values` that grew from `from` samples (the length the levels were
+    /// built or last extended over) by appending: the last, partial bucket of every level is
+    /// recomputed and the new ones appended, so following a growing file costs what arrived,
+    /// not the whole series. The same as [`Levels::new`] over the whole.
+    pub fn extend(&mut self, times: &[u64], values: &[u64], from: usize) {
+        let fold = |c: &[(u64, u64)]| {
+            c.iter()
+                .fold((u64::MAX, 0), |(lo, hi), &(l, h)| (lo.min(l), hi.max(h)))
+        };
+        // Level 1 from the samples, from the bucket that held sample `from` on.
+        let mut start = from.min(values.len()) / FANOUT;
+        if values.len() > FANOUT {
+            if self.levels.is_empty() {
+                self.levels.push(Vec::new());
+                start = 0;
+            }
+            let first = &mut self.levels[0];
+            first.truncate(start);
+            first.extend(values[start * FANOUT..].chunks(FANOUT).map(|c| {
+                c.iter()
+                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+            }));
+        }
+        // Each level above from the one below, again from the bucket that changed.
+        let mut k = 1;
+        while self.levels[..].get(k - 1).is_some_and(|l| l.len() > FANOUT) {
+            start /= FANOUT;
+            if self.levels.len() == k {
+                self.levels.push(Vec::new());
+                start = 0;
+            }
+            let (below, above) = self.levels.split_at_mut(k);
+            let below = &below[k - 1];
+            let level = &mut above[0];
+            level.truncate(start);
+            level.extend(below[start * FANOUT..].chunks(FANOUT).map(fold));
+            k += 1;
+        }
+        let kept = from.min(times.len()).div_ceil(INDEX_STRIDE);
+        self.index.truncate(kept);
+        self.index
+            .extend(times.iter().skip(kept * INDEX_STRIDE).step_by(INDEX_STRIDE));
+    }
+
     /// The first index in `times` (the times the levels were built over) whose time is not
     /// below `t`, as `times.partition_point(|&x| x < t)`.
     pub fn find(&self, times: &[u64], t: u64) -> usize {
@@ -239,6 +283,33 @@ mod tests {
                     brute(&values, lo, hi),
                     "{lo}..{hi}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn levels_extended_as_a_series_grows_are_the_levels_of_the_whole() {
+        let mut x = 99u64;
+        let values: Vec<u64> = (0..5000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                x >> 40
+            })
+            .collect();
+        let times: Vec<u64> = (0..values.len() as u64).map(|t| t * 3).collect();
+        // Grown in steps of every size: one sample, a bucket, across levels, from nothing.
+        for step in [1, 7, 8, 9, 63, 64, 65, 600, 4999] {
+            let mut levels = Levels::new(&times[..0], &values[..0]);
+            let mut len = 0;
+            while len < values.len() {
+                let next = (len + step).min(values.len());
+                levels.extend(&times[..next], &values[..next], len);
+                len = next;
+                let whole = Levels::new(&times[..len], &values[..len]);
+                assert_eq!(levels.levels, whole.levels, "step {step}, at {len}");
+                assert_eq!(levels.index, whole.index, "step {step}, at {len}");
             }
         }
     }

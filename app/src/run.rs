@@ -55,6 +55,22 @@ impl Run {
         }
     }
 
+    /// The run of a recording that grew from this one's (a followed file): the curves extended
+    /// by what arrived; the analysis, and what the views draw from it, made again only when
+    /// `reanalyse` (the caller throttles it: a whole analysis at every poll would take the
+    /// frames' time on a long recording).
+    pub fn grow(&mut self, recording: Recording, reanalyse: bool) {
+        let traces = RunView::grow_traces(std::mem::take(&mut self.view.traces), &recording);
+        if reanalyse {
+            self.analysis = analyze(&recording);
+            self.view = RunView::with_traces(&recording, &self.analysis, traces);
+        } else {
+            self.view.traces = traces;
+            self.view.duration_ns = recording.duration_ns();
+        }
+        self.recording = recording;
+    }
+
     /// A folder of per-rank snapshots as one run: the traces on one timeline, each rank judged
     /// on its own, and the ranks' memory side by side.
     pub fn from_rank_folder(mut folder: collector::snapshot::ranks::RankFolder) -> Self {

@@ -68,6 +68,8 @@ pub struct Trace {
     pub origin: Option<String>,
     source: Source,
     levels: Levels,
+    /// How many samples the levels cover.
+    covered: usize,
 }
 
 impl Trace {
@@ -297,6 +299,21 @@ impl RunView {
     /// The curves of a recording with their levels of detail: the part of the view that does
     /// not need the analysis, so that both can be computed at the same time.
     pub fn traces(recording: &Recording) -> Vec<Trace> {
+        Self::grow_traces(Vec::new(), recording)
+    }
+
+    /// The curves of a recording that grew from the one `old` was drawn from (a followed
+    /// file): a series' levels of detail are extended by what arrived, not rebuilt; the
+    /// curves made from the probe's records (allocator numbers, ranks' host memory) are made
+    /// again, which costs what those records are, not the samples.
+    pub fn grow_traces(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
+        let mut grown: BTreeMap<usize, Trace> = old
+            .into_iter()
+            .filter_map(|t| match t.source {
+                Source::Series(i) => Some((i, t)),
+                Source::Owned { .. } => None,
+            })
+            .collect();
         let mut traces = allocator_traces(recording);
         for (i, series) in recording.series.iter().enumerate() {
             let kind = match series.key.kind {
@@ -307,6 +324,17 @@ impl RunView {
             if series.values.is_empty() {
                 continue;
             }
+            let times = &series.times_ns;
+            if let Some(mut trace) = grown.remove(&i) {
+                // Still in time order where it grew: extended.
+                let from = trace.covered.min(times.len());
+                if times[from.saturating_sub(1)..].is_sorted() {
+                    trace.levels.extend(times, &series.values, from);
+                    trace.covered = times.len();
+                    traces.push(trace);
+                    continue;
+                }
+            }
             let source = match series.sorted() {
                 std::borrow::Cow::Borrowed(_) => Source::Series(i),
                 std::borrow::Cow::Owned(sorted) => Source::Owned {
@@ -315,7 +343,7 @@ impl RunView {
                 },
             };
             let levels = match &source {
-                Source::Series(_) => Levels::new(&series.times_ns, &series.values),
+                Source::Series(_) => Levels::new(times, &series.values),
                 Source::Owned { times_ns, values } => Levels::new(times_ns, values),
             };
             traces.push(Trace {
@@ -324,6 +352,7 @@ impl RunView {
                 origin: None,
                 source,
                 levels,
+                covered: series.values.len(),
             });
         }
         traces.extend(rank_host_traces(recording));
@@ -504,6 +533,7 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
             device: None,
             origin: Some(format!("rank {rank}")),
             levels: Levels::new(&times_ns, &values),
+            covered: values.len(),
             source: Source::Owned { times_ns, values },
         })
         .collect()
@@ -552,6 +582,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
                 device: Some(device),
                 origin: origin.clone(),
                 levels: Levels::new(&times_ns, &values),
+                covered: values.len(),
                 source: Source::Owned {
                     times_ns: times_ns.clone(),
                     values,

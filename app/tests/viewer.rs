@@ -919,3 +919,77 @@ fn a_folder_of_per_rank_snapshots_opens_as_one_run() {
     harness.get_by_label_contains("rank1_memory_snapshot.pickle (not on the timeline): ");
     harness.get_by_label_contains("rank3_memory_snapshot.pickle: ");
 }
+
+/// A followed run grows: its curves extended by what arrived are the curves of the whole
+/// recording opened at once; its analysis is made again only when asked.
+#[test]
+fn a_grown_run_draws_what_the_whole_recording_draws() {
+    use collector::recording::{Chunk, Column, Record, SeriesKey, SeriesKind, Writer};
+    use tidemark_app::Run;
+    // Written as the collector writes: host memory in 40 chunks of 100 samples (a sawtooth that
+    // climbs), five steps' edges after each, flushed every chunk.
+    let header = tidemark_tests::header(&["python", "train.py"]);
+    let mut writer = Writer::new(Vec::new(), &header).unwrap();
+    let origin = collector::recording::Origin { pid: 7, rank: None };
+    let edges = tidemark_tests::forward_steps(origin, 200, 100_000_000, 20_000_000, |s| {
+        (1 << 30) + s * (1 << 18)
+    });
+    for (c, edges) in (0..40u64).zip(edges.chunks(10)) {
+        writer
+            .write(&Record::Chunk(Chunk {
+                times_ns: (0..100).map(|i| (c * 100 + i) * 5_000_000).collect(),
+                columns: vec![Column {
+                    series: SeriesKey::new(SeriesKind::HostRss),
+                    values: (0..100)
+                        .map(|i| (1 << 30) + (c * 100 + i) % 10 * (1 << 20) + c * (1 << 18))
+                        .collect(),
+                    valid: None,
+                }],
+            }))
+            .unwrap();
+        for edge in edges {
+            writer.write(edge).unwrap();
+        }
+        writer.flush().unwrap();
+    }
+    let bytes = writer.finish(20_000_000_000).unwrap();
+    let whole = collector::recording::read_recording(&bytes).unwrap();
+    // The recording as it stood at a third and at two thirds of its bytes.
+    let at = |fraction: usize| {
+        let mut follower = collector::recording::Follower::new();
+        let mut recording = None;
+        let _ = follower.feed(&bytes[..bytes.len() * fraction / 3], &mut recording);
+        recording.unwrap()
+    };
+    let mut run = Run::new(at(1));
+    // A third in, the host memory series has samples: it is extended, not made again.
+    let third = run
+        .recording
+        .series
+        .iter()
+        .map(|s| s.values.len())
+        .max()
+        .unwrap_or(0);
+    assert!((500..3000).contains(&third), "{third}");
+    let early = run.analysis.clone();
+    run.grow(at(2), false);
+    assert_eq!(run.analysis, early, "not analysed again");
+    run.grow(whole.clone(), false);
+    let fresh = Run::new(whole);
+    assert_eq!(run.view.traces.len(), fresh.view.traces.len());
+    let end = fresh.recording.duration_ns();
+    for (grown, opened) in run.view.traces.iter().zip(&fresh.view.traces) {
+        assert_eq!(grown.name(), opened.name());
+        for columns in [50, 400, 3000] {
+            assert_eq!(
+                grown.data(&run.recording).visible(0, end, columns),
+                opened.data(&fresh.recording).visible(0, end, columns),
+                "{} at {columns} columns",
+                grown.name()
+            );
+        }
+    }
+    assert_eq!(run.view.duration_ns, fresh.view.duration_ns);
+    run.grow(fresh.recording.clone(), true);
+    assert_eq!(run.analysis, fresh.analysis, "analysed again when asked");
+}

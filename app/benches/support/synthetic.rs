@@ -16,6 +16,29 @@ pub fn recording_bytes(samples_per_series: u64, steps: u64) -> Vec<u8> {
 /// device at the same rate) with its own phases and allocator numbers; rank 3 leaks faster.
 #[allow(dead_code)] // each bench and example uses one of the two
 pub fn recording_bytes_ranks(samples_per_series: u64, steps: u64, ranks: u32) -> Vec<u8> {
+    write(samples_per_series, steps, ranks, u64::MAX, |_, _| {})
+}
+
+/// [`recording_bytes`] as the collector streams it from instant `flushed_from` on: flushed after
+/// every chunk (one second of samples), so that a reader of the growing file sees it arrive
+/// second by second; `mark(samples so far, bytes so far)` after each flushed chunk.
+#[allow(dead_code)] // only the follow bench grows a file
+pub fn recording_bytes_flushed(
+    samples_per_series: u64,
+    steps: u64,
+    flushed_from: u64,
+    mark: impl FnMut(u64, usize),
+) -> Vec<u8> {
+    write(samples_per_series, steps, 1, flushed_from, mark)
+}
+
+fn write(
+    samples_per_series: u64,
+    steps: u64,
+    ranks: u32,
+    flushed_from: u64,
+    mut mark: impl FnMut(u64, usize),
+) -> Vec<u8> {
     let header = tidemark_tests::header(&["python", "train.py"]);
     let Ok(mut writer) = Writer::new(Vec::with_capacity(64 << 20), &header) else {
         unreachable!("writing to memory cannot fail")
@@ -84,6 +107,12 @@ pub fn recording_bytes_ranks(samples_per_series: u64, steps: u64, ranks: u32) ->
                 }
             }
             next_step += 1;
+        }
+        if start + 50 > flushed_from {
+            if writer.flush().is_err() {
+                unreachable!("writing to memory cannot fail");
+            }
+            mark(writer.samples(), writer.get_ref().len());
         }
     }
     writer

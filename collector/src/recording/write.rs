@@ -122,6 +122,11 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// The output, as written so far (what waits in batches is not in it yet).
+    pub fn get_ref(&self) -> &W {
+        &self.out
+    }
+
     /// Samples written so far, summed over all series.
     pub fn samples(&self) -> u64 {
         self.samples
