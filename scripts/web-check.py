@@ -63,9 +63,16 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         Handler.requests.append(self.path)
 
 
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # A page that stops reading (the too-big snapshot: refused from its size) is not news.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def serve(directory):
     handler = functools.partial(Handler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = Server(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -209,6 +216,9 @@ def main():
         if extra_snapshot:
             shutil.copy(extra_snapshot, site / "big-snapshot.pickle")
         (site / "notes.msgpack").write_text("these are notes, not a recording\n")
+        # A 1.5 GB snapshot that takes no disk (sparse): too big for a tab, said from its size.
+        with open(site / "huge.pickle", "wb") as f:
+            f.truncate(1536 << 20)
         broken = Path(tmp) / "broken"  # a copy whose .wasm is damaged: the app cannot start
         shutil.copytree(dist, broken)
         for wasm in broken.glob("*.wasm"):
@@ -316,6 +326,7 @@ def main():
                 ("?url=missing.msgpack", "404", "missing.png"),
                 ("?url=notes.msgpack", "notes.msgpack", "not-a-recording.png"),
                 ("?url=https://example.com/run.msgpack", "only recordings hosted next to", "other-origin.png"),
+                ("?url=huge.pickle", "is more than a browser tab can open", "too-big.png"),
             ):
                 print(f"a bad {query}")
                 name, detail, _, image = open_page(driver, base, query, out / shot)

@@ -22,4 +22,7 @@ pub mod web;
 
 pub use app::{Tab, TidemarkApp};
 pub use compare::compare_text;
-pub use run::{EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run};
+pub use run::{
+    EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run, WEB_MAX_RECORDING, WEB_MAX_SNAPSHOT,
+    too_big_for_a_tab,
+};

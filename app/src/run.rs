@@ -15,6 +15,31 @@ pub const EXAMPLE_RECORDING: &[u8] =
 /// The name the embedded example is shown under.
 pub const EXAMPLE_NAME: &str = "example: eval_keeps_predictions.msgpack";
 
+/// The largest snapshot a browser tab opens: a tab has 4 GB of memory (wasm32), and reading a
+/// snapshot holds its bytes and about 1.4 times as much again (measured on a 795 MB one).
+pub const WEB_MAX_SNAPSHOT: u64 = 1 << 30;
+
+/// The largest recording a browser tab opens: the viewer holds about 30 bytes per sample, and a
+/// recording stores one in 2.6 to 8 bytes.
+pub const WEB_MAX_RECORDING: u64 = 256 << 20;
+
+/// Why a file of `len` bytes is too big to open in a browser tab (`None`: it is not); `pickle`
+/// says whether it is a snapshot. Said before reading, instead of the tab dying of memory.
+pub fn too_big_for_a_tab(name: &str, len: u64, pickle: bool) -> Option<String> {
+    let (limit, what) = if pickle {
+        (WEB_MAX_SNAPSHOT, "snapshot")
+    } else {
+        (WEB_MAX_RECORDING, "recording")
+    };
+    (len > limit).then(|| {
+        format!(
+            "{name}: this {} {what} is more than a browser tab can open (up to {}: a tab has 4 GB of memory); open it with the desktop viewer (tidemark FILE) or `collector report FILE`",
+            collector::format::format_bytes(len as f64),
+            collector::format::format_bytes(limit as f64)
+        )
+    })
+}
+
 /// A recording with its diagnosis and what the views draw.
 pub struct Run {
     /// The recording.
@@ -94,6 +119,11 @@ impl Run {
     /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error
     /// names `name`.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self, String> {
+        #[cfg(target_arch = "wasm32")]
+        if let Some(why) = too_big_for_a_tab(name, bytes.len() as u64, bytes.first() == Some(&0x80))
+        {
+            return Err(why);
+        }
         let opened = collector::open::read_any(bytes).map_err(|err| format!("{name}: {err}"))?;
         Ok(Self::from_opened(opened))
     }
@@ -151,5 +181,30 @@ impl OpenRun {
             .next()
             .filter(|s| !s.is_empty())
             .unwrap_or(&self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_too_big_for_a_tab_is_named_with_its_size_and_where_to_open_it() {
+        assert_eq!(too_big_for_a_tab("a.pickle", WEB_MAX_SNAPSHOT, true), None);
+        let why = too_big_for_a_tab("big.pickle", 2 << 30, true).unwrap_or_default();
+        assert!(
+            why.starts_with("big.pickle: this 2.00 GiB snapshot"),
+            "{why}"
+        );
+        assert!(
+            why.contains("up to 1.00 GiB") && why.contains("desktop viewer"),
+            "{why}"
+        );
+        assert_eq!(too_big_for_a_tab("r.msgpack", 100 << 20, false), None);
+        let why = too_big_for_a_tab("r.msgpack", 300 << 20, false).unwrap_or_default();
+        assert!(
+            why.contains("recording") && why.contains("up to 256 MiB"),
+            "{why}"
+        );
     }
 }

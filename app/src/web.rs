@@ -49,6 +49,20 @@ pub async fn fetch(url: &str) -> Result<Vec<u8>, String> {
             response.status_text()
         ));
     }
+    // Said before downloading it all, when the server says how big it is.
+    let length = response
+        .headers()
+        .get("content-length")
+        .ok()
+        .flatten()
+        .and_then(|l| l.parse::<u64>().ok());
+    let pickle = url.ends_with(".pickle") || url.ends_with(".pkl");
+    if let Some(why) = length.and_then(|l| crate::run::too_big_for_a_tab(url, l, pickle)) {
+        return Err(why
+            .strip_prefix(&format!("{url}: "))
+            .unwrap_or(&why)
+            .to_owned());
+    }
     let buffer = JsFuture::from(response.array_buffer().map_err(describe)?)
         .await
         .map_err(|err| format!("cannot be read: {}", describe(err)))?;
