@@ -251,6 +251,18 @@ impl LodSeries<'_> {
 mod tests {
     use super::*;
 
+    /// `n` pseudo-random values below 2^24.
+    fn noise(n: usize, mut x: u64) -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                x >> 40
+            })
+            .collect()
+    }
+
     fn brute(values: &[u64], lo: usize, hi: usize) -> Option<(u64, u64)> {
         let slice = values.get(lo..hi.min(values.len()))?;
         Some((*slice.iter().min()?, *slice.iter().max()?))
@@ -258,15 +270,7 @@ mod tests {
 
     #[test]
     fn min_max_matches_a_scan_for_every_range() {
-        let mut x = 12345u64;
-        let values: Vec<u64> = (0..700)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                x >> 40
-            })
-            .collect();
+        let values = noise(700, 12345);
         let times: Vec<u64> = (0..values.len() as u64).collect();
         let levels = Levels::new(&times, &values);
         for t in 0..702 {
@@ -289,15 +293,7 @@ mod tests {
 
     #[test]
     fn levels_extended_as_a_series_grows_are_the_levels_of_the_whole() {
-        let mut x = 99u64;
-        let values: Vec<u64> = (0..5000)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                x >> 40
-            })
-            .collect();
+        let values = noise(5000, 99);
         let times: Vec<u64> = (0..values.len() as u64).map(|t| t * 3).collect();
         // Grown in steps of every size: one sample, a bucket, across levels, from nothing.
         for step in [1, 7, 8, 9, 63, 64, 65, 600, 4999] {

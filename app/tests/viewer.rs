@@ -517,25 +517,8 @@ fn the_steps_axis_ends_at_the_last_step() {
 /// together; a file of another job is named in the run's warnings, and the rest opens.
 #[test]
 fn two_nodes_open_as_one_run() {
-    use collector::recording::{Origin, Recording};
     let dir = tempfile::tempdir().unwrap();
-    let node = |rank: u32, command: &str| {
-        let mut header = tidemark_tests::header(&[command]);
-        header.host = format!("node-{rank}");
-        let mut recording = Recording::new(header);
-        let origin = Origin {
-            pid: 7,
-            rank: Some(rank),
-        };
-        for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
-            (1 << 30) + u64::from(rank) * step * (8 << 20)
-        }) {
-            recording.push(record);
-        }
-        let path = dir.path().join(format!("{command}-{rank}.msgpack"));
-        collector::recording::write_file(&path, &recording).unwrap();
-        path
-    };
+    let node = |rank, command| node_recording(dir.path(), rank, command);
     let paths = vec![node(0, "train"), node(1, "train"), node(2, "other")];
     let mut app = TidemarkApp::empty();
     app.open_as_one_run(&paths);
@@ -568,27 +551,31 @@ impl egui::DroppedFile for Dropped {
     }
 }
 
+/// A node's recording of `command` (host `node-{rank}`), rank `rank` growing by 8 MiB a step
+/// times its rank, written to `dir`.
+fn node_recording(dir: &std::path::Path, rank: u32, command: &str) -> PathBuf {
+    use collector::recording::{Origin, Recording};
+    let mut header = tidemark_tests::header(&[command]);
+    header.host = format!("node-{rank}");
+    let mut recording = Recording::new(header);
+    let origin = Origin {
+        pid: 7,
+        rank: Some(rank),
+    };
+    for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
+        (1 << 30) + u64::from(rank) * step * (8 << 20)
+    }) {
+        recording.push(record);
+    }
+    let path = dir.join(format!("{command}-{rank}.msgpack"));
+    collector::recording::write_file(&path, &recording).unwrap();
+    path
+}
+
 /// Two nodes' recordings of one job (hosts node-0 and node-1), rank 1 growing.
 fn two_nodes(dir: &std::path::Path) -> Vec<PathBuf> {
-    use collector::recording::{Origin, Recording};
-    (0..2u32)
-        .map(|rank| {
-            let mut header = tidemark_tests::header(&["train"]);
-            header.host = format!("node-{rank}");
-            let mut recording = Recording::new(header);
-            let origin = Origin {
-                pid: 7,
-                rank: Some(rank),
-            };
-            for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
-                (1 << 30) + u64::from(rank) * step * (8 << 20)
-            }) {
-                recording.push(record);
-            }
-            let path = dir.join(format!("run-node-{rank}.msgpack"));
-            collector::recording::write_file(&path, &recording).unwrap();
-            path
-        })
+    (0..2)
+        .map(|rank| node_recording(dir, rank, "train"))
         .collect()
 }
 
