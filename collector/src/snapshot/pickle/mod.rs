@@ -190,6 +190,7 @@ impl<'a> Machine<'a> {
         machine
     }
 
+    #[cold]
     fn err(&self, at: usize, message: impl Into<String>) -> SnapshotError {
         SnapshotError::Pickle {
             offset: at,
@@ -208,30 +209,56 @@ impl<'a> Machine<'a> {
         id
     }
 
+    #[inline]
     fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], SnapshotError> {
-        let at = self.pos;
-        let left = (self.bytes.len() - self.pos) as u64;
-        if n > left {
-            return Err(self.err(
-                at,
-                format!("{what} declares {n} bytes but only {left} are left (the file is truncated or corrupt)"),
-            ));
+        let bytes: &'a [u8] = self.bytes;
+        match bytes
+            .get(self.pos..)
+            .and_then(|rest| rest.get(..usize::try_from(n).ok()?))
+        {
+            Some(slice) => {
+                self.pos += slice.len();
+                Ok(slice)
+            }
+            None => Err(self.cut_short(n, what)),
         }
-        let n = n as usize;
-        let slice = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(slice)
     }
 
+    /// The error for an argument that runs past the end (kept out of the opcodes' fast path).
+    #[cold]
+    #[inline(never)]
+    fn cut_short(&self, n: u64, what: &str) -> SnapshotError {
+        let left = self.bytes.len().saturating_sub(self.pos);
+        self.err(
+            self.pos,
+            format!("{what} declares {n} bytes but only {left} are left (the file is truncated or corrupt)"),
+        )
+    }
+
+    #[inline]
     fn u8(&mut self) -> Result<u8, SnapshotError> {
-        Ok(self.take(1, "an argument")?[0])
+        match self.bytes.get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                Ok(b)
+            }
+            None => Err(self.cut_short(1, "an argument")),
+        }
     }
 
+    #[inline]
     fn le<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
-        let slice = self.take(N as u64, "an argument")?;
-        let mut out = [0u8; N];
-        out.copy_from_slice(slice);
-        Ok(out)
+        match self
+            .bytes
+            .get(self.pos..)
+            .and_then(|rest| rest.first_chunk::<N>())
+        {
+            Some(&out) => {
+                self.pos += N;
+                Ok(out)
+            }
+            None => Err(self.cut_short(N as u64, "an argument")),
+        }
     }
 
     fn line(&mut self) -> Result<&'a [u8], SnapshotError> {
@@ -245,6 +272,7 @@ impl<'a> Machine<'a> {
         }
     }
 
+    #[inline]
     fn pop(&mut self, at: usize) -> Result<Value, SnapshotError> {
         let floor = self.marks.last().copied().unwrap_or(0);
         if self.stack.len() <= floor {
@@ -255,6 +283,7 @@ impl<'a> Machine<'a> {
             .ok_or_else(|| self.err(at, "the stack is empty (corrupt opcodes)"))
     }
 
+    #[inline]
     fn top(&self, at: usize) -> Result<Value, SnapshotError> {
         let floor = self.marks.last().copied().unwrap_or(0);
         if self.stack.len() <= floor {
@@ -276,6 +305,7 @@ impl<'a> Machine<'a> {
         Ok(self.stack.split_off(mark.min(self.stack.len())))
     }
 
+    #[inline]
     fn alloc(&mut self, obj: Obj) -> Value {
         let slot = Slot {
             obj,
@@ -306,6 +336,7 @@ impl<'a> Machine<'a> {
         }
     }
 
+    #[inline]
     fn memo_get(&mut self, at: usize, index: u32) -> Result<Value, SnapshotError> {
         let value = self.memo.get(index).ok_or_else(|| {
             self.err(
@@ -318,6 +349,7 @@ impl<'a> Machine<'a> {
     }
 
     /// A second reference to `value` now exists (a GET or a DUP).
+    #[inline]
     fn mark_shared(&mut self, value: Value) {
         if let Value::Obj(i) = value
             && let Some(slot) = self.arena.get_mut(i as usize)
@@ -326,6 +358,7 @@ impl<'a> Machine<'a> {
         }
     }
 
+    #[inline]
     fn memo_put(&mut self, index: u32, value: Value) {
         if let Value::Obj(i) = value
             && let Some(slot) = self.arena.get_mut(i as usize)
@@ -366,6 +399,7 @@ impl<'a> Machine<'a> {
 /// and the memo) then hold at most a quarter more than they need while the file is read, which
 /// keeps the peak near the memory budget. Large vectors grow in place (`mremap`), so growing
 /// more often costs little.
+#[inline]
 fn push_gently<T>(v: &mut Vec<T>, item: T) {
     if v.len() == v.capacity() {
         v.reserve_exact((v.len() / 4).max(1024));

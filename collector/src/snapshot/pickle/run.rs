@@ -442,6 +442,7 @@ impl Machine<'_> {
         }
     }
 
+    #[inline]
     pub(super) fn push(&mut self, value: Value) -> Result<(), SnapshotError> {
         if self.stack.len() >= MAX_STACK {
             return Err(self.err(
