@@ -672,6 +672,23 @@ fn live_blocks_suspects_and_segments() {
     );
 }
 
+/// Every memo reference to one huge object (a 20,000-frame list in 20,000 entries): read once,
+/// one stack for all, memory bounded by what the file holds (not 20,000 copies of the list).
+#[test]
+fn memo_references_all_to_one_huge_object() {
+    let path = generated().join("one_huge_object.pickle");
+    // (Not compared with Python's reading entry by entry: 400 million frames to compare.)
+    let s = read(&path).unwrap();
+    assert_eq!(s.entries.len(), 20_000);
+    assert_eq!(
+        s.stack_count(),
+        2,
+        "the empty stack, and the one all entries share"
+    );
+    assert_eq!(s.stack(s.entries[19_999].stack).count(), 20_000);
+    assert_eq!(s.frames.len(), 20_000);
+}
+
 #[test]
 fn other_spellings_and_missing_keys() {
     let dir = generated();

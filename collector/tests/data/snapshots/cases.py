@@ -294,6 +294,13 @@ def generate(directory):
     (directory / "unknown_opcode.pickle").write_bytes(b"\x80\x04\xff")
     (directory / "huge_length.pickle").write_bytes(b"\x80\x04\x8d" + (1 << 62).to_bytes(8, "little") + b"x")
     (directory / "bad_memo.pickle").write_bytes(b"\x80\x04h\x07.")
+    # Every memo reference to one huge object: a 20,000-frame list shared by 20,000 entries.
+    huge = [frame(f"f{i}", "/work/deep.py", i + 1) for i in range(20_000)]
+    t0 = 1_771_267_191_000_000
+    one = [{"action": "alloc", "addr": 4096 * (i + 1), "size": 512, "stream": 0, "time_us": t0 + i,
+            "frames": huge} for i in range(20_000)]
+    (directory / "one_huge_object.pickle").write_bytes(
+        pickle.dumps({"segments": [], "device_traces": [one]}, protocol=4))
     # 200,000 nested lists: the reader must not recurse.
     depth = 200_000
     (directory / "deep.pickle").write_bytes(b"\x80\x04" + b"(" * depth + b"l" * depth + b".")
