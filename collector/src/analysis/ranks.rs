@@ -114,15 +114,9 @@ pub(super) fn project(
         }
         _ => true,
     };
+    // Shared, not copied: a rank's GPU series is millions of samples.
     for series in recording.series.iter().filter(|s| keep(s)) {
-        one.push(Record::Chunk(Chunk {
-            times_ns: series.times_ns.clone(),
-            columns: vec![Column {
-                series: series.key.clone(),
-                values: series.values.clone(),
-                valid: None,
-            }],
-        }));
+        one.share_series(series.clone());
     }
     let edges: Vec<_> = phase_at
         .iter()

@@ -462,6 +462,7 @@ fn device_use(recording: &Recording) -> Vec<DeviceUse> {
         let own: Vec<&Series> = recording
             .series
             .iter()
+            .map(|s| &**s)
             .filter(|s| {
                 s.key.kind == SeriesKind::ProcessDevice && s.key.device == Some(device.index)
             })

@@ -62,7 +62,9 @@ pub struct Recording {
     /// What the collector knew when it started.
     pub header: Header,
     /// Sampled series, in the order they first appear.
-    pub series: Vec<Series>,
+    /// Each series behind an `Arc`: a view of part of the run (one rank's) shares them instead
+    /// of copying millions of samples; growing one copies it only while it is shared.
+    pub series: Vec<std::sync::Arc<Series>>,
     /// The allocator's numbers, as the probe sent them.
     pub allocator: Vec<AllocatorSample>,
     /// Phase edges, as the probe sent them.
@@ -144,15 +146,15 @@ impl Recording {
                 Some(&index) => index,
                 None => {
                     self.series_index.insert(key.clone(), self.series.len());
-                    self.series.push(Series {
+                    self.series.push(std::sync::Arc::new(Series {
                         key,
                         times_ns: Vec::new(),
                         values: Vec::new(),
-                    });
+                    }));
                     self.series.len() - 1
                 }
             };
-            let series = &mut self.series[index];
+            let series = std::sync::Arc::make_mut(&mut self.series[index]);
             match valid {
                 // A whole series at once (a projection, a conversion): moved, not copied.
                 None if single && series.times_ns.is_empty() => {
@@ -175,11 +177,30 @@ impl Recording {
         }
     }
 
+    /// Adds a whole series held elsewhere too (a view of part of a run shares it, no copy).
+    /// A series of the same key already here is extended by its samples instead.
+    pub fn share_series(&mut self, series: std::sync::Arc<Series>) {
+        match self.series_index.get(&series.key) {
+            Some(&i) => {
+                let into = std::sync::Arc::make_mut(&mut self.series[i]);
+                into.times_ns.extend_from_slice(&series.times_ns);
+                into.values.extend_from_slice(&series.values);
+            }
+            None => {
+                self.series_index
+                    .insert(series.key.clone(), self.series.len());
+                self.series.push(series);
+            }
+        }
+    }
+
     /// Gives back memory reserved for growth (a finished recording no longer grows).
     pub fn shrink_to_fit(&mut self) {
         for series in &mut self.series {
-            series.times_ns.shrink_to_fit();
-            series.values.shrink_to_fit();
+            if let Some(series) = std::sync::Arc::get_mut(series) {
+                series.times_ns.shrink_to_fit();
+                series.values.shrink_to_fit();
+            }
         }
         self.allocator.shrink_to_fit();
         self.phases.shrink_to_fit();
@@ -187,7 +208,7 @@ impl Recording {
 
     /// The series with this key, if it was recorded.
     pub fn series(&self, key: &SeriesKey) -> Option<&Series> {
-        self.series_index.get(key).map(|&i| &self.series[i])
+        self.series_index.get(key).map(|&i| &*self.series[i])
     }
 
     /// Samples held, summed over all series.
