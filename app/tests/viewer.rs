@@ -579,22 +579,20 @@ fn two_nodes(dir: &std::path::Path) -> Vec<PathBuf> {
         .collect()
 }
 
-#[test]
-fn nodes_dropped_together_or_their_folder_open_as_one_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let paths = two_nodes(dir.path());
+/// A window with `paths` dropped on it together, once their background reads have opened
+/// `tabs` tabs (a few frames more, so that nothing else arrives).
+fn dropped_on_the_window(paths: &[PathBuf], tabs: usize) -> Harness<'static, TidemarkApp> {
     let mut harness = harness(TidemarkApp::empty());
     harness.run();
-    for path in &paths {
+    for path in paths {
         harness
             .input_mut()
             .dropped_files
             .push(std::sync::Arc::new(Dropped(path.clone())));
     }
-    // Read in the background: wait for it.
-    for _ in 0..200 {
+    for _ in 0..500 {
         harness.step();
-        if !harness.state().runs().is_empty() {
+        if harness.state().runs().len() >= tabs {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -602,6 +600,14 @@ fn nodes_dropped_together_or_their_folder_open_as_one_run() {
     for _ in 0..5 {
         harness.step();
     }
+    harness
+}
+
+#[test]
+fn nodes_dropped_together_or_their_folder_open_as_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = two_nodes(dir.path());
+    let harness = dropped_on_the_window(&paths, 1);
     assert_eq!(harness.state().runs().len(), 1, "one run, not two tabs");
     let open = &harness.state().runs()[0];
     assert!(open.name.ends_with("+ 1 more (one run)"), "{}", open.name);
@@ -627,21 +633,7 @@ fn nodes_dropped_together_or_their_folder_open_as_one_run() {
         collector::recording::write_file(&p, &r).unwrap();
         same_host.push(p);
     }
-    let mut apart = self::harness(TidemarkApp::empty());
-    apart.run();
-    for path in &same_host {
-        apart
-            .input_mut()
-            .dropped_files
-            .push(std::sync::Arc::new(Dropped(path.clone())));
-    }
-    for _ in 0..200 {
-        apart.step();
-        if apart.state().runs().len() == 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let apart = dropped_on_the_window(&same_host, 2);
     assert_eq!(apart.state().runs().len(), 2);
 }
 
