@@ -640,3 +640,61 @@ fn an_oom_whose_message_lacks_the_others_memory_takes_it_from_nvml() {
         "{oom:#?}"
     );
 }
+
+/// The probe read the C heap at most edges but not all (reading it grew costly): the phases are
+/// still attributed with the heap, each occurrence whose two edges have it; resident memory,
+/// which stays up when memory is freed and rises where fresh pages are touched, would blame
+/// backward for forward's leak.
+#[test]
+fn a_heap_read_at_most_edges_still_attributes_the_phases() {
+    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    let origin = Origin { pid: 7, rank: None };
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    let mut n = 0u64;
+    for step in 0..60u64 {
+        // Forward keeps 2 MiB a step; backward allocates and frees 4 MiB of gradients.
+        for (k, (phase, edge)) in [
+            (Phase::Forward, Edge::Begin),
+            (Phase::Forward, Edge::End),
+            (Phase::Backward, Edge::Begin),
+            (Phase::Backward, Edge::End),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
+            let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
+            // Resident memory only rises, and in backward (fresh pages for the gradients).
+            let rss = 300 * MIB + step * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
+            let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(step), origin);
+            n += 1;
+            // One edge in five without the heap (the probe's budget).
+            e.host_heap = (!n.is_multiple_of(5)).then_some(heap);
+            e.host_rss = Some(rss);
+            recording.push(Record::Phase(e));
+        }
+    }
+    let analysis = analyze(&recording);
+    assert_eq!(
+        analysis.attribution,
+        Some(collector::analysis::Attribution::HostHeap)
+    );
+    assert!(
+        analysis
+            .attribution_note
+            .as_deref()
+            .is_some_and(|n| n.contains("read the C heap at 192 of 240 phase edges")),
+        "{:?}",
+        analysis.attribution_note
+    );
+    let forward = analysis
+        .phases
+        .iter()
+        .find(|p| p.phase == Phase::Forward)
+        .unwrap();
+    assert!(
+        forward.share_of_growth.unwrap() > 0.9,
+        "{:#?}",
+        analysis.phases
+    );
+}

@@ -566,14 +566,14 @@ fn analyze_one(recording: &Recording) -> Analysis {
         (_, Some(edges)) => (
             edges.attribution,
             edges.note,
-            Some(std::borrow::Cow::Owned(edges.series)),
+            Some((std::borrow::Cow::Owned(edges.series), true)),
         ),
         _ => (
             Attribution::Sampled,
             None,
             fallback
                 .as_ref()
-                .map(|(_, s)| std::borrow::Cow::Borrowed(s.as_ref())),
+                .map(|(_, s)| (std::borrow::Cow::Borrowed(s.as_ref()), false)),
         ),
     };
     let freed_gradients = holders::freed_gradients(
@@ -585,7 +585,12 @@ fn analyze_one(recording: &Recording) -> Analysis {
         &occurrences,
         &step_starts,
         &allocator,
-        attribution_series.as_deref(),
+        attribution_series
+            .as_ref()
+            .map(|(series, at_edges)| phases::Attributed {
+                series,
+                at_edges: *at_edges,
+            }),
         &freed_gradients,
     );
     let has_phases = !phase_stats.is_empty();
@@ -640,9 +645,10 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         .iter()
         .filter(|e| e.origin.pid == pid)
         .collect();
-    // A series needs the number at (nearly) every edge: the probe may skip the C heap at a few
-    // when reading it grows costly (a fragmented heap), and says so in a note.
-    let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>| {
+    // Resident memory is read at (nearly) every edge. The probe may skip the C heap at some when
+    // reading it grows costly (a fragmented heap), and says so in a note: with most edges read,
+    // the heap still attributes the occurrences whose two edges have it (see `phases::levels`).
+    let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>, percent: usize| {
         let mut series = Series {
             key: SeriesKey::new(SeriesKind::HostRss),
             times_ns: Vec::with_capacity(edges.len()),
@@ -654,11 +660,12 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
                 series.values.push(value);
             }
         }
-        (series.values.len() * 100 >= edges.len() * 95 && !series.values.is_empty())
+        (series.values.len() * 100 >= edges.len() * percent && !series.values.is_empty())
             .then(|| series.sorted().into_owned())
     };
-    let rss = series_of(|e| e.host_rss);
-    let heap = series_of(|e| e.host_heap);
+    let rss = series_of(|e| e.host_rss, 95);
+    let heap = series_of(|e| e.host_heap, 50);
+    let heap_read = heap.as_ref().map_or(0, |h| h.values.len());
     let growth = |s: &Series| match (s.values.first(), s.values.last()) {
         (Some(&a), Some(&b)) => b as f64 - a as f64,
         _ => 0.0,
@@ -679,7 +686,12 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         }
         (Some(heap), _) => Some(HostAtEdges {
             attribution: Attribution::HostHeap,
-            note: None,
+            note: (heap_read * 100 < edges.len() * 95).then(|| {
+                format!(
+                    "the probe read the C heap at {heap_read} of {} phase edges (reading it grew costly): the phases whose edges lack it are left out of the attribution",
+                    edges.len()
+                )
+            }),
             series: heap,
         }),
         (None, Some(rss)) => {

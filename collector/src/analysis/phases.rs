@@ -367,7 +367,7 @@ fn levels(
     o: &Occurrence,
     allocator: &AllocatorIndex<'_>,
     cursors: &mut (usize, usize),
-    fallback: Option<&Series>,
+    fallback: Option<Attributed<'_>>,
 ) -> Option<Levels> {
     let begin = allocator.at_from(o.begin_ns, &mut cursors.0);
     let end = allocator.at_from(o.end_ns, &mut cursors.1);
@@ -378,9 +378,21 @@ fn levels(
             peak: end.peak.max(end.allocated) as f64,
         });
     }
-    let series = fallback?;
-    let begin = value_at(series, o.begin_ns)? as f64;
-    let end = value_at(series, o.end_ns)? as f64;
+    let Attributed { series, at_edges } = fallback?;
+    let (begin, end) = if at_edges {
+        // Read at the edges themselves: an edge without its reading leaves the occurrence out
+        // (the next edge's reading would move its change to the next phase).
+        let exact = |t: u64| {
+            let i = series.times_ns.partition_point(|&x| x < t);
+            (series.times_ns.get(i) == Some(&t)).then(|| series.values[i])
+        };
+        (exact(o.begin_ns)? as f64, exact(o.end_ns)? as f64)
+    } else {
+        (
+            value_at(series, o.begin_ns)? as f64,
+            value_at(series, o.end_ns)? as f64,
+        )
+    };
     let lo = series.times_ns.partition_point(|&t| t < o.begin_ns);
     let hi = series.times_ns.partition_point(|&t| t <= o.end_ns);
     let peak = series.values[lo.min(hi)..hi]
@@ -466,11 +478,21 @@ fn between_share(levels: &[Option<Levels>]) -> Option<f64> {
 /// `fallback` (a sorted series: host or device memory sampled at the edges); what each
 /// occurrence retained, in the order of `occurrences`; and the share of the growth that came
 /// between the phases.
+/// The memory phases are attributed with when the allocator's numbers do not cover them.
+#[derive(Clone, Copy)]
+pub struct Attributed<'a> {
+    /// The series, sorted by time.
+    pub series: &'a Series,
+    /// Whether its samples were read at the phase edges themselves (the probe's host numbers),
+    /// so that an occurrence needs a reading at both of its edges.
+    pub at_edges: bool,
+}
+
 pub fn stats(
     occurrences: &[Occurrence],
     starts: &[StepStart],
     allocator: &AllocatorIndex<'_>,
-    fallback: Option<&Series>,
+    fallback: Option<Attributed<'_>>,
     freed_gradients: &BTreeMap<u64, f64>,
 ) -> (Vec<PhaseStats>, Vec<Option<f64>>, Option<f64>) {
     let mut cursors = (0, 0);
