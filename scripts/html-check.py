@@ -13,7 +13,6 @@ Needs /usr/bin/chromium, /usr/bin/chromedriver, and Python selenium and pillow.
 import functools
 import http.server
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -21,9 +20,10 @@ import time
 from pathlib import Path
 
 from PIL import Image
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from headless import browser as headless_browser, check, count_near, failures, requested_urls  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "collector" / "tests" / "data"
@@ -35,46 +35,13 @@ RECORDINGS = [
     (DATA / "golden_v1_2.msgpack", "allocated"),
 ]
 
-failures = []
-
-
-def check(ok, what):
-    print(("  ok   " if ok else "  FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
 class Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         pass
 
 
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--window-size=1200,1400", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--force-color-profile=srgb", "--allow-file-access-from-files"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    os.environ["SE_OFFLINE"] = "true"
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-
-
-def requests(driver):
-    urls = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message.get("method") == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
-
-
-def count_near(image, colour, tolerance=30):
-    r0, g0, b0 = colour
-    data = image.tobytes()
-    return sum(1 for r, g, b in zip(data[0::3], data[1::3], data[2::3])
-               if abs(r - r0) <= tolerance and abs(g - g0) <= tolerance and abs(b - b0) <= tolerance)
+    return headless_browser("--window-size=1200,1400", "--allow-file-access-from-files")
 
 
 def main():
@@ -109,11 +76,11 @@ def main():
                     check(verdict == problems[0], f"{name} ({how}): the verdict reads {verdict!r}")
                 else:
                     check(bool(verdict), f"{name} ({how}): a verdict is shown: {verdict!r}")
-                drawn = count_near(image, CURVES[curve])
+                drawn = count_near(image, CURVES[curve], tolerance=30)
                 check(drawn > 200, f"{name} ({how}): the {curve} curve is drawn ({drawn} pixels)")
                 errors = [e for e in driver.get_log("browser") if e.get("level") in ("SEVERE", "WARNING")]
                 check(not errors, f"{name} ({how}): the console is clean {errors[:2]}")
-                urls = [u for u in requests(driver) if u != url]
+                urls = [u for u in requested_urls(driver) if u != url]
                 check(not urls, f"{name} ({how}): no request made {urls[:3]}")
     finally:
         driver.quit()

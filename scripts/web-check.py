@@ -28,10 +28,11 @@ import time
 from pathlib import Path
 
 from PIL import Image
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from headless import browser as headless_browser, check, count_near, failures, pixels, requested_urls  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
@@ -46,15 +47,6 @@ ALLOCATED = (0xD5, 0x5E, 0x00)
 # top left).
 OPEN_BUTTON = (98, 12)
 SAVE_BUTTON = (177, 12)
-
-failures = []
-
-
-def check(ok, what):
-    print(("  ok   " if ok else "  FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     requests = []
@@ -78,24 +70,9 @@ def serve(directory):
 
 
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--enable-unsafe-swiftshader",
-        "--use-angle=swiftshader",
-        "--window-size=1280,800",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--force-color-profile=srgb",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    os.environ["SE_OFFLINE"] = "true"  # never let Selenium download a browser or a driver
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    return headless_browser(
+        "--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--window-size=1280,800"
+    )
 
 
 def wait_for_mark(driver, timeout_s=90, skip=0):
@@ -152,38 +129,14 @@ def console_errors(driver):
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
-def requested_urls(driver):
-    urls = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message.get("method") == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
-
-
 def elsewhere(urls):
     """The requests that left 127.0.0.1 (data: and blob: URLs stay in the page)."""
     return [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
 
 
-def count_near(image, colour, box=None, tolerance=40):
-    """Pixels within `tolerance` (per channel) of `colour`, inside `box` (l, t, r, b)."""
-    r0, g0, b0 = colour
-    return sum(
-        1
-        for r, g, b in pixels(image, box)
-        if abs(r - r0) <= tolerance and abs(g - g0) <= tolerance and abs(b - b0) <= tolerance
-    )
-
-
 def count_red(image, box):
     """Pixels of red text (egui's error colour), inside `box`."""
     return sum(1 for r, g, b in pixels(image, box) if r > 170 and g < 110 and b < 110)
-
-
-def pixels(image, box=None):
-    data = (image.crop(box) if box else image).tobytes()
-    return zip(data[0::3], data[1::3], data[2::3])
 
 
 def open_page(driver, base, query, shot):

@@ -429,26 +429,38 @@ fn a_recording_opens_with_the_snapshot_dumped_at_its_oom() {
     harness.get_by_label_contains("run.rank0.oom.pickle");
 }
 
-/// Several ranks' host memory, each as its probe read it at its edges: one curve per rank, and
-/// the rank picker lists them.
-#[test]
-fn each_rank_gets_its_own_host_memory_curve() {
+/// `ranks.msgpack` in `dir`: `ranks` ranks of `command` (pids 100, 101, …), 20 forward steps
+/// each, every edge carrying the rank's host memory `rss(rank, step)`.
+fn ranks_file(
+    dir: &std::path::Path,
+    command: &[&str],
+    ranks: u32,
+    rss: impl Fn(u32, u64) -> u64,
+) -> PathBuf {
     use collector::recording::{Origin, Recording};
-    let mut recording = Recording::new(tidemark_tests::header(&["torchrun", "train.py"]));
-    for rank in 0..2u32 {
+    let mut recording = Recording::new(tidemark_tests::header(command));
+    for rank in 0..ranks {
         let origin = Origin {
             pid: 100 + rank,
             rank: Some(rank),
         };
-        for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
-            (1 << 30) + u64::from(rank) * step * (8 << 20)
-        }) {
+        for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| rss(rank, step)) {
             recording.push(record);
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ranks.msgpack");
+    let path = dir.join("ranks.msgpack");
     collector::recording::write_file(&path, &recording).unwrap();
+    path
+}
+
+/// Several ranks' host memory, each as its probe read it at its edges: one curve per rank, and
+/// the rank picker lists them.
+#[test]
+fn each_rank_gets_its_own_host_memory_curve() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ranks_file(dir.path(), &["torchrun", "train.py"], 2, |rank, step| {
+        (1 << 30) + u64::from(rank) * step * (8 << 20)
+    });
     let mut app = TidemarkApp::empty();
     app.open_path(&path);
     let run = app.runs()[0].run.as_ref().unwrap();
@@ -745,23 +757,11 @@ fn an_ooms_marker_tells_its_numbers_and_its_cause() {
 
 #[test]
 fn small_multiples_show_one_timeline_per_rank_on_one_scale() {
-    use collector::recording::{Origin, Recording};
     // Four ranks in one recording; rank 2 grows.
-    let mut recording = Recording::new(tidemark_tests::header(&["torchrun"]));
-    for rank in 0..4u32 {
-        let origin = Origin {
-            pid: 100 + rank,
-            rank: Some(rank),
-        };
-        for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
-            (1 << 30) + if rank == 2 { step * (16 << 20) } else { 0 }
-        }) {
-            recording.push(record);
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ranks.msgpack");
-    collector::recording::write_file(&path, &recording).unwrap();
+    let path = ranks_file(dir.path(), &["torchrun"], 4, |rank, step| {
+        (1 << 30) + if rank == 2 { step * (16 << 20) } else { 0 }
+    });
     let mut app = TidemarkApp::empty();
     app.open_path(&path);
     let mut harness = harness(app);

@@ -84,17 +84,25 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
     };
     #[cfg(not(target_arch = "wasm32"))]
     {
-        use std::io::Read as _;
+        use std::io::{Read as _, Seek as _};
+        // One open: its first byte says whether to map it or read it.
         let mut file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let mut first = [0u8; 1];
         let is_pickle = file.read(&mut first).map_err(io)? == 1 && first[0] == 0x80;
         if is_pickle && len >= MAP_FROM {
-            return map_snapshot(path).map(|s| Opened::Snapshot(Box::new(s)));
+            return map_open_snapshot(&file, path).map(|s| Opened::Snapshot(Box::new(s)));
         }
+        file.rewind().map_err(io)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        file.read_to_end(&mut bytes).map_err(io)?;
+        read_any(&bytes).map_err(format)
     }
-    let bytes = std::fs::read(path).map_err(io)?;
-    read_any(&bytes).map_err(format)
+    #[cfg(target_arch = "wasm32")]
+    {
+        let bytes = std::fs::read(path).map_err(io)?;
+        read_any(&bytes).map_err(format)
+    }
 }
 
 /// From this size on, a snapshot is mapped rather than read (smaller ones are read at once).
@@ -106,11 +114,20 @@ const MAP_FROM: u64 = 64 << 20;
 /// holds what the parser found, not the file's bytes as well.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn map_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
+    let file = std::fs::File::open(path).map_err(|err| OpenError::Io {
+        path: path.to_owned(),
+        reason: Arc::new(err),
+    })?;
+    map_open_snapshot(&file, path)
+}
+
+/// [`map_snapshot`] of a file already open.
+#[cfg(not(target_arch = "wasm32"))]
+fn map_open_snapshot(file: &std::fs::File, path: &Path) -> Result<Snapshot, OpenError> {
     let io = |err: std::io::Error| OpenError::Io {
         path: path.to_owned(),
         reason: Arc::new(err),
     };
-    let file = std::fs::File::open(path).map_err(io)?;
     if file.metadata().map_err(io)?.len() == 0 {
         return Err(OpenError::Format {
             path: path.to_owned(),
@@ -120,7 +137,7 @@ pub fn map_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
     // SAFETY: the mapping is read-only and dropped before this returns. A snapshot is written
     // once, by `torch.cuda.memory._dump_snapshot`; were it cut while being read, the parser
     // would meet a bus error instead of the end of its bytes.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    let map = unsafe { memmap2::Mmap::map(file) }.map_err(io)?;
     #[cfg(unix)]
     let _ = map.advise(memmap2::Advice::Sequential);
     read_snapshot(&map).map_err(|reason| OpenError::Format {

@@ -95,7 +95,8 @@ impl Snapshot {
     }
 }
 
-fn row(rank: u32, file: &str, snapshot: Result<&Snapshot, String>) -> RankSnapshot {
+/// One rank's row; `read` is its snapshot with the trace as a recording, or why it is missing.
+fn row(rank: u32, file: &str, read: Result<(&Snapshot, &Recording), String>) -> RankSnapshot {
     let mut row = RankSnapshot {
         rank,
         file: file.to_owned(),
@@ -108,15 +109,14 @@ fn row(rank: u32, file: &str, snapshot: Result<&Snapshot, String>) -> RankSnapsh
         top_site: None,
         on_timeline: false,
     };
-    let snapshot = match snapshot {
-        Ok(s) => s,
+    let (snapshot, recording) = match read {
+        Ok(read) => read,
         Err(err) => {
             row.error = Some(err);
             return row;
         }
     };
-    let recording = snapshot.to_recording();
-    let verdict = SnapshotVerdict::new(snapshot, &analyze(&recording));
+    let verdict = SnapshotVerdict::new(snapshot, &analyze(recording));
     let held = snapshot.segment_summary();
     let allocated: u64 = held.iter().map(|h| h.allocated).sum();
     row.reserved_bytes = Some(held.iter().map(|h| h.reserved).sum());
@@ -156,12 +156,19 @@ impl RankFolder {
         let mut rows: Vec<RankSnapshot> = Vec::with_capacity(snapshots.len());
         let mut traces = Vec::new();
         for (rank, file, snapshot) in &snapshots {
-            let mut r = row(*rank, file, snapshot.as_ref().map_err(Clone::clone));
-            if let Ok(s) = snapshot
-                && s.time_range_us().is_some_and(|(a, b)| b > a)
-            {
-                let pid = u32::try_from(rows.len()).unwrap_or(u32::MAX);
-                traces.push((rows.len(), s.to_rank_recording(*rank, pid)));
+            let s = match snapshot {
+                Ok(s) => s,
+                Err(err) => {
+                    rows.push(row(*rank, file, Err(err.clone())));
+                    continue;
+                }
+            };
+            // One process per file, so that two files claiming one rank stay apart.
+            let pid = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+            let recording = s.to_rank_recording(*rank, pid);
+            let mut r = row(*rank, file, Ok((s, &recording)));
+            if s.time_range_us().is_some_and(|(a, b)| b > a) {
+                traces.push((rows.len(), recording));
                 r.on_timeline = true;
             }
             rows.push(r);

@@ -1,0 +1,61 @@
+"""What the browser checks (web-check.py, html-check.py) share: headless Debian Chromium driven
+by Selenium with no network of its own, the requests a page made, pixel counts, and the
+ok/FAIL lines they print."""
+import json
+import os
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+
+failures = []
+
+
+def check(ok, what):
+    print(("  ok   " if ok else "  FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def browser(*args):
+    """Chromium with `args` added to the flags every check uses."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--force-color-profile=srgb",
+        *args,
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    os.environ["SE_OFFLINE"] = "true"  # never let Selenium download a browser or a driver
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def requested_urls(driver):
+    """Every URL the page requested since the last call (the performance log)."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def pixels(image, box=None):
+    data = (image.crop(box) if box else image).tobytes()
+    return zip(data[0::3], data[1::3], data[2::3])
+
+
+def count_near(image, colour, box=None, tolerance=40):
+    """Pixels within `tolerance` (per channel) of `colour`, inside `box` (l, t, r, b)."""
+    r0, g0, b0 = colour
+    return sum(
+        1
+        for r, g, b in pixels(image, box)
+        if abs(r - r0) <= tolerance and abs(g - g0) <= tolerance and abs(b - b0) <= tolerance
+    )
