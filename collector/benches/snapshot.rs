@@ -63,8 +63,8 @@ fn main() {
         let before = LIVE.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
         let start = Instant::now();
-        // As `collector report` and the viewer read it: mapped, not read into memory.
-        let snapshot = match collector::open::map_snapshot(&file) {
+        // As `collector report` and the viewer read it: part by part, not read into memory.
+        let snapshot = match collector::open::stream_snapshot(&file) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{e}");
@@ -82,7 +82,7 @@ fn main() {
         let peak = PEAK.load(Ordering::Relaxed) - before;
         let held = LIVE.load(Ordering::Relaxed) - before;
         println!(
-            "round {round}: read + parse {:.2} s, + curves {:.2} s, + analysis and verdict (the report) {:.2} s ({} live blocks at the end); peak {:.0} MB = {:.2}× the file (allocated: the mapped file's pages are the kernel's); held after {:.0} MB ({} entries, {} stacks, {} allocator readings)",
+            "round {round}: read + parse {:.2} s, + curves {:.2} s, + analysis and verdict (the report) {:.2} s ({} live blocks at the end); peak {:.0} MB = {:.2}× the file (allocated, a window of the file included); held after {:.0} MB ({} entries, {} stacks, {} allocator readings)",
             parsed.as_secs_f64(),
             total.as_secs_f64(),
             reported.as_secs_f64(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::recording::{ReadError, Recording, read_recording};
-use crate::snapshot::{Snapshot, SnapshotError, read_snapshot};
+use crate::snapshot::{Snapshot, SnapshotError, SnapshotReader, read_snapshot};
 
 /// What a file turned out to be.
 #[derive(Debug)]
@@ -69,81 +69,66 @@ pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
     Ok(Opened::Recording(Box::new(read_recording(bytes)?)))
 }
 
-/// Reads a recording or a PyTorch memory snapshot from a file, read once. A large snapshot is
-/// mapped rather than read into memory: the parser walks it once, the kernel pages it in and
-/// out, and the process holds what it found, not the file as well (a 2 GB pickle is not held
-/// twice).
+/// Reads a recording or a PyTorch memory snapshot from a file, opened once. A snapshot is read
+/// part by part ([`stream_snapshot`]): the process holds what the parser found, not the file's
+/// bytes as well (a 2 GB pickle is not held twice).
 pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
+    use std::io::{Read as _, Seek as _};
     let io = |err: std::io::Error| OpenError::Io {
         path: path.to_owned(),
         reason: Arc::new(err),
     };
-    let format = |reason| OpenError::Format {
+    // One open: its first byte says whether to stream it or read it.
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut first = [0u8; 1];
+    let is_pickle = file.read(&mut first).map_err(io)? == 1 && first[0] == 0x80;
+    file.rewind().map_err(io)?;
+    if is_pickle {
+        return stream_open_snapshot(file, path).map(|s| Opened::Snapshot(Box::new(s)));
+    }
+    let len = file.metadata().map_err(io)?.len();
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.read_to_end(&mut bytes).map_err(io)?;
+    read_any(&bytes).map_err(|reason| OpenError::Format {
         path: path.to_owned(),
         reason,
-    };
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use std::io::{Read as _, Seek as _};
-        // One open: its first byte says whether to map it or read it.
-        let mut file = std::fs::File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let mut first = [0u8; 1];
-        let is_pickle = file.read(&mut first).map_err(io)? == 1 && first[0] == 0x80;
-        if is_pickle && len >= MAP_FROM {
-            return map_open_snapshot(&file, path).map(|s| Opened::Snapshot(Box::new(s)));
-        }
-        file.rewind().map_err(io)?;
-        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        file.read_to_end(&mut bytes).map_err(io)?;
-        read_any(&bytes).map_err(format)
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        let bytes = std::fs::read(path).map_err(io)?;
-        read_any(&bytes).map_err(format)
-    }
+    })
 }
 
-/// From this size on, a snapshot is mapped rather than read (smaller ones are read at once).
-#[cfg(not(target_arch = "wasm32"))]
-const MAP_FROM: u64 = 64 << 20;
-
-/// Reads the PyTorch memory snapshot in `path` through a read-only mapping of the file: the
-/// parser walks it once, the kernel pages it in (and out, under pressure), and the process
-/// holds what the parser found, not the file's bytes as well.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn map_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
+/// Reads the PyTorch memory snapshot in `path` part by part ([`SnapshotReader`]): the process
+/// holds what the parser found and one window of the file, not the file's bytes as well.
+pub fn stream_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
     let file = std::fs::File::open(path).map_err(|err| OpenError::Io {
         path: path.to_owned(),
         reason: Arc::new(err),
     })?;
-    map_open_snapshot(&file, path)
+    stream_open_snapshot(file, path)
 }
 
-/// [`map_snapshot`] of a file already open.
-#[cfg(not(target_arch = "wasm32"))]
-fn map_open_snapshot(file: &std::fs::File, path: &Path) -> Result<Snapshot, OpenError> {
-    let io = |err: std::io::Error| OpenError::Io {
-        path: path.to_owned(),
-        reason: Arc::new(err),
-    };
-    if file.metadata().map_err(io)?.len() == 0 {
-        return Err(OpenError::Format {
-            path: path.to_owned(),
-            reason: SnapshotError::Schema("the file is empty".to_owned()).into(),
-        });
-    }
-    // SAFETY: the mapping is read-only and dropped before this returns. A snapshot is written
-    // once, by `torch.cuda.memory._dump_snapshot`; were it cut while being read, the parser
-    // would meet a bus error instead of the end of its bytes.
-    let map = unsafe { memmap2::Mmap::map(file) }.map_err(io)?;
-    #[cfg(unix)]
-    let _ = map.advise(memmap2::Advice::Sequential);
-    read_snapshot(&map).map_err(|reason| OpenError::Format {
+/// [`stream_snapshot`] of a file already open, read from where it stands.
+fn stream_open_snapshot(mut file: std::fs::File, path: &Path) -> Result<Snapshot, OpenError> {
+    use std::io::Read as _;
+    let format = |reason: SnapshotError| OpenError::Format {
         path: path.to_owned(),
         reason: reason.into(),
-    })
+    };
+    let mut reader = SnapshotReader::new();
+    let mut part = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut part) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                return Err(OpenError::Io {
+                    path: path.to_owned(),
+                    reason: Arc::new(err),
+                });
+            }
+        };
+        reader.push(&part[..n]).map_err(format)?;
+    }
+    reader.finish().map_err(format)
 }
 
 /// The header of the recording in `path`, read from the file's first bytes only (`None`: not a

@@ -792,28 +792,108 @@ fn every_prefix_of_a_snapshot_is_an_error_not_a_panic() {
     assert!(read_snapshot(&bytes).is_ok());
 }
 
-/// A snapshot read through a mapping of its file is the snapshot read from its bytes; an empty
-/// or missing file is an error naming it.
+fn assert_same(a: &Snapshot, b: &Snapshot, name: &str) {
+    assert_eq!(a.entries, b.entries, "{name}");
+    assert_eq!(a.segments, b.segments, "{name}");
+    assert_eq!(a.strings, b.strings, "{name}");
+    assert_eq!(a.frames, b.frames, "{name}");
+    assert_eq!(a.devices, b.devices, "{name}");
+    assert_eq!(a.annotations, b.annotations, "{name}");
+    assert_eq!(a.stack_count(), b.stack_count(), "{name}");
+    for stack in 0..a.stack_count() as u32 {
+        assert!(a.stack(stack).eq(b.stack(stack)), "{name}: stack {stack}");
+    }
+}
+
+/// A snapshot that arrives in parts (from a file, or the network in a tab) reads as its whole
+/// bytes do, wherever the parts end (inside an opcode, its argument or a long string), and a
+/// bad file gets the same error at the same offset.
 #[test]
-fn a_mapped_snapshot_reads_as_its_bytes_do() {
+fn a_snapshot_read_part_by_part_is_the_snapshot_of_its_bytes() {
+    use collector::snapshot::SnapshotReader;
+    let mut files: Vec<PathBuf> = [
+        "snapshots/mini_snapshot.pickle",
+        "snapshots/real/bcrafton_cs336_training_step.pickle",
+        "snapshots/real/verl_rollout_state.pickle",
+        "snapshots/real/flexgen_oom_legacy_history.pickle",
+    ]
+    .iter()
+    .map(|name| data(name))
+    .collect();
+    for name in [
+        "edge_p2.pickle",
+        "shared_p5.pickle",
+        "shared_last_p3.pickle",
+        "legacy_history.pickle",
+        "one_huge_object.pickle",
+    ] {
+        files.push(generated().join(name));
+    }
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for path in &files {
+        let name = path.display().to_string();
+        let bytes = std::fs::read(path).unwrap();
+        let whole = read_snapshot(&bytes).unwrap();
+        for window in [1, 3, 64, 1000, 1 << 16] {
+            let mut reader = SnapshotReader::with_window(window);
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let n = (x as usize % (2 * window + 7)).clamp(1, rest.len());
+                reader.push(&rest[..n]).unwrap();
+                rest = &rest[n..];
+            }
+            let parts = reader.finish().unwrap();
+            assert_same(&parts, &whole, &format!("{name}, window {window}"));
+        }
+    }
+    // Bad files: the error of the whole bytes, offsets included.
+    for file in [
+        "truncated.pickle",
+        "unknown_opcode.pickle",
+        "huge_length.pickle",
+        "bad_memo.pickle",
+        "not_a_pickle.pickle",
+        "zip.pickle",
+        "wrong_type.pickle",
+    ] {
+        let bytes = std::fs::read(generated().join(file)).unwrap();
+        let whole = read_snapshot(&bytes).unwrap_err();
+        for window in [1, 5, 1 << 20] {
+            let mut reader = SnapshotReader::with_window(window);
+            let err = bytes
+                .chunks(window.min(4096))
+                .try_for_each(|part| reader.push(part))
+                .err()
+                .or_else(|| reader.finish().err());
+            assert_eq!(err.as_ref(), Some(&whole), "{file}, window {window}");
+        }
+    }
+    assert_eq!(
+        SnapshotReader::new().finish().err(),
+        Some(SnapshotError::Empty)
+    );
+}
+
+/// A snapshot streamed from its file is the snapshot read from its bytes; an empty or missing
+/// file is an error naming it.
+#[test]
+fn a_streamed_snapshot_file_reads_as_its_bytes_do() {
     for name in [
         "snapshots/mini_snapshot.pickle",
         "snapshots/real/bcrafton_cs336_training_step.pickle",
         "snapshots/real/verl_rollout_state.pickle",
     ] {
         let path = data(name);
-        let mapped = collector::open::map_snapshot(&path).unwrap();
-        let read = read(&path).unwrap();
-        assert_eq!(mapped.entries, read.entries, "{name}");
-        assert_eq!(mapped.segments, read.segments, "{name}");
-        assert_eq!(mapped.strings, read.strings, "{name}");
-        assert_eq!(mapped.frames, read.frames, "{name}");
-        assert_eq!(mapped.stack_count(), read.stack_count(), "{name}");
+        let streamed = collector::open::stream_snapshot(&path).unwrap();
+        assert_same(&streamed, &read(&path).unwrap(), name);
     }
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.pickle");
     std::fs::write(&empty, b"").unwrap();
-    let err = collector::open::map_snapshot(&empty)
+    let err = collector::open::stream_snapshot(&empty)
         .unwrap_err()
         .to_string();
     assert!(
@@ -821,7 +901,7 @@ fn a_mapped_snapshot_reads_as_its_bytes_do() {
         "{err}"
     );
     let missing = dir.path().join("missing.pickle");
-    let err = collector::open::map_snapshot(&missing)
+    let err = collector::open::stream_snapshot(&missing)
         .unwrap_err()
         .to_string();
     assert!(err.ends_with("missing.pickle"), "{err}");

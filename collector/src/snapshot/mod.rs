@@ -26,5 +26,5 @@ pub use model::{
 };
 pub use pickle::Frame;
 pub use query::LiveIndex;
-pub use read::read_snapshot;
+pub use read::{SnapshotReader, read_snapshot};
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

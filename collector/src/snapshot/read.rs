@@ -8,6 +8,122 @@ use crate::format::count;
 
 /// Reads a snapshot pickle held in memory.
 pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    check_start(bytes)?;
+    let mut machine = Machine::new(bytes);
+    let top = machine.run()?;
+    snapshot_of(machine, top)
+}
+
+/// Reads a snapshot pickle part by part, as it arrives (from a file, or from the network in a
+/// browser tab): it holds what the parser has found and the bytes of one window (4 MiB, or
+/// the one opcode that is longer), never the whole file. The same snapshot as
+/// [`read_snapshot`] of all the parts together, whatever the parts' sizes.
+pub struct SnapshotReader {
+    /// The machine between windows (reading no bytes); `None` only while it runs.
+    machine: Option<Machine<'static>>,
+    /// Bytes that arrived and are not read yet.
+    waiting: Vec<u8>,
+    /// Where `waiting` starts in the pickle.
+    base: u64,
+    /// The top-level value, once STOP was read (bytes after it are ignored, as Python does).
+    top: Option<Value>,
+    /// The first bytes were checked to be a pickle.
+    started: bool,
+    /// The parser runs once this many bytes wait.
+    window: usize,
+}
+
+/// The parser runs once this much has arrived.
+const WINDOW: usize = 4 << 20;
+
+impl Default for SnapshotReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SnapshotReader {
+    /// A reader that has read nothing yet.
+    pub fn new() -> Self {
+        Self::with_window(WINDOW)
+    }
+
+    /// A reader whose parser runs each time `window` bytes (at least 1) have arrived.
+    pub fn with_window(window: usize) -> Self {
+        Self {
+            machine: Some(Machine::new(&[])),
+            waiting: Vec::new(),
+            base: 0,
+            top: None,
+            started: false,
+            window: window.max(1),
+        }
+    }
+
+    /// Reads the next part of the pickle. An error is the file's (the reader is done then).
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        if self.top.is_some() {
+            return Ok(());
+        }
+        self.waiting.extend_from_slice(bytes);
+        if self.waiting.len() >= self.window {
+            self.run(true)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of the pickle read so far (pushed, and read by the parser).
+    pub fn read_bytes(&self) -> u64 {
+        self.base
+    }
+
+    /// The snapshot, once every part has been pushed.
+    pub fn finish(mut self) -> Result<Snapshot, SnapshotError> {
+        if self.top.is_none() {
+            self.run(false)?;
+        }
+        match (self.machine, self.top) {
+            (Some(machine), Some(top)) => snapshot_of(machine, top),
+            _ => Err(SnapshotError::Pickle {
+                offset: usize::try_from(self.base).unwrap_or(usize::MAX),
+                message: "the reader stopped at an earlier error".to_owned(),
+            }),
+        }
+    }
+
+    /// Runs the parser over the bytes waiting; `more`: others will follow.
+    fn run(&mut self, more: bool) -> Result<(), SnapshotError> {
+        if !self.started {
+            if more && self.waiting.len() < 8 {
+                return Ok(());
+            }
+            check_start(&self.waiting)?;
+            self.started = true;
+        }
+        let Some(parked) = self.machine.take() else {
+            return Ok(());
+        };
+        let mut machine = parked.over(&self.waiting, self.base, more);
+        let ran = machine.run_window();
+        let read = machine.read_to();
+        self.machine = Some(machine.over(&[], 0, false));
+        match ran? {
+            Some(top) => {
+                self.top = Some(top);
+                self.base += read as u64;
+                self.waiting = Vec::new();
+            }
+            None => {
+                self.waiting.drain(..read);
+                self.base += read as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses what is not a pickle from its first bytes, naming what it is.
+fn check_start(bytes: &[u8]) -> Result<(), SnapshotError> {
     if bytes.is_empty() {
         return Err(SnapshotError::Empty);
     }
@@ -28,8 +144,11 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
             shown.join(" ")
         )));
     }
-    let mut machine = Machine::new(bytes);
-    let top = machine.run()?;
+    Ok(())
+}
+
+/// The snapshot in what the machine built, `top` its top-level value.
+fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, SnapshotError> {
     // `pickle.dump(torch.cuda.memory_snapshot())` writes the segments alone, as a list.
     if let Some(items) = machine.list(top)
         && items.iter().all(|item| {

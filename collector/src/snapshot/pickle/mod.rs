@@ -129,8 +129,18 @@ pub struct Frame {
 
 /// What the machine leaves: the top-level value and everything it refers to.
 pub(crate) struct Machine<'a> {
+    /// The bytes being read: the whole pickle, or the part of it that has arrived and is not
+    /// read yet (see [`Machine::over`]).
     bytes: &'a [u8],
     pos: usize,
+    /// Where `bytes` starts in the pickle (for the offsets errors name).
+    base: u64,
+    /// More bytes follow `bytes`: an opcode cut at its end waits for them instead of failing.
+    more: bool,
+    /// The last failure was such a cut: [`Machine::run_window`] rewinds to `op_start`.
+    pending: bool,
+    /// Where the opcode being run starts in `bytes`.
+    op_start: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Memo,
@@ -163,6 +173,10 @@ impl<'a> Machine<'a> {
         let mut machine = Self {
             bytes,
             pos: 0,
+            base: 0,
+            more: false,
+            pending: false,
+            op_start: 0,
             stack: Vec::new(),
             marks: Vec::new(),
             memo: Memo::default(),
@@ -190,12 +204,58 @@ impl<'a> Machine<'a> {
         machine
     }
 
+    /// The same machine, reading on in `bytes`, which start at offset `base` of the pickle;
+    /// `more`: bytes after these will come (the pickle arrives in parts).
+    pub(crate) fn over<'b>(self, bytes: &'b [u8], base: u64, more: bool) -> Machine<'b> {
+        Machine {
+            bytes,
+            pos: 0,
+            base,
+            more,
+            pending: false,
+            op_start: 0,
+            stack: self.stack,
+            marks: self.marks,
+            memo: self.memo,
+            arena: self.arena,
+            free: self.free,
+            strings: self.strings,
+            string_ids: self.string_ids,
+            frames: self.frames,
+            frame_ids: self.frame_ids,
+            stack_frames: self.stack_frames,
+            stack_starts: self.stack_starts,
+            stack_ids: self.stack_ids,
+            entries: self.entries,
+            streams: self.streams,
+            stream_ids: self.stream_ids,
+            other_actions: self.other_actions,
+            scratch: self.scratch,
+        }
+    }
+
+    /// How far into `bytes` the machine has read: every opcode before this offset has run.
+    pub(crate) fn read_to(&self) -> usize {
+        self.pos
+    }
+
     #[cold]
     fn err(&self, at: usize, message: impl Into<String>) -> SnapshotError {
         SnapshotError::Pickle {
-            offset: at,
+            offset: usize::try_from(self.base)
+                .unwrap_or(usize::MAX)
+                .saturating_add(at),
             message: message.into(),
         }
+    }
+
+    /// An opcode runs past the end of the bytes: with more to come, the window ends here
+    /// ([`Machine::run_window`] rewinds and waits); otherwise the pickle is cut short.
+    #[cold]
+    #[inline(never)]
+    fn past_the_end(&mut self, message: String) -> SnapshotError {
+        self.pending = self.more;
+        self.err(self.pos, message)
     }
 
     pub(crate) fn intern(&mut self, s: &str) -> u32 {
@@ -227,12 +287,11 @@ impl<'a> Machine<'a> {
     /// The error for an argument that runs past the end (kept out of the opcodes' fast path).
     #[cold]
     #[inline(never)]
-    fn cut_short(&self, n: u64, what: &str) -> SnapshotError {
+    fn cut_short(&mut self, n: u64, what: &str) -> SnapshotError {
         let left = self.bytes.len().saturating_sub(self.pos);
-        self.err(
-            self.pos,
-            format!("{what} declares {n} bytes but only {left} are left (the file is truncated or corrupt)"),
-        )
+        self.past_the_end(format!(
+            "{what} declares {n} bytes but only {left} are left (the file is truncated or corrupt)"
+        ))
     }
 
     #[inline]
@@ -268,7 +327,9 @@ impl<'a> Machine<'a> {
                 self.pos += n + 1;
                 Ok(&rest[..n])
             }
-            None => Err(self.err(self.pos, "a text argument has no end of line (truncated?)")),
+            None => {
+                Err(self.past_the_end("a text argument has no end of line (truncated?)".to_owned()))
+            }
         }
     }
 

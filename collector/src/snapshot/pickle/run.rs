@@ -82,14 +82,31 @@ mod op {
 }
 
 impl Machine<'_> {
+    /// Runs the machine over its bytes: the top-level value once STOP is read, or `None` when
+    /// the bytes end (between opcodes or inside one) and more are to come: every opcode before
+    /// [`Machine::read_to`] has run, the rest waits for the next bytes.
+    pub(crate) fn run_window(&mut self) -> Result<Option<Value>, SnapshotError> {
+        self.pending = false;
+        match self.run() {
+            Ok(top) => Ok(Some(top)),
+            Err(_) if self.pending => {
+                // Every opcode reads its arguments before it changes anything, so the one that
+                // was cut short runs again, whole, over the next bytes.
+                self.pos = self.op_start;
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
     /// Runs the machine to STOP and returns the top-level value.
     pub(crate) fn run(&mut self) -> Result<Value, SnapshotError> {
         loop {
             let at = self.pos;
+            self.op_start = at;
             if at >= self.bytes.len() {
-                return Err(self.err(
-                    at,
-                    "the file ends before the pickle's STOP opcode (truncated)",
+                return Err(self.past_the_end(
+                    "the file ends before the pickle's STOP opcode (truncated)".to_owned(),
                 ));
             }
             let code = self.bytes[at];
