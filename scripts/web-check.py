@@ -169,9 +169,9 @@ def main():
         if extra_snapshot:
             shutil.copy(extra_snapshot, site / "big-snapshot.pickle")
         (site / "notes.msgpack").write_text("these are notes, not a recording\n")
-        # A 1.5 GB snapshot that takes no disk (sparse): too big for a tab, said from its size.
+        # A 3 GB snapshot that takes no disk (sparse): too big for a tab, said from its size.
         with open(site / "huge.pickle", "wb") as f:
-            f.truncate(1536 << 20)
+            f.truncate(3 << 30)
         broken = Path(tmp) / "broken"  # a copy whose .wasm is damaged: the app cannot start
         shutil.copytree(dist, broken)
         for wasm in broken.glob("*.wasm"):
@@ -210,7 +210,15 @@ def main():
                 check(name == "tidemark:shown", f"big snapshot shown: {name} {detail}")
                 timings["big_snapshot_first_frame_ms"] = at_ms
                 heap = driver.execute_script("return performance.memory && performance.memory.usedJSHeapSize")
-                print(f"  {extra_snapshot}: first frame after {at_ms:.0f} ms (JS heap {heap})")
+                wasm = driver.execute_script(
+                    "const m = performance.getEntriesByName('wasm-memory'); return m.length ? m[m.length - 1].detail : null;"
+                )
+                timings["big_snapshot_wasm_memory_bytes"] = wasm
+                print(
+                    f"  {extra_snapshot}: first frame after {at_ms:.0f} ms (wasm memory {wasm / 1e6:.0f} MB, JS heap {heap / 1e6:.0f} MB)"
+                    if wasm and heap
+                    else f"  {extra_snapshot}: first frame after {at_ms:.0f} ms"
+                )
 
             print("no ?url=: the embedded example")
             name, detail, at_ms, image = open_page(driver, base, "", out / "example.png")

@@ -182,9 +182,8 @@ impl TidemarkApp {
                 .add_filter("all files", &["*"]);
             wasm_bindgen_futures::spawn_local(async move {
                 for file in dialog.pick_files().await.unwrap_or_default() {
-                    let bytes = file.read().await;
                     let name = file.file_name();
-                    let run = Run::from_bytes(&name, &bytes).map(Box::new);
+                    let run = crate::web::open_file(file.inner()).await.map(Box::new);
                     let _ = tx.send(Incoming::Run { name, run });
                 }
                 let _ = tx.send(Incoming::Done);
@@ -352,10 +351,7 @@ impl TidemarkApp {
         let ctx = ctx.clone();
         self.loading += 1;
         wasm_bindgen_futures::spawn_local(async move {
-            let run = match crate::web::fetch(&url).await {
-                Ok(bytes) => Run::from_bytes(&url, &bytes).map(Box::new),
-                Err(err) => Err(format!("{url}: {err}")),
-            };
+            let run = crate::web::fetch(&url).await.map(Box::new);
             let _ = tx.send(Incoming::Run { name: url, run });
             let _ = tx.send(Incoming::Done);
             ctx.request_repaint();

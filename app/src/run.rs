@@ -15,29 +15,160 @@ pub const EXAMPLE_RECORDING: &[u8] =
 /// The name the embedded example is shown under.
 pub const EXAMPLE_NAME: &str = "example: eval_keeps_predictions.msgpack";
 
-/// The largest snapshot a browser tab opens: a tab has 4 GB of memory (wasm32), and reading a
-/// snapshot holds its bytes and about 1.4 times as much again (measured on a 795 MB one).
-pub const WEB_MAX_SNAPSHOT: u64 = 1 << 30;
+/// The largest snapshot a browser tab opens as it arrives (fetched by `?url=`, or picked with
+/// Open…), refused from its size before it is read: a tab has 4 GB of memory (wasm32), and a
+/// snapshot read part by part holds what was found in it, not its bytes (3.46 GB for a 2.07 GB
+/// one). Below this, one is refused from its entries once read ([`too_many_for_a_tab`]).
+pub const WEB_MAX_SNAPSHOT: u64 = 5 << 29;
+
+/// The largest snapshot a browser tab opens from bytes it already holds (a file dropped on the
+/// page arrives whole): its bytes and what was found in them together.
+pub const WEB_MAX_SNAPSHOT_HELD: u64 = 1 << 30;
 
 /// The largest recording a browser tab opens: the viewer holds about 30 bytes per sample, and a
 /// recording stores one in 2.6 to 8 bytes.
 pub const WEB_MAX_RECORDING: u64 = 256 << 20;
 
-/// Why a file of `len` bytes is too big to open in a browser tab (`None`: it is not); `pickle`
-/// says whether it is a snapshot. Said before reading, instead of the tab dying of memory.
-pub fn too_big_for_a_tab(name: &str, len: u64, pickle: bool) -> Option<String> {
-    let (limit, what) = if pickle {
-        (WEB_MAX_SNAPSHOT, "snapshot")
-    } else {
-        (WEB_MAX_RECORDING, "recording")
+/// What a file opened in a browser tab is, for [`too_big_for_a_tab`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TabFile {
+    /// A recording (held whole while it is read).
+    Recording,
+    /// A snapshot read as it arrives.
+    Snapshot,
+    /// A snapshot whose bytes the tab holds whole.
+    SnapshotHeld,
+}
+
+/// Why a file of `len` bytes is too big to open in a browser tab (`None`: it is not). Said
+/// before reading (or as soon as that many bytes arrived), instead of the tab dying of memory.
+pub fn too_big_for_a_tab(name: &str, len: u64, kind: TabFile) -> Option<String> {
+    let (limit, what) = match kind {
+        TabFile::Recording => (WEB_MAX_RECORDING, "recording"),
+        TabFile::Snapshot => (WEB_MAX_SNAPSHOT, "snapshot"),
+        TabFile::SnapshotHeld => (WEB_MAX_SNAPSHOT_HELD, "snapshot"),
     };
     (len > limit).then(|| {
+        let how = if kind == TabFile::SnapshotHeld {
+            " when dropped (open it with Open…, which reads it as it arrives, up to "
+        } else {
+            " (up to "
+        };
         format!(
-            "{name}: this {} {what} is more than a browser tab can open (up to {}: a tab has 4 GB of memory); open it with the desktop viewer (tidemark FILE) or `collector report FILE`",
+            "{name}: this {} {what} is more than a browser tab can open{how}{}: a tab has 4 GB of memory); open it with the desktop viewer (tidemark FILE) or `collector report FILE`",
             collector::format::format_bytes(len as f64),
-            collector::format::format_bytes(limit as f64)
+            collector::format::format_bytes(if kind == TabFile::SnapshotHeld { WEB_MAX_SNAPSHOT as f64 } else { limit as f64 })
         )
     })
+}
+
+/// What a browser tab holds for a snapshot of `entries` trace entries of which `readings` change
+/// allocated or reserved memory, once it is shown: the entries (48 bytes each, plus the parse's
+/// remains) and, per reading, the recording's allocator numbers (80 bytes), the curves and the
+/// blocks' lifetimes. Measured in Chromium: 3.46 GB for 19.5 M entries and 13 M readings (a
+/// 2.07 GB snapshot), 1.35 GB for 7.5 M and 5 M (795 MB); this says 3.64 and 1.40 GB.
+pub fn tab_memory_for_snapshot(entries: usize, readings: usize) -> u64 {
+    entries as u64 * 60 + readings as u64 * 190
+}
+
+/// The memory a tab may fill: wasm32 addresses 4 GiB, and the app itself needs some.
+pub const TAB_MEMORY: u64 = 3_800_000_000;
+
+/// Why a snapshot read in a browser tab is too big to show there (`None`: it is not), from what
+/// was found in it: said after reading it, before the views would take more than the tab has.
+pub fn too_many_for_a_tab(name: &str, snapshot: &collector::snapshot::Snapshot) -> Option<String> {
+    too_many_entries_for_a_tab(name, snapshot.entries.len(), snapshot.reading_count())
+}
+
+/// [`too_many_for_a_tab`] from the counts.
+fn too_many_entries_for_a_tab(name: &str, entries: usize, readings: usize) -> Option<String> {
+    let need = tab_memory_for_snapshot(entries, readings);
+    (need > TAB_MEMORY).then(|| {
+        let millions = |n: usize| format!("{:.1} million", n as f64 / 1e6);
+        format!(
+            "{name}: this snapshot holds {} trace entries ({} of them allocations and frees): showing it would take about {} of memory, more than a browser tab has (4 GB); open it with the desktop viewer (tidemark FILE) or `collector report FILE`",
+            millions(entries),
+            millions(readings),
+            collector::format::format_bytes(need as f64)
+        )
+    })
+}
+
+/// A file arriving part by part (a fetch's body, a picked file's stream): a snapshot is read as
+/// its parts come, so the tab never holds its bytes; a recording is gathered and read at the end.
+pub struct Arriving {
+    name: String,
+    received: u64,
+    reading: Reading,
+}
+
+enum Reading {
+    /// Nothing has arrived yet.
+    Nothing,
+    Snapshot(Box<collector::snapshot::SnapshotReader>),
+    Bytes(Vec<u8>),
+}
+
+impl Arriving {
+    /// A file called `name` (errors name it) of which nothing has arrived yet.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            received: 0,
+            reading: Reading::Nothing,
+        }
+    }
+
+    /// The next part of the file; an error (the file's, or that it is too big) ends it.
+    pub fn push(&mut self, part: &[u8]) -> Result<(), String> {
+        if part.is_empty() {
+            return Ok(());
+        }
+        if let Reading::Nothing = self.reading {
+            self.reading = if part[0] == 0x80 {
+                Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
+            } else {
+                Reading::Bytes(Vec::new())
+            };
+        }
+        self.received += part.len() as u64;
+        let kind = match self.reading {
+            Reading::Snapshot(_) => TabFile::Snapshot,
+            _ => TabFile::Recording,
+        };
+        if let Some(why) = too_big_for_a_tab(&self.name, self.received, kind) {
+            return Err(why);
+        }
+        match &mut self.reading {
+            Reading::Snapshot(reader) => reader
+                .push(part)
+                .map_err(|err| format!("{}: {err}", self.name)),
+            Reading::Bytes(bytes) => {
+                bytes.extend_from_slice(part);
+                Ok(())
+            }
+            Reading::Nothing => Ok(()),
+        }
+    }
+
+    /// The run, once every part has arrived.
+    pub fn finish(self) -> Result<Run, String> {
+        match self.reading {
+            Reading::Snapshot(reader) => {
+                let snapshot = reader
+                    .finish()
+                    .map_err(|err| format!("{}: {err}", self.name))?;
+                if let Some(why) = too_many_for_a_tab(&self.name, &snapshot) {
+                    return Err(why);
+                }
+                Ok(Run::from_opened(collector::open::Opened::Snapshot(
+                    Box::new(snapshot),
+                )))
+            }
+            Reading::Bytes(bytes) => Run::from_bytes(&self.name, &bytes),
+            Reading::Nothing => Run::from_bytes(&self.name, &[]),
+        }
+    }
 }
 
 /// A recording with its diagnosis and what the views draw.
@@ -120,11 +251,24 @@ impl Run {
     /// names `name`.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self, String> {
         #[cfg(target_arch = "wasm32")]
-        if let Some(why) = too_big_for_a_tab(name, bytes.len() as u64, bytes.first() == Some(&0x80))
-        {
+        if let Some(why) = too_big_for_a_tab(
+            name,
+            bytes.len() as u64,
+            if bytes.first() == Some(&0x80) {
+                TabFile::SnapshotHeld
+            } else {
+                TabFile::Recording
+            },
+        ) {
             return Err(why);
         }
         let opened = collector::open::read_any(bytes).map_err(|err| format!("{name}: {err}"))?;
+        #[cfg(target_arch = "wasm32")]
+        if let collector::open::Opened::Snapshot(snapshot) = &opened
+            && let Some(why) = too_many_for_a_tab(name, snapshot)
+        {
+            return Err(why);
+        }
         Ok(Self::from_opened(opened))
     }
 
@@ -190,21 +334,111 @@ mod tests {
 
     #[test]
     fn a_file_too_big_for_a_tab_is_named_with_its_size_and_where_to_open_it() {
-        assert_eq!(too_big_for_a_tab("a.pickle", WEB_MAX_SNAPSHOT, true), None);
-        let why = too_big_for_a_tab("big.pickle", 2 << 30, true).unwrap_or_default();
+        assert_eq!(
+            too_big_for_a_tab("a.pickle", WEB_MAX_SNAPSHOT, TabFile::Snapshot),
+            None
+        );
+        let why = too_big_for_a_tab("big.pickle", 3 << 30, TabFile::Snapshot).unwrap_or_default();
         assert!(
-            why.starts_with("big.pickle: this 2.00 GiB snapshot"),
+            why.starts_with("big.pickle: this 3.00 GiB snapshot"),
             "{why}"
         );
         assert!(
-            why.contains("up to 1.00 GiB") && why.contains("desktop viewer"),
+            why.contains("up to 2.50 GiB") && why.contains("desktop viewer"),
             "{why}"
         );
-        assert_eq!(too_big_for_a_tab("r.msgpack", 100 << 20, false), None);
-        let why = too_big_for_a_tab("r.msgpack", 300 << 20, false).unwrap_or_default();
+        // Dropped, a snapshot arrives whole: the tab would hold its bytes too.
+        assert_eq!(
+            too_big_for_a_tab("a.pickle", 2 << 30, TabFile::Snapshot),
+            None
+        );
+        let why = too_big_for_a_tab("a.pickle", 2 << 30, TabFile::SnapshotHeld).unwrap_or_default();
+        assert!(why.contains("when dropped (open it with Open…"), "{why}");
+        assert_eq!(
+            too_big_for_a_tab("r.msgpack", 100 << 20, TabFile::Recording),
+            None
+        );
+        let why = too_big_for_a_tab("r.msgpack", 300 << 20, TabFile::Recording).unwrap_or_default();
         assert!(
             why.contains("recording") && why.contains("up to 256 MiB"),
             "{why}"
         );
+    }
+
+    /// A file arriving in parts opens as its whole bytes do: a snapshot read as it arrives, a
+    /// recording gathered; a bad one gets the error of its bytes, named.
+    #[test]
+    fn a_snapshot_too_big_to_show_in_a_tab_is_told_from_its_entries() {
+        // The 2.07 GB benchmark snapshot (19.5 M entries, 13 M readings) opens in a tab.
+        assert!(tab_memory_for_snapshot(19_500_000, 13_000_000) < TAB_MEMORY);
+        assert!(tab_memory_for_snapshot(25_000_000, 17_000_000) > TAB_MEMORY);
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/data");
+        let bytes = std::fs::read(root.join("snapshots/mini_snapshot.pickle")).unwrap_or_default();
+        let snapshot = collector::snapshot::read_snapshot(&bytes).unwrap_or_default();
+        assert!(!snapshot.entries.is_empty());
+        assert_eq!(too_many_for_a_tab("mini.pickle", &snapshot), None);
+        // As many entries as would not fit: refused, with the numbers and where to open it.
+        let why =
+            too_many_entries_for_a_tab("big.pickle", 25_000_000, 17_000_000).unwrap_or_default();
+        assert!(
+            why.starts_with(
+                "big.pickle: this snapshot holds 25.0 million trace entries (17.0 million of them"
+            ),
+            "{why}"
+        );
+        assert!(
+            why.contains("more than a browser tab has") && why.contains("desktop viewer"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_file_arriving_in_parts_opens_as_its_bytes_do() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/data");
+        for (file, part) in [
+            ("snapshots/real/bcrafton_cs336_training_step.pickle", 1000),
+            ("snapshots/mini_snapshot.pickle", 7),
+            ("corpus/eval_keeps_predictions.msgpack", 333),
+        ] {
+            let bytes = std::fs::read(root.join(file)).unwrap_or_default();
+            let whole = Run::from_bytes(file, &bytes).unwrap_or_else(|e| panic!("{e}"));
+            let mut arriving = Arriving::new(file);
+            for p in bytes.chunks(part) {
+                arriving.push(p).unwrap_or_else(|e| panic!("{e}"));
+            }
+            let run = arriving.finish().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(run.recording.allocator, whole.recording.allocator, "{file}");
+            assert_eq!(run.recording.phases, whole.recording.phases, "{file}");
+            assert_eq!(
+                run.recording.sample_count(),
+                whole.recording.sample_count(),
+                "{file}"
+            );
+            assert_eq!(run.snapshot.is_some(), file.ends_with(".pickle"), "{file}");
+            assert_eq!(
+                collector::analysis::headline(&run.analysis),
+                collector::analysis::headline(&whole.analysis),
+                "{file}"
+            );
+        }
+        let cut = std::fs::read(root.join("snapshots/mini_snapshot.pickle")).unwrap_or_default();
+        let cut = &cut[..cut.len() / 2];
+        let mut arriving = Arriving::new("cut.pickle");
+        let pushed = cut.chunks(100).try_for_each(|p| arriving.push(p));
+        let err = pushed
+            .err()
+            .or_else(|| arriving.finish().err())
+            .unwrap_or_default();
+        let whole = Run::from_bytes("cut.pickle", cut).err().unwrap_or_default();
+        assert!(
+            err.starts_with("cut.pickle: ") && err.contains("truncated"),
+            "{err}"
+        );
+        assert_eq!(err, whole);
+        let empty = Arriving::new("empty.pickle")
+            .finish()
+            .err()
+            .unwrap_or_default();
+        assert!(empty.starts_with("empty.pickle: "), "{empty}");
     }
 }

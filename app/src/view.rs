@@ -52,7 +52,8 @@ enum Source {
     Series(usize),
     /// Samples built for the view (allocator numbers, or a series that needed sorting).
     Owned {
-        times_ns: Vec<u64>,
+        /// Shared by the curves sampled at the same times (allocated, reserved and peak).
+        times_ns: std::sync::Arc<[u64]>,
         values: Vec<u64>,
     },
 }
@@ -338,7 +339,7 @@ impl RunView {
             let source = match series.sorted() {
                 std::borrow::Cow::Borrowed(_) => Source::Series(i),
                 std::borrow::Cow::Owned(sorted) => Source::Owned {
-                    times_ns: sorted.times_ns,
+                    times_ns: sorted.times_ns.into(),
                     values: sorted.values,
                 },
             };
@@ -534,7 +535,10 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
             origin: Some(format!("rank {rank}")),
             levels: Levels::new(&times_ns, &values),
             covered: values.len(),
-            source: Source::Owned { times_ns, values },
+            source: Source::Owned {
+                times_ns: times_ns.into(),
+                values,
+            },
         })
         .collect()
 }
@@ -556,12 +560,14 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
         > 1;
     let mut traces = Vec::new();
     for ((pid, rank, device), mut indices) in groups {
-        indices.sort_by_key(|&i| recording.allocator[i].t_ns);
+        if !indices.is_sorted_by_key(|&i| recording.allocator[i].t_ns) {
+            indices.sort_by_key(|&i| recording.allocator[i].t_ns);
+        }
         let origin = several.then(|| match rank {
             Some(rank) => format!("rank {rank}"),
             None => format!("pid {pid}"),
         });
-        let times_ns: Vec<u64> = indices
+        let times_ns: std::sync::Arc<[u64]> = indices
             .iter()
             .map(|&i| recording.allocator[i].t_ns)
             .collect();
@@ -584,7 +590,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
                 levels: Levels::new(&times_ns, &values),
                 covered: values.len(),
                 source: Source::Owned {
-                    times_ns: times_ns.clone(),
+                    times_ns: std::sync::Arc::clone(&times_ns),
                     values,
                 },
             });

@@ -19,19 +19,20 @@ fn describe(err: JsValue) -> String {
         .unwrap_or_else(|| format!("{err:?}"))
 }
 
-/// Fetches `url` (relative to the page, same origin only) and returns its bytes, or what went
-/// wrong in words.
-pub async fn fetch(url: &str) -> Result<Vec<u8>, String> {
+/// Fetches `url` (relative to the page, same origin only) and opens it as it arrives (a
+/// snapshot is read part by part, never held whole), or says what went wrong, naming `url`.
+pub async fn fetch(url: &str) -> Result<crate::Run, String> {
+    let named = |err: String| format!("{url}: {err}");
     let window = web_sys::window().ok_or("no window")?;
     let page = window.location().href().map_err(describe)?;
-    let resolved =
-        web_sys::Url::new_with_base(url, &page).map_err(|_| "not a valid address".to_owned())?;
+    let resolved = web_sys::Url::new_with_base(url, &page)
+        .map_err(|_| named("not a valid address".to_owned()))?;
     let origin = window.location().origin().map_err(describe)?;
     if resolved.origin() != origin {
-        return Err(format!(
+        return Err(named(format!(
             "only recordings hosted next to this page can be opened by ?url= (this page is on {origin}, the recording on {}); download it and open it with Open…",
             resolved.origin()
-        ));
+        )));
     }
     let init = web_sys::RequestInit::new();
     init.set_method("GET");
@@ -40,14 +41,14 @@ pub async fn fetch(url: &str) -> Result<Vec<u8>, String> {
         web_sys::Request::new_with_str_and_init(&resolved.href(), &init).map_err(describe)?;
     let response = JsFuture::from(window.fetch_with_request(&request))
         .await
-        .map_err(|err| format!("cannot be fetched: {}", describe(err)))?;
+        .map_err(|err| named(format!("cannot be fetched: {}", describe(err))))?;
     let response: web_sys::Response = response.dyn_into().map_err(describe)?;
     if !response.ok() {
-        return Err(format!(
+        return Err(named(format!(
             "cannot be fetched: the server answered {} {}",
             response.status(),
             response.status_text()
-        ));
+        )));
     }
     // Said before downloading it all, when the server says how big it is.
     let length = response
@@ -56,37 +57,92 @@ pub async fn fetch(url: &str) -> Result<Vec<u8>, String> {
         .ok()
         .flatten()
         .and_then(|l| l.parse::<u64>().ok());
-    let pickle = url.ends_with(".pickle") || url.ends_with(".pkl");
-    if let Some(why) = length.and_then(|l| crate::run::too_big_for_a_tab(url, l, pickle)) {
-        return Err(why
-            .strip_prefix(&format!("{url}: "))
-            .unwrap_or(&why)
-            .to_owned());
+    let kind = if url.ends_with(".pickle") || url.ends_with(".pkl") {
+        crate::TabFile::Snapshot
+    } else {
+        crate::TabFile::Recording
+    };
+    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, kind)) {
+        return Err(why);
     }
-    let buffer = JsFuture::from(response.array_buffer().map_err(describe)?)
+    let mut arriving = crate::Arriving::new(url);
+    if let Some(body) = response.body() {
+        read_stream(&body, &mut arriving)
+            .await
+            .map_err(|err| err.unwrap_or_else(|err| named(format!("cannot be read: {err}"))))?;
+    }
+    arriving.finish()
+}
+
+/// Opens a file the user picked, as it is read (a snapshot part by part, never held whole).
+pub async fn open_file(file: &web_sys::File) -> Result<crate::Run, String> {
+    let name = file.name();
+    let mut arriving = crate::Arriving::new(&name);
+    read_stream(&file.stream(), &mut arriving)
         .await
-        .map_err(|err| format!("cannot be read: {}", describe(err)))?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+        .map_err(|err| err.unwrap_or_else(|err| format!("{name}: cannot read the file: {err}")))?;
+    arriving.finish()
+}
+
+/// Reads `stream` to its end into `arriving`, part by part as the browser hands them over.
+/// The error is `Ok` with the file's own error (already named), or `Err` with the browser's.
+async fn read_stream(
+    stream: &web_sys::ReadableStream,
+    arriving: &mut crate::Arriving,
+) -> Result<(), Result<String, String>> {
+    let reader: web_sys::ReadableStreamDefaultReader = stream
+        .get_reader()
+        .dyn_into()
+        .map_err(|err| Err(describe(err.into())))?;
+    let mut part = Vec::new();
+    loop {
+        let next = JsFuture::from(reader.read())
+            .await
+            .map_err(|err| Err(describe(err)))?;
+        let done = js_sys::Reflect::get(&next, &"done".into())
+            .ok()
+            .and_then(|d| d.as_bool())
+            .unwrap_or(true);
+        if done {
+            return Ok(());
+        }
+        let value =
+            js_sys::Reflect::get(&next, &"value".into()).map_err(|err| Err(describe(err)))?;
+        let chunk: js_sys::Uint8Array = value.dyn_into().map_err(|err| Err(describe(err)))?;
+        part.resize(chunk.length() as usize, 0);
+        chunk.copy_to(&mut part);
+        if let Err(err) = arriving.push(&part) {
+            let _ = reader.cancel();
+            return Err(Ok(err));
+        }
+    }
 }
 
 /// Tells the page that the file `name` is shown, its first frame drawn, or that it failed to
 /// open: a performance mark `tidemark:shown` or `tidemark:failed` whose detail is the name or
-/// the error. The browser test waits for these; a profiler shows them on the page's timeline.
+/// the error, then a mark `wasm-memory` whose detail is the bytes of the tab's wasm memory. The
+/// browser test waits for these; a profiler shows them on the page's timeline.
 pub fn announce(name: &str, error: Option<&String>) {
-    let Some(performance) = web_sys::window().and_then(|w| w.performance()) else {
-        return;
-    };
     let (mark, detail) = match error {
         None => ("tidemark:shown", name),
         Some(error) => ("tidemark:failed", error.as_str()),
     };
-    // `performance.mark(name, { detail })`; web-sys has the options only as an unstable API.
+    performance_mark(mark, &detail.into());
+    let memory = core::arch::wasm32::memory_size::<0>() as f64 * 65536.0;
+    performance_mark("wasm-memory", &memory.into());
+}
+
+/// `performance.mark(name, { detail })`; web-sys has the options only as an unstable API.
+fn performance_mark(name: &str, detail: &JsValue) {
+    let Some(performance) = web_sys::window().and_then(|w| w.performance()) else {
+        return;
+    };
     let options = js_sys::Object::new();
-    let _ = js_sys::Reflect::set(&options, &"detail".into(), &detail.into());
+    let _ = js_sys::Reflect::set(&options, &"detail".into(), detail);
     if let Some(mark_fn) = js_sys::Reflect::get(&performance, &"mark".into())
         .ok()
         .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
     {
-        let _ = mark_fn.call2(&performance, &mark.into(), &options);
+        let _ = mark_fn.call2(&performance, &name.into(), options.as_ref());
     }
 }

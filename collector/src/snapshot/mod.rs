@@ -21,8 +21,8 @@ mod verdict;
 
 pub use convert::PhaseSpan;
 pub use model::{
-    Action, Annotation, Block, BlockState, LeakSuspect, LiveBlock, Segment, SegmentSummary,
-    Snapshot, SnapshotError, SuspectMarks, TraceEntry,
+    Action, Annotation, Block, BlockState, Entries, LeakSuspect, LiveBlock, Segment,
+    SegmentSummary, Snapshot, SnapshotError, SuspectMarks, TraceEntry,
 };
 pub use pickle::Frame;
 pub use query::LiveIndex;

@@ -182,6 +182,112 @@ pub struct Annotation {
     pub time_us: i64,
 }
 
+/// Trace entries, in blocks of fixed size: millions of them are read without the vector that
+/// holds them ever being moved to grow (in a browser tab, a vector of a gigabyte that grows by
+/// copying leaves holes as large, and a tab has 4 GB).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Entries {
+    blocks: Vec<Vec<TraceEntry>>,
+    len: usize,
+}
+
+/// Entries per block (3 MiB).
+const ENTRY_BLOCK: usize = 1 << 16;
+
+impl Entries {
+    /// No entries.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds one at the end.
+    pub fn push(&mut self, entry: TraceEntry) {
+        match self.blocks.last_mut() {
+            Some(block) if block.len() < ENTRY_BLOCK => block.push(entry),
+            _ => {
+                let mut block = Vec::with_capacity(ENTRY_BLOCK);
+                block.push(entry);
+                self.blocks.push(block);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Entry `i`.
+    pub fn get(&self, i: usize) -> Option<&TraceEntry> {
+        self.blocks.get(i / ENTRY_BLOCK)?.get(i % ENTRY_BLOCK)
+    }
+
+    /// The first.
+    pub fn first(&self) -> Option<&TraceEntry> {
+        self.get(0)
+    }
+
+    /// The last.
+    pub fn last(&self) -> Option<&TraceEntry> {
+        self.blocks.last()?.last()
+    }
+
+    /// In order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &TraceEntry> + Clone {
+        self.blocks.iter().flatten()
+    }
+
+    /// In order, to change.
+    pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut TraceEntry> {
+        self.blocks.iter_mut().flatten()
+    }
+
+    /// Releases what the last block holds beyond its entries.
+    pub fn shrink_to_fit(&mut self) {
+        if let Some(block) = self.blocks.last_mut() {
+            block.shrink_to_fit();
+        }
+        self.blocks.shrink_to_fit();
+    }
+}
+
+impl std::ops::Index<usize> for Entries {
+    type Output = TraceEntry;
+
+    fn index(&self, i: usize) -> &TraceEntry {
+        &self.blocks[i / ENTRY_BLOCK][i % ENTRY_BLOCK]
+    }
+}
+
+impl<'a> IntoIterator for &'a Entries {
+    type Item = &'a TraceEntry;
+    type IntoIter = std::iter::Flatten<std::slice::Iter<'a, Vec<TraceEntry>>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.blocks.iter().flatten()
+    }
+}
+
+impl FromIterator<TraceEntry> for Entries {
+    fn from_iter<I: IntoIterator<Item = TraceEntry>>(iter: I) -> Self {
+        let mut entries = Self::new();
+        iter.into_iter().for_each(|e| entries.push(e));
+        entries
+    }
+}
+
+impl From<Vec<TraceEntry>> for Entries {
+    fn from(entries: Vec<TraceEntry>) -> Self {
+        entries.into_iter().collect()
+    }
+}
+
 /// A PyTorch memory snapshot.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -192,7 +298,7 @@ pub struct Snapshot {
     pub(super) stack_frames: Vec<u32>,
     pub(super) stack_starts: Vec<u32>,
     /// The trace entries of every device, device by device, each in time order.
-    pub entries: Vec<TraceEntry>,
+    pub entries: Entries,
     /// The segments at the time of the snapshot.
     pub segments: Vec<Segment>,
     /// `record_function` ranges.

@@ -205,8 +205,10 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
     let annotations_v = find(pickle::K_EXTERNAL_ANNOTATIONS);
     let settings_v = find(pickle::K_ALLOCATOR_SETTINGS);
 
-    // Devices of the trace entries: device_traces[i] is device i.
-    let mut device_of: Vec<(u32, u32)> = Vec::new(); // (entry, device)
+    // Devices of the trace entries: device_traces[i] is device i. A device's trace is a run of
+    // entries in order (what PyTorch writes), or any list of them.
+    let mut runs: Vec<(u32, u32)> = Vec::new(); // per device: (first entry, count)
+    let mut device_of: Vec<(u32, u32)> = Vec::new(); // (entry, device), when not runs
     let mut devices = 0u32;
     if let Some(traces) = traces_v {
         let lists = machine.list(traces).ok_or_else(|| {
@@ -217,12 +219,17 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
         })?;
         devices = lists.len() as u32;
         for (device, list) in lists.iter().enumerate() {
+            if let Some(run) = machine.entry_run(*list) {
+                runs.push(run);
+                continue;
+            }
             let items = machine.list(*list).ok_or_else(|| {
                 SnapshotError::Schema(format!(
                     "device_traces[{device}] is {}, not a list of trace entries",
                     list.describe(&machine.strings)
                 ))
             })?;
+            runs.push((0, 0));
             for item in items {
                 match machine.resolve(*item) {
                     Value::Entry(e) => device_of.push((e, device as u32)),
@@ -283,18 +290,38 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
 
     let parts = machine.into_parts();
     let mut entries = parts.entries;
-    let in_order = device_of.len() == entries.len()
-        && device_of
+    // The runs, device after device, are every entry in order: each entry gets its device.
+    let mut next = 0u64;
+    let in_order = device_of.is_empty()
+        && runs.iter().all(|&(first, len)| {
+            let follows = len == 0 || u64::from(first) == next;
+            next += u64::from(len);
+            follows
+        })
+        && next == entries.len() as u64;
+    if in_order {
+        let mut devices_of_entries = runs
             .iter()
             .enumerate()
-            .all(|(i, (e, _))| *e as usize == i);
-    if in_order {
-        for (entry, (_, device)) in entries.iter_mut().zip(&device_of) {
-            entry.device = *device;
+            .flat_map(|(device, &(_, len))| std::iter::repeat_n(device as u32, len as usize));
+        for entry in entries.iter_mut() {
+            entry.device = devices_of_entries.next().unwrap_or(0);
         }
     } else {
-        // An entry object listed twice (or out of order): the traces as they list them.
-        entries = device_of
+        // Entries listed twice, out of order or mixed with lists: the traces as they list them.
+        let mut listed: Vec<(u32, u32)> = Vec::new();
+        let mut lists = device_of.into_iter().peekable();
+        for (device, &(first, len)) in runs.iter().enumerate() {
+            listed.extend((first..first.saturating_add(len)).map(|e| (e, device as u32)));
+            while let Some(&(e, d)) = lists.peek() {
+                if d as usize != device {
+                    break;
+                }
+                listed.push((e, d));
+                lists.next();
+            }
+        }
+        entries = listed
             .iter()
             .filter_map(|&(e, device)| {
                 entries
@@ -303,7 +330,6 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
             })
             .collect();
     }
-    drop(device_of);
     entries.shrink_to_fit();
     Ok(Snapshot {
         strings: parts.strings,
@@ -323,6 +349,9 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
 fn describe_top(machine: &Machine<'_>, value: Value) -> String {
     match machine.obj(value) {
         Some(pickle::Obj::List(items)) => format!("a list of {}", count(items.len(), "item")),
+        Some(pickle::Obj::EntryRun { len, .. }) => {
+            format!("a list of {}", count(*len as usize, "item"))
+        }
         Some(pickle::Obj::Tuple(items)) => format!("a tuple of {}", count(items.len(), "item")),
         Some(pickle::Obj::Set(_)) => "a set".to_owned(),
         _ => value.describe(&machine.strings),

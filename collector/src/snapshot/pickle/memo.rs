@@ -1,62 +1,81 @@
-//! The memo, 8 bytes per entry.
+//! The memo, 4 bytes per entry.
 
 use std::collections::HashMap;
 
-use super::{Value, push_gently};
+use super::Value;
 
-/// The memo: 8 bytes per entry, since a snapshot memoizes two or three objects per allocation.
-/// Containers, strings and the compact values they become are stored as a tag and a `u32`; the
-/// rare wide value (a memoized number: a pickler never memoizes one, a hostile file might) goes
-/// to a side table.
+/// The memo: 4 bytes per entry, since a snapshot memoizes several objects per allocation and
+/// the memo is most of what a read holds besides the trace. Containers, strings and the compact
+/// values they become are stored as a 4-bit tag and a 28-bit index; the rare wide value (a
+/// memoized number: a pickler never memoizes one, a hostile file might; or an index past 2^28)
+/// goes to a side table. Entries are kept in blocks of fixed size, so the memo grows without
+/// ever moving what it holds (in a browser tab, a vector that grows by copying leaves holes
+/// that the rest of the read cannot always reuse).
 #[derive(Default)]
 pub(super) struct Memo {
-    dense: Vec<u64>,
-    /// Entries at indices beyond the dense vector (a pickler never writes them; a hostile file
+    blocks: Vec<Box<[u32; BLOCK]>>,
+    /// Entries set in `blocks`, all below this.
+    dense: usize,
+    /// Entries at indices beyond the dense ones (a pickler never writes them; a hostile file
     /// might, and must not make us allocate billions of slots).
     sparse: HashMap<u32, Value>,
     wide: Vec<Value>,
 }
 
+/// Entries per block (256 KiB).
+const BLOCK: usize = 1 << 16;
+
 impl Memo {
-    const NONE: u64 = 0;
-    const FALSE: u64 = 1;
-    const TRUE: u64 = 2;
-    const STR: u64 = 3;
-    const OBJ: u64 = 4;
-    const FRAME: u64 = 5;
-    const STACK: u64 = 6;
-    const ENTRY: u64 = 7;
-    const OPAQUE: u64 = 8;
-    const WIDE: u64 = 9;
+    const NONE: u32 = 0;
+    const FALSE: u32 = 1;
+    const TRUE: u32 = 2;
+    const STR: u32 = 3;
+    const OBJ: u32 = 4;
+    const FRAME: u32 = 5;
+    const STACK: u32 = 6;
+    const ENTRY: u32 = 7;
+    const OPAQUE: u32 = 8;
+    const WIDE: u32 = 9;
+    /// Bits of an entry's index; the tag is above them.
+    const BITS: u32 = 28;
 
     /// How many entries are set (what MEMOIZE numbers the next one, as Python's unpickler does).
     pub(super) fn len(&self) -> usize {
-        self.dense.len() + self.sparse.len()
+        self.dense + self.sparse.len()
     }
 
+    #[inline]
     pub(super) fn get(&self, index: u32) -> Option<Value> {
-        match self.dense.get(index as usize) {
-            Some(&packed) => Some(self.unpack(packed)),
-            None => self.sparse.get(&index).copied(),
+        let i = index as usize;
+        if i < self.dense {
+            let packed = self.blocks[i / BLOCK][i % BLOCK];
+            Some(self.unpack(packed))
+        } else {
+            self.sparse.get(&index).copied()
         }
     }
 
     pub(super) fn set(&mut self, index: u32, value: Value) {
         let i = index as usize;
-        if i > self.dense.len() {
+        if i > self.dense {
             self.sparse.insert(index, value);
             return;
         }
         let packed = self.pack(value);
-        if i < self.dense.len() {
-            self.dense[i] = packed;
-        } else {
-            push_gently(&mut self.dense, packed);
+        if i == self.dense {
+            if i.is_multiple_of(BLOCK) {
+                let block: Box<[u32]> = vec![0; BLOCK].into_boxed_slice();
+                if let Ok(block) = block.try_into() {
+                    self.blocks.push(block);
+                }
+            }
+            self.dense += 1;
             self.sparse.remove(&index);
         }
+        self.blocks[i / BLOCK][i % BLOCK] = packed;
     }
 
-    pub(super) fn pack(&mut self, value: Value) -> u64 {
+    pub(super) fn pack(&mut self, value: Value) -> u32 {
         let (tag, payload) = match value {
             Value::None => (Self::NONE, 0),
             Value::Bool(false) => (Self::FALSE, 0),
@@ -68,20 +87,26 @@ impl Memo {
             Value::Entry(i) => (Self::ENTRY, i),
             Value::Opaque(i) => (Self::OPAQUE, i),
             Value::Int(_) | Value::U64(_) | Value::Huge(_) | Value::Float(_) | Value::Bytes(_) => {
-                let Ok(i) = u32::try_from(self.wide.len()) else {
-                    // More wide values than a file of 4 GiB could hold: keep it unknown.
-                    return Self::NONE;
-                };
-                self.wide.push(value);
-                (Self::WIDE, i)
+                (Self::WIDE, u32::MAX)
             }
         };
-        (tag << 32) | u64::from(payload)
+        if tag != Self::WIDE && payload >> Self::BITS == 0 {
+            return (tag << Self::BITS) | payload;
+        }
+        match u32::try_from(self.wide.len()) {
+            Ok(i) if i >> Self::BITS == 0 => {
+                self.wide.push(value);
+                (Self::WIDE << Self::BITS) | i
+            }
+            // More wide values than a file of 4 GiB could hold: keep it unknown.
+            _ => Self::NONE,
+        }
     }
 
-    pub(super) fn unpack(&self, packed: u64) -> Value {
-        let payload = packed as u32;
-        match packed >> 32 {
+    #[inline]
+    pub(super) fn unpack(&self, packed: u32) -> Value {
+        let payload = packed & ((1 << Self::BITS) - 1);
+        match packed >> Self::BITS {
             Self::FALSE => Value::Bool(false),
             Self::TRUE => Value::Bool(true),
             Self::STR => Value::Str(payload),

@@ -21,9 +21,9 @@ mod shapes;
 
 use self::memo::Memo;
 pub(crate) use self::shapes::*;
-use super::{SnapshotError, TraceEntry};
+use super::{Entries, SnapshotError};
 
-/// A value on the machine's stack: 16 bytes, copied freely (8 in the memo, see [`Memo`]).
+/// A value on the machine's stack: 16 bytes, copied freely (4 in the memo, see [`Memo`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Value {
     None,
@@ -94,6 +94,12 @@ impl Value {
 #[derive(Debug)]
 pub(crate) enum Obj {
     List(Vec<Value>),
+    /// A list of the trace entries `first..first + len`, in order (what a device's trace is):
+    /// two numbers instead of 16 bytes per entry.
+    EntryRun {
+        first: u32,
+        len: u32,
+    },
     Tuple(Vec<Value>),
     Dict(Vec<(Value, Value)>),
     Set(Vec<Value>),
@@ -154,7 +160,7 @@ pub(crate) struct Machine<'a> {
     pub(crate) stack_frames: Vec<u32>,
     pub(crate) stack_starts: Vec<u32>,
     stack_ids: HashMap<Box<[u32]>, u32>,
-    pub(crate) entries: Vec<TraceEntry>,
+    pub(crate) entries: Entries,
     /// The streams entries name, each once, and their places.
     streams: Vec<u64>,
     stream_ids: HashMap<u64, u16>,
@@ -192,7 +198,7 @@ impl<'a> Machine<'a> {
             streams: Vec::new(),
             stream_ids: HashMap::default(),
             other_actions: Vec::new(),
-            entries: Vec::new(),
+            entries: Entries::new(),
             scratch: Vec::new(),
         };
         for key in KEYS {
@@ -397,7 +403,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn memo_get(&mut self, at: usize, index: u32) -> Result<Value, SnapshotError> {
         let value = self.memo.get(index).ok_or_else(|| {
             self.err(
@@ -454,16 +460,4 @@ impl<'a> Machine<'a> {
             *v = compact;
         }
     }
-}
-
-/// Pushes with growth by a quarter instead of doubling: the two largest vectors (trace entries
-/// and the memo) then hold at most a quarter more than they need while the file is read, which
-/// keeps the peak near the memory budget. Large vectors grow in place (`mremap`), so growing
-/// more often costs little.
-#[inline]
-fn push_gently<T>(v: &mut Vec<T>, item: T) {
-    if v.len() == v.capacity() {
-        v.reserve_exact((v.len() / 4).max(1024));
-    }
-    v.push(item);
 }

@@ -481,8 +481,21 @@ impl Machine<'_> {
     ) -> Result<(), SnapshotError> {
         match list {
             Value::Obj(i) => match self.arena.get_mut(i as usize).map(|s| &mut s.obj) {
-                Some(Obj::List(v)) => {
-                    v.extend(items);
+                Some(obj @ (Obj::List(_) | Obj::EntryRun { .. })) => {
+                    let mut items = items;
+                    loop {
+                        match obj {
+                            // A list of anything else (frames): the items at once.
+                            Obj::List(v) if !v.is_empty() => {
+                                v.extend(items);
+                                break;
+                            }
+                            _ => match items.next() {
+                                Some(item) => append(obj, item),
+                                None => break,
+                            },
+                        }
+                    }
                     Ok(())
                 }
                 _ => Err(self.err(
@@ -531,6 +544,28 @@ impl Machine<'_> {
 }
 
 /// `module.name` of a GLOBAL or INST.
+/// Appends `item` to a list: a list of trace entries in order stays a run of them.
+#[inline]
+fn append(list: &mut Obj, item: Value) {
+    match (&mut *list, item) {
+        (Obj::List(items), Value::Entry(id)) if items.is_empty() => {
+            *list = Obj::EntryRun { first: id, len: 1 };
+        }
+        (Obj::List(items), item) => items.push(item),
+        (Obj::EntryRun { first, len }, Value::Entry(id))
+            if first.checked_add(*len) == Some(id) && *len < u32::MAX =>
+        {
+            *len += 1;
+        }
+        (Obj::EntryRun { first, len }, item) => {
+            let mut items: Vec<Value> = (*first..*first + *len).map(Value::Entry).collect();
+            items.push(item);
+            *list = Obj::List(items);
+        }
+        _ => {}
+    }
+}
+
 fn global_name(module: &[u8], name: &[u8]) -> String {
     format!(
         "{}.{}",

@@ -5,8 +5,8 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use super::{Frame, Machine, Obj, Value, push_gently};
-use crate::snapshot::{Action, SnapshotError, TraceEntry};
+use super::{Frame, Machine, Obj, Value};
+use crate::snapshot::{Action, Entries, SnapshotError, TraceEntry};
 
 /// The keys the machine recognises, interned first so that they have fixed ids.
 pub(crate) const KEYS: [&str; 34] = [
@@ -184,7 +184,7 @@ impl Machine<'_> {
             };
             let id = u32::try_from(self.entries.len())
                 .map_err(|_| self.err(at, "too many trace entries"))?;
-            push_gently(&mut self.entries, entry);
+            self.entries.push(entry);
             if let Some(Value::Obj(list)) = frames {
                 self.replace(list, usize::MAX, Value::Stack(stack));
             }
@@ -253,7 +253,16 @@ impl Machine<'_> {
         }
     }
 
-    /// The items of a list or tuple value, if it is one.
+    /// The trace entries `first..first + len`, if the value is a list of them in order.
+    pub(crate) fn entry_run(&self, value: Value) -> Option<(u32, u32)> {
+        match self.obj(self.resolve(value)) {
+            Some(&Obj::EntryRun { first, len }) => Some((first, len)),
+            _ => None,
+        }
+    }
+
+    /// The items of a list or tuple value, if it is one (a run of trace entries is not: see
+    /// [`Machine::entry_run`]).
     pub(crate) fn list(&self, value: Value) -> Option<&[Value]> {
         match self.obj(self.resolve(value)) {
             Some(Obj::List(items) | Obj::Tuple(items)) => Some(items),
@@ -319,7 +328,7 @@ pub(crate) struct Parts {
     pub frames: Vec<Frame>,
     pub stack_frames: Vec<u32>,
     pub stack_starts: Vec<u32>,
-    pub entries: Vec<TraceEntry>,
+    pub entries: Entries,
     pub streams: Vec<u64>,
     pub other_actions: Vec<u32>,
 }
