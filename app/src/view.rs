@@ -53,7 +53,7 @@ enum Source {
     /// Samples built for the view (allocator numbers, or a series that needed sorting).
     Owned {
         /// Shared by the curves sampled at the same times (allocated, reserved and peak).
-        times_ns: std::sync::Arc<[u64]>,
+        times_ns: std::sync::Arc<Vec<u64>>,
         values: Vec<u64>,
     },
 }
@@ -339,7 +339,7 @@ impl RunView {
             let source = match series.sorted() {
                 std::borrow::Cow::Borrowed(_) => Source::Series(i),
                 std::borrow::Cow::Owned(sorted) => Source::Owned {
-                    times_ns: sorted.times_ns.into(),
+                    times_ns: sorted.times_ns,
                     values: sorted.values,
                 },
             };
@@ -536,7 +536,7 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
             levels: Levels::new(&times_ns, &values),
             covered: values.len(),
             source: Source::Owned {
-                times_ns: times_ns.into(),
+                times_ns: std::sync::Arc::new(times_ns),
                 values,
             },
         })
@@ -567,10 +567,12 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
             Some(rank) => format!("rank {rank}"),
             None => format!("pid {pid}"),
         });
-        let times_ns: std::sync::Arc<[u64]> = indices
-            .iter()
-            .map(|&i| recording.allocator[i].t_ns)
-            .collect();
+        let times_ns = std::sync::Arc::new(
+            indices
+                .iter()
+                .map(|&i| recording.allocator[i].t_ns)
+                .collect::<Vec<u64>>(),
+        );
         for (kind, pick) in [
             (
                 TraceKind::Allocated,

@@ -861,3 +861,92 @@ fn a_recording_written_whole_reads_back_the_same() {
     again.end = recording.end.clone();
     assert_eq!(again, recording);
 }
+
+/// Series sampled at the same instants hold one time column: shared once read, extended in
+/// place as a followed file grows (not copied), split off for a series that misses samples, and
+/// copied on write for a view that holds a series too.
+#[test]
+fn series_sampled_together_share_one_time_column() {
+    use std::sync::Arc;
+    let column = |series: SeriesKey, values: Vec<u64>, valid: Option<Vec<bool>>| Column {
+        series,
+        values,
+        valid,
+    };
+    let a = SeriesKey::device(SeriesKind::DeviceUsed, 0);
+    let b = SeriesKey::device(SeriesKind::DeviceUsed, 1);
+    let c = SeriesKey::device(SeriesKind::DeviceUsed, 2);
+    let host = SeriesKey::new(SeriesKind::HostRss);
+    let chunk = |t0: u64, masked: bool| {
+        Record::Chunk(Chunk {
+            times_ns: vec![t0, t0 + 10, t0 + 20],
+            columns: vec![
+                column(a.clone(), vec![t0, t0 + 1, t0 + 2], None),
+                column(b.clone(), vec![2 * t0, 2 * t0 + 1, 2 * t0 + 2], None),
+                column(
+                    c.clone(),
+                    vec![7, 8, 9],
+                    masked.then(|| vec![true, false, true]),
+                ),
+            ],
+        })
+    };
+    let records = vec![
+        chunk(0, false),
+        Record::Chunk(Chunk {
+            times_ns: vec![5, 15],
+            columns: vec![column(host.clone(), vec![1, 2], None)],
+        }),
+        chunk(100, true),
+        chunk(200, false),
+    ];
+    let header = tidemark_tests::header(&["python", "train.py"]);
+    let mut recording = read_recording(&write(&header, &records, 1_000)).unwrap();
+    let times = |r: &collector::recording::Recording, key: &SeriesKey| {
+        Arc::clone(&r.series(key).unwrap().times_ns)
+    };
+    assert!(Arc::ptr_eq(&times(&recording, &a), &times(&recording, &b)));
+    assert_eq!(
+        *times(&recording, &a),
+        vec![0, 10, 20, 100, 110, 120, 200, 210, 220]
+    );
+    assert_eq!(
+        recording.series(&b).unwrap().values,
+        vec![0, 1, 2, 200, 201, 202, 400, 401, 402]
+    );
+    // c missed a sample: its own column, its own times.
+    assert!(!Arc::ptr_eq(&times(&recording, &a), &times(&recording, &c)));
+    assert_eq!(
+        *times(&recording, &c),
+        vec![0, 10, 20, 100, 120, 200, 210, 220]
+    );
+    assert_eq!(
+        recording.series(&c).unwrap().values,
+        vec![7, 8, 9, 7, 9, 7, 8, 9]
+    );
+    assert_eq!(*times(&recording, &host), vec![5, 15]);
+
+    // Growing (a followed file): the shared column is extended where it is.
+    let before = Arc::as_ptr(&recording.series(&a).unwrap().times_ns);
+    recording.push(match chunk(300, false) {
+        Record::Chunk(mut chunk) => {
+            chunk.columns.truncate(2);
+            Record::Chunk(chunk)
+        }
+        _ => unreachable!(),
+    });
+    assert_eq!(Arc::as_ptr(&recording.series(&a).unwrap().times_ns), before);
+    assert!(Arc::ptr_eq(&times(&recording, &a), &times(&recording, &b)));
+    assert_eq!(times(&recording, &a).len(), 12);
+    assert_eq!(recording.series(&a).unwrap().values.len(), 12);
+
+    // A view that holds a series keeps what it held when the recording grows.
+    let held = Arc::clone(&recording.series[0]);
+    recording.push(chunk(400, false));
+    assert_eq!(held.times_ns.len(), 12);
+    assert_eq!(recording.series(&a).unwrap().times_ns.len(), 15);
+    assert!(Arc::ptr_eq(&times(&recording, &a), &times(&recording, &b)));
+    recording.shrink_to_fit();
+    assert!(Arc::ptr_eq(&times(&recording, &a), &times(&recording, &b)));
+    assert_eq!(recording.sample_count(), 15 + 15 + 11 + 2);
+}

@@ -430,15 +430,17 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
         return Some((Basis::HostRss, host.sorted()));
     }
     let device = recording.allocator.iter().map(|a| a.device).min()?;
-    let mut series = Series {
+    let (times, values) = recording
+        .allocator
+        .iter()
+        .filter(|a| a.device == device)
+        .map(|a| (a.t_ns, a.allocated))
+        .unzip();
+    let series = Series {
         key: SeriesKey::device(SeriesKind::Other("allocated".to_owned()), device),
-        times_ns: Vec::new(),
-        values: Vec::new(),
+        times_ns: std::sync::Arc::new(times),
+        values,
     };
-    for a in recording.allocator.iter().filter(|a| a.device == device) {
-        series.times_ns.push(a.t_ns);
-        series.values.push(a.allocated);
-    }
     let series = series.sorted().into_owned();
     Some((Basis::Allocated, std::borrow::Cow::Owned(series)))
 }
@@ -649,17 +651,15 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
     // reading it grows costly (a fragmented heap), and says so in a note: with most edges read,
     // the heap still attributes the occurrences whose two edges have it (see `phases::levels`).
     let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>, percent: usize| {
-        let mut series = Series {
+        let (times, values) = edges
+            .iter()
+            .filter_map(|e| pick(e).map(|value| (e.t_ns, value)))
+            .unzip();
+        let series = Series {
             key: SeriesKey::new(SeriesKind::HostRss),
-            times_ns: Vec::with_capacity(edges.len()),
-            values: Vec::with_capacity(edges.len()),
+            times_ns: std::sync::Arc::new(times),
+            values,
         };
-        for e in &edges {
-            if let Some(value) = pick(e) {
-                series.times_ns.push(e.t_ns);
-                series.values.push(value);
-            }
-        }
         (series.values.len() * 100 >= edges.len() * percent && !series.values.is_empty())
             .then(|| series.sorted().into_owned())
     };

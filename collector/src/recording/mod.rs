@@ -12,6 +12,7 @@ pub mod wire;
 mod write;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
@@ -27,8 +28,9 @@ pub use write::Writer;
 pub struct Series {
     /// What the series measures.
     pub key: SeriesKey,
-    /// Sample times, nanoseconds after the start.
-    pub times_ns: Vec<u64>,
+    /// Sample times, nanoseconds after the start. Shared by the series sampled at the same
+    /// instants (every device's memory is read at once): one column for all of them.
+    pub times_ns: Arc<Vec<u64>>,
     /// The values, bytes. Unavailable samples are left out, never stored as zero.
     pub values: Vec<u64>,
 }
@@ -50,7 +52,7 @@ impl Series {
         let (times_ns, values) = pairs.into_iter().unzip();
         std::borrow::Cow::Owned(Series {
             key: self.key.clone(),
-            times_ns,
+            times_ns: Arc::new(times_ns),
             values,
         })
     }
@@ -135,7 +137,10 @@ impl Recording {
             mut times_ns,
             columns,
         } = chunk;
-        let single = columns.len() == 1;
+        // The series of the columns, and which of them take every time of the chunk.
+        let mut whole: Vec<usize> = Vec::new();
+        let mut parts: Vec<(usize, Vec<u64>, Vec<bool>)> = Vec::new();
+        let mut values_of: Vec<(usize, Vec<u64>)> = Vec::with_capacity(columns.len());
         for column in columns {
             let Column {
                 series: key,
@@ -146,33 +151,72 @@ impl Recording {
                 Some(&index) => index,
                 None => {
                     self.series_index.insert(key.clone(), self.series.len());
-                    self.series.push(std::sync::Arc::new(Series {
+                    self.series.push(Arc::new(Series {
                         key,
-                        times_ns: Vec::new(),
+                        times_ns: Arc::default(),
                         values: Vec::new(),
                     }));
                     self.series.len() - 1
                 }
             };
-            let series = std::sync::Arc::make_mut(&mut self.series[index]);
             match valid {
-                // A whole series at once (a projection, a conversion): moved, not copied.
-                None if single && series.times_ns.is_empty() => {
-                    series.times_ns = std::mem::take(&mut times_ns);
-                    series.values = values;
-                }
                 None => {
-                    series.times_ns.extend_from_slice(&times_ns);
-                    series.values.extend_from_slice(&values);
+                    whole.push(index);
+                    values_of.push((index, values));
                 }
-                Some(valid) => {
-                    for ((&t, &v), ok) in times_ns.iter().zip(&values).zip(valid) {
-                        if ok {
-                            series.times_ns.push(t);
-                            series.values.push(v);
-                        }
-                    }
+                Some(valid) => parts.push((index, values, valid)),
+            }
+        }
+        // The series that shared a time column before this chunk (or had none yet) and take all
+        // of its times share one after it: extended once, not copied.
+        let mut seen = whole.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        let mut groups: Vec<(*const Vec<u64>, Vec<usize>)> = Vec::new();
+        if seen.len() == whole.len() {
+            for &index in &whole {
+                let times = &self.series[index].times_ns;
+                let key = if times.is_empty() {
+                    std::ptr::null()
+                } else {
+                    Arc::as_ptr(times)
+                };
+                match groups.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, members)) => members.push(index),
+                    None => groups.push((key, vec![index])),
                 }
+            }
+        } else {
+            // A series twice in one chunk (a corrupt file): each column on its own.
+            groups = whole.iter().map(|&i| (std::ptr::null(), vec![i])).collect();
+        }
+        for (index, values, valid) in parts {
+            let series = Arc::make_mut(&mut self.series[index]);
+            let times = Arc::make_mut(&mut series.times_ns);
+            for ((&t, &v), ok) in times_ns.iter().zip(&values).zip(valid) {
+                if ok {
+                    times.push(t);
+                    series.values.push(v);
+                }
+            }
+        }
+        let last = groups.len().saturating_sub(1);
+        for (k, (_, members)) in groups.iter().enumerate() {
+            with_shared_times(&mut self.series, members, |times| {
+                if times.is_empty() && k == last {
+                    // A whole series at once (a projection, a conversion): moved, not copied.
+                    *times = std::mem::take(&mut times_ns);
+                } else {
+                    times.extend_from_slice(&times_ns);
+                }
+            });
+        }
+        for (index, values) in values_of {
+            let series = Arc::make_mut(&mut self.series[index]);
+            if series.values.is_empty() {
+                series.values = values;
+            } else {
+                series.values.extend_from_slice(&values);
             }
         }
     }
@@ -182,8 +226,8 @@ impl Recording {
     pub fn share_series(&mut self, series: std::sync::Arc<Series>) {
         match self.series_index.get(&series.key) {
             Some(&i) => {
-                let into = std::sync::Arc::make_mut(&mut self.series[i]);
-                into.times_ns.extend_from_slice(&series.times_ns);
+                let into = Arc::make_mut(&mut self.series[i]);
+                Arc::make_mut(&mut into.times_ns).extend_from_slice(&series.times_ns);
                 into.values.extend_from_slice(&series.values);
             }
             None => {
@@ -196,11 +240,19 @@ impl Recording {
 
     /// Gives back memory reserved for growth (a finished recording no longer grows).
     pub fn shrink_to_fit(&mut self) {
-        for series in &mut self.series {
-            if let Some(series) = std::sync::Arc::get_mut(series) {
-                series.times_ns.shrink_to_fit();
+        let mut groups: Vec<(*const Vec<u64>, Vec<usize>)> = Vec::new();
+        for (index, series) in self.series.iter_mut().enumerate() {
+            if let Some(series) = Arc::get_mut(series) {
                 series.values.shrink_to_fit();
+                let key = Arc::as_ptr(&series.times_ns);
+                match groups.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, members)) => members.push(index),
+                    None => groups.push((key, vec![index])),
+                }
             }
+        }
+        for (_, members) in &groups {
+            with_shared_times(&mut self.series, members, Vec::shrink_to_fit);
         }
         self.allocator.shrink_to_fit();
         self.phases.shrink_to_fit();
@@ -245,6 +297,25 @@ impl Recording {
 /// Reads a whole recording from bytes.
 ///
 /// An incomplete file (cut inside a record, or with no end record) is not an error: everything
+
+/// Runs `f` on the time column the series `members` share (one series, or several that hold
+/// the same column), with the others' hold on it let go meanwhile, so that it is changed in
+/// place rather than copied (it is copied only when something else holds it too: a view of
+/// part of the run); then all of them hold the result.
+fn with_shared_times(series: &mut [Arc<Series>], members: &[usize], f: impl FnOnce(&mut Vec<u64>)) {
+    let Some((&first, rest)) = members.split_first() else {
+        return;
+    };
+    for &m in rest {
+        Arc::make_mut(&mut series[m]).times_ns = Arc::default();
+    }
+    let owner = Arc::make_mut(&mut series[first]);
+    f(Arc::make_mut(&mut owner.times_ns));
+    let shared = Arc::clone(&owner.times_ns);
+    for &m in rest {
+        Arc::make_mut(&mut series[m]).times_ns = Arc::clone(&shared);
+    }
+}
 /// before the cut is returned and [`Recording::warnings`] says where the file ends.
 pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
     let mut reader = Reader::new(bytes)?;
