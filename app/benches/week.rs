@@ -50,6 +50,16 @@ fn main() {
         instants * SAMPLE_NS / STEP_NS,
         start.elapsed().as_secs_f64()
     );
+    if std::env::var("WEEK_BENCH_READ_ONLY").is_ok() {
+        // For a profile of the read: three reads, nothing else.
+        for _ in 0..3 {
+            let start = Instant::now();
+            let read = collector::recording::read_recording(&bytes);
+            println!("read: {:.2} s", start.elapsed().as_secs_f64());
+            drop(std::hint::black_box(read));
+        }
+        return;
+    }
     let samples = (instants * SERIES) as f64;
     let before = LIVE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);

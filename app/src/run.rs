@@ -25,7 +25,7 @@ pub const WEB_MAX_SNAPSHOT: u64 = 5 << 29;
 /// page arrives whole): its bytes and what was found in them together.
 pub const WEB_MAX_SNAPSHOT_HELD: u64 = 1 << 30;
 
-/// The largest recording a browser tab opens: the viewer holds about 30 bytes per sample, and a
+/// The largest recording a browser tab opens: the viewer holds 20 to 26 bytes per sample, and a
 /// recording stores one in 2.6 to 8 bytes.
 pub const WEB_MAX_RECORDING: u64 = 256 << 20;
 
