@@ -294,10 +294,6 @@ impl Recording {
     }
 }
 
-/// Reads a whole recording from bytes.
-///
-/// An incomplete file (cut inside a record, or with no end record) is not an error: everything
-
 /// Runs `f` on the time column the series `members` share (one series, or several that hold
 /// the same column), with the others' hold on it let go meanwhile, so that it is changed in
 /// place rather than copied (it is copied only when something else holds it too: a view of
@@ -316,6 +312,10 @@ fn with_shared_times(series: &mut [Arc<Series>], members: &[usize], f: impl FnOn
         Arc::make_mut(&mut series[m]).times_ns = Arc::clone(&shared);
     }
 }
+
+/// Reads a whole recording from bytes.
+///
+/// An incomplete file (cut inside a record, or with no end record) is not an error: everything
 /// before the cut is returned and [`Recording::warnings`] says where the file ends.
 pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
     let mut reader = Reader::new(bytes)?;
