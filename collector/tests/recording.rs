@@ -950,3 +950,72 @@ fn series_sampled_together_share_one_time_column() {
     assert!(Arc::ptr_eq(&times(&recording, &a), &times(&recording, &b)));
     assert_eq!(recording.sample_count(), 15 + 15 + 11 + 2);
 }
+
+/// The whole-file reader decodes each chunk's columns straight into their series: the same
+/// recording as its records pushed one by one, and the same error where a record is corrupt.
+#[test]
+fn a_file_read_whole_is_its_records_pushed_one_by_one() {
+    let one_by_one = |bytes: &[u8]| -> Result<collector::recording::Recording, ReadError> {
+        let mut reader = Reader::new(bytes)?;
+        let mut recording = collector::recording::Recording::new(reader.header().clone());
+        loop {
+            match reader.read_next() {
+                Ok(Some(record)) => recording.push(record),
+                Ok(None) | Err(ReadError::Truncated { .. }) => return Ok(recording),
+                Err(err) => return Err(err),
+            }
+        }
+    };
+    let same = |bytes: &[u8], what: &str| match (read_recording(bytes), one_by_one(bytes)) {
+        (Ok(whole), Ok(pushed)) => {
+            assert_eq!(whole.series, pushed.series, "{what}");
+            assert_eq!(whole.allocator, pushed.allocator, "{what}");
+            assert_eq!(whole.phases, pushed.phases, "{what}");
+            assert_eq!(whole.sample_count(), pushed.sample_count(), "{what}");
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "{what}"),
+        (a, b) => panic!("{what}: {:?} against {:?}", a.err(), b.err()),
+    };
+    // Masked columns, shared times, series appearing late, a series twice in one chunk.
+    let header = tidemark_tests::header(&["python", "train.py"]);
+    let a = SeriesKey::device(SeriesKind::DeviceUsed, 0);
+    let b = SeriesKey::device(SeriesKind::DeviceUsed, 1);
+    let host = SeriesKey::new(SeriesKind::HostRss);
+    let column = |series: &SeriesKey, values: Vec<u64>, valid: Option<Vec<bool>>| Column {
+        series: series.clone(),
+        values,
+        valid,
+    };
+    let mut records = Vec::new();
+    for k in 0..30u64 {
+        let t = k * 100;
+        let mut columns = vec![
+            column(&a, vec![k, k + 1, k + 2], None),
+            column(
+                &b,
+                vec![2 * k, 0, 2 * k + 2],
+                (k % 4 == 1).then(|| vec![true, false, true]),
+            ),
+        ];
+        if k >= 10 {
+            columns.push(column(&host, vec![9, 9, k], None));
+        }
+        if k == 20 {
+            columns.push(column(&a, vec![1, 2, 3], None));
+        }
+        records.push(Record::Chunk(Chunk {
+            times_ns: vec![t, t + 10, t + 20],
+            columns,
+        }));
+    }
+    let generated = write(&header, &records, 5_000);
+    same(&generated, "generated");
+    for golden in [GOLDEN_V1, GOLDEN_V1_1, GOLDEN_V1_2, GOLDEN_V1_3] {
+        same(&std::fs::read(data_path(golden)).unwrap(), golden);
+    }
+    for at in (16..generated.len()).step_by(7) {
+        let mut bad = generated.clone();
+        bad[at] ^= 0x41;
+        same(&bad, &format!("byte {at} changed"));
+    }
+}

@@ -137,88 +137,153 @@ impl Recording {
             mut times_ns,
             columns,
         } = chunk;
-        // The series of the columns, and which of them take every time of the chunk.
-        let mut whole: Vec<usize> = Vec::new();
-        let mut parts: Vec<(usize, Vec<u64>, Vec<bool>)> = Vec::new();
-        let mut values_of: Vec<(usize, Vec<u64>)> = Vec::with_capacity(columns.len());
+        // The series that take every time of the chunk; the others take theirs here.
+        let mut whole: Vec<usize> = Vec::with_capacity(columns.len());
         for column in columns {
             let Column {
                 series: key,
                 values,
                 valid,
             } = column;
-            let index = match self.series_index.get(&key) {
-                Some(&index) => index,
-                None => {
-                    self.series_index.insert(key.clone(), self.series.len());
-                    self.series.push(Arc::new(Series {
-                        key,
-                        times_ns: Arc::default(),
-                        values: Vec::new(),
-                    }));
-                    self.series.len() - 1
-                }
-            };
+            let index = self.series_place(&key);
+            let series = Arc::make_mut(&mut self.series[index]);
             match valid {
                 None => {
+                    if series.values.is_empty() {
+                        series.values = values;
+                    } else {
+                        series.values.extend_from_slice(&values);
+                    }
                     whole.push(index);
-                    values_of.push((index, values));
                 }
-                Some(valid) => parts.push((index, values, valid)),
+                Some(valid) => {
+                    let times = Arc::make_mut(&mut series.times_ns);
+                    for ((&t, &v), ok) in times_ns.iter().zip(&values).zip(valid) {
+                        if ok {
+                            times.push(t);
+                            series.values.push(v);
+                        }
+                    }
+                }
             }
         }
-        // The series that shared a time column before this chunk (or had none yet) and take all
-        // of its times share one after it: extended once, not copied.
-        let mut seen = whole.clone();
-        seen.sort_unstable();
-        seen.dedup();
+        self.extend_times(&whole, &mut times_ns);
+    }
+
+    /// Adds `times` to the series `whole`, which take every time of a chunk: those that shared a
+    /// time column before it (or had none yet) share one after it, extended once, not copied.
+    /// (`times` may be moved into a series that had none.)
+    fn extend_times(&mut self, whole: &[usize], times: &mut Vec<u64>) {
         let mut groups: Vec<(*const Vec<u64>, Vec<usize>)> = Vec::new();
-        if seen.len() == whole.len() {
-            for &index in &whole {
-                let times = &self.series[index].times_ns;
-                let key = if times.is_empty() {
+        let twice = whole
+            .iter()
+            .enumerate()
+            .any(|(k, i)| whole[..k].contains(i));
+        if twice {
+            // A series twice in one chunk (a corrupt file): each column on its own.
+            groups = whole.iter().map(|&i| (std::ptr::null(), vec![i])).collect();
+        } else {
+            for &index in whole {
+                let column = &self.series[index].times_ns;
+                let key = if column.is_empty() {
                     std::ptr::null()
                 } else {
-                    Arc::as_ptr(times)
+                    Arc::as_ptr(column)
                 };
                 match groups.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, members)) => members.push(index),
                     None => groups.push((key, vec![index])),
                 }
             }
-        } else {
-            // A series twice in one chunk (a corrupt file): each column on its own.
-            groups = whole.iter().map(|&i| (std::ptr::null(), vec![i])).collect();
-        }
-        for (index, values, valid) in parts {
-            let series = Arc::make_mut(&mut self.series[index]);
-            let times = Arc::make_mut(&mut series.times_ns);
-            for ((&t, &v), ok) in times_ns.iter().zip(&values).zip(valid) {
-                if ok {
-                    times.push(t);
-                    series.values.push(v);
-                }
-            }
         }
         let last = groups.len().saturating_sub(1);
         for (k, (_, members)) in groups.iter().enumerate() {
-            with_shared_times(&mut self.series, members, |times| {
-                if times.is_empty() && k == last {
+            with_shared_times(&mut self.series, members, |column| {
+                if column.is_empty() && k == last {
                     // A whole series at once (a projection, a conversion): moved, not copied.
-                    *times = std::mem::take(&mut times_ns);
+                    *column = std::mem::take(times);
                 } else {
-                    times.extend_from_slice(&times_ns);
+                    column.extend_from_slice(times);
                 }
             });
         }
-        for (index, values) in values_of {
-            let series = Arc::make_mut(&mut self.series[index]);
-            if series.values.is_empty() {
-                series.values = values;
-            } else {
-                series.values.extend_from_slice(&values);
+    }
+
+    /// The place of the series `key`, added (empty) if it is new.
+    fn series_place(&mut self, key: &SeriesKey) -> usize {
+        match self.series_index.get(key) {
+            Some(&index) => index,
+            None => {
+                self.series_index.insert(key.clone(), self.series.len());
+                self.series.push(Arc::new(Series {
+                    key: key.clone(),
+                    times_ns: Arc::default(),
+                    values: Vec::new(),
+                }));
+                self.series.len() - 1
             }
         }
+    }
+
+    /// Adds a stored chunk with each column decoded straight into its series (no [`Chunk`] is
+    /// built): what pushing the chunk [`wire::decode_chunk`] makes does, with the same errors.
+    /// `keys` are the series declared so far, `places` caches where each is here, `times` is a
+    /// buffer kept between chunks. After an error the recording holds part of the chunk (the
+    /// reader of whole files then gives up on it).
+    pub(crate) fn push_wire_chunk(
+        &mut self,
+        wire: &wire::WireChunk<'_>,
+        keys: &[SeriesKey],
+        places: &mut Vec<Option<usize>>,
+        times: &mut Vec<u64>,
+    ) -> Result<(), String> {
+        let n = wire.n;
+        times.clear();
+        wire.t
+            .decode_into(n, times)
+            .map_err(|err| format!("time column: {err}"))?;
+        let mut whole: Vec<usize> = Vec::with_capacity(wire.c.len());
+        for (i, wire::WireColumn(id, values, valid)) in wire.c.iter().enumerate() {
+            let key = keys
+                .get(*id as usize)
+                .ok_or_else(|| format!("column {i} refers to series {id}, never declared"))?;
+            let place = match places.get(*id as usize).copied().flatten() {
+                Some(place) => place,
+                None => {
+                    let place = self.series_place(key);
+                    if places.len() <= *id as usize {
+                        places.resize(*id as usize + 1, None);
+                    }
+                    places[*id as usize] = Some(place);
+                    place
+                }
+            };
+            let named = |err: String| format!("column {i} ({}): {err}", key.kind.as_str());
+            let series = Arc::make_mut(&mut self.series[place]);
+            match valid {
+                None => {
+                    values
+                        .decode_into(n, &mut series.values)
+                        .map_err(|err| named(err.to_string()))?;
+                    whole.push(place);
+                }
+                Some(bits) => {
+                    let decoded = values.decode(n).map_err(|err| named(err.to_string()))?;
+                    let valid = codec::unpack_bits(bits, times.len()).ok_or_else(|| {
+                        named(format!("validity has {} bytes for {n} values", bits.len()))
+                    })?;
+                    let column = Arc::make_mut(&mut series.times_ns);
+                    for ((&t, &v), ok) in times.iter().zip(&decoded).zip(valid) {
+                        if ok {
+                            column.push(t);
+                            series.values.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        self.extend_times(&whole, times);
+        Ok(())
     }
 
     /// Adds a whole series held elsewhere too (a view of part of a run shares it, no copy).
@@ -320,10 +385,11 @@ fn with_shared_times(series: &mut [Arc<Series>], members: &[usize], f: impl FnOn
 pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
     let mut reader = Reader::new(bytes)?;
     let mut recording = Recording::new(reader.header().clone());
+    let (mut places, mut times) = (Vec::new(), Vec::new());
     loop {
-        match reader.read_next() {
-            Ok(Some(record)) => recording.push(record),
-            Ok(None) => break,
+        match reader.read_next_into(&mut recording, &mut places, &mut times) {
+            Ok(true) => {}
+            Ok(false) => break,
             Err(err @ ReadError::Truncated { .. }) => {
                 recording.warnings.push(format!(
                     "{err}; {} bytes after it were not read",

@@ -241,6 +241,43 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Reads the next record into `recording`, a chunk's columns decoded straight into their
+    /// series (see [`Recording::push_wire_chunk`]; `places` and `times` are kept between
+    /// calls): the whole-file reader's way. `Ok(false)` at the end, as [`read_next`](Self::read_next)'s `None`.
+    pub(crate) fn read_next_into(
+        &mut self,
+        recording: &mut super::Recording,
+        places: &mut Vec<Option<usize>>,
+        times: &mut Vec<u64>,
+    ) -> Result<bool, ReadError> {
+        if self.ended || self.offset >= self.bytes.len() {
+            return Ok(false);
+        }
+        let start = self.offset;
+        let (kind, body, end) = self.frame()?;
+        if kind != kind::CHUNK {
+            return Ok(match self.read_next()? {
+                Some(record) => {
+                    recording.push(record);
+                    true
+                }
+                None => false,
+            });
+        }
+        let corrupt = |what: String| ReadError::Corrupt {
+            offset: start,
+            kind: kind.to_owned(),
+            what,
+        };
+        let wire: WireChunk<'_> =
+            rmp_serde::from_slice(body).map_err(|err| corrupt(err.to_string()))?;
+        recording
+            .push_wire_chunk(&wire, &self.series, places, times)
+            .map_err(corrupt)?;
+        self.offset = end;
+        Ok(true)
+    }
+
     /// Splits the record at the current offset into its kind and body, and finds its end.
     fn frame(&self) -> Result<(&'a str, &'a [u8], usize), ReadError> {
         let bytes = self.bytes;

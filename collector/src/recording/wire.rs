@@ -83,11 +83,16 @@ impl From<Encoded> for WireInts<'_> {
 }
 
 impl WireInts<'_> {
-    fn decode(&self, n: u64) -> Result<Vec<u64>, DecodeError> {
-        let Self(first, order, scale, data) = self;
+    pub(crate) fn decode(&self, n: u64) -> Result<Vec<u64>, DecodeError> {
         let mut values = Vec::new();
-        codec::decode_into(*first, *order, *scale, data, n, &mut values)?;
+        self.decode_into(n, &mut values)?;
         Ok(values)
+    }
+
+    /// Decodes the `n` values and appends them to `values` (left as it was on error).
+    pub(crate) fn decode_into(&self, n: u64, values: &mut Vec<u64>) -> Result<(), DecodeError> {
+        let Self(first, order, scale, data) = self;
+        codec::decode_into(*first, *order, *scale, data, n, values)
     }
 }
 
