@@ -5,14 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use tidemark_app::{Run, TidemarkApp};
-
 #[path = "support/synthetic.rs"]
 mod synthetic;
 
 #[path = "support/frame.rs"]
 mod frame;
-use frame::frame;
+use frame::{frame, open_and_draw};
 
 const RANKS: u32 = 8;
 
@@ -50,18 +48,7 @@ fn main() {
     );
     drop(recording);
     let start = Instant::now();
-    let run = match Run::from_bytes("ranks.msgpack", &bytes) {
-        Ok(run) => run,
-        Err(err) => {
-            eprintln!("{err}");
-            std::process::exit(1);
-        }
-    };
-    let opened = start.elapsed();
-    let mut app = TidemarkApp::empty();
-    let ctx = egui::Context::default();
-    app.add_run("ranks.msgpack", run);
-    let first = frame(&ctx, &mut app);
+    let (mut app, ctx, opened, first) = open_and_draw("ranks.msgpack", &bytes);
     println!(
         "open: read + analysis + views {:.0} ms, first frame {:.1} ms, total {:.0} ms (budget 2000 ms)",
         opened.as_secs_f64() * 1e3,

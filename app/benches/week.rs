@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use collector::recording::{Chunk, Column, Origin, Record, SeriesKey, SeriesKind, Writer};
-use tidemark_app::{Run, TidemarkApp};
 use tidemark_tests::MIB;
 
 #[path = "../../collector/benches/support/counting.rs"]
@@ -21,7 +20,7 @@ static ALLOCATOR: Counting = Counting;
 
 #[path = "support/frame.rs"]
 mod frame;
-use frame::frame;
+use frame::{frame, open_and_draw};
 
 const GPUS: u32 = 8;
 /// Used and reserved per GPU, and host memory.
@@ -69,18 +68,7 @@ fn main() {
     let recording_held = LIVE.load(Ordering::Relaxed) - before;
     drop(recording);
     let start = Instant::now();
-    let run = match Run::from_bytes("week.msgpack", &bytes) {
-        Ok(run) => run,
-        Err(err) => {
-            eprintln!("{err}");
-            std::process::exit(1);
-        }
-    };
-    let opened = start.elapsed();
-    let mut app = TidemarkApp::empty();
-    let ctx = egui::Context::default();
-    app.add_run("week.msgpack", run);
-    let first = frame(&ctx, &mut app);
+    let (mut app, ctx, opened, first) = open_and_draw("week.msgpack", &bytes);
     let total = start.elapsed();
     let held = LIVE.load(Ordering::Relaxed) - before;
     let peak = PEAK.load(Ordering::Relaxed) - before;

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tidemark_app::TidemarkApp;
+use tidemark_app::{Run, TidemarkApp};
 
 /// Runs one frame and says how long it took.
 pub fn frame(ctx: &egui::Context, app: &mut TidemarkApp) -> Duration {
@@ -19,4 +19,24 @@ pub fn frame(ctx: &egui::Context, app: &mut TidemarkApp) -> Duration {
     let primitives = ctx.tessellate(output.shapes, output.pixels_per_point);
     std::hint::black_box(primitives);
     start.elapsed()
+}
+
+/// Opens `bytes` as the viewer does (read, analysis, views) and draws the first frame: the app,
+/// its context, the time to open and the first frame's. Exits with the error if it cannot open.
+#[allow(dead_code)] // not every bench opens a file this way
+pub fn open_and_draw(name: &str, bytes: &[u8]) -> (TidemarkApp, egui::Context, Duration, Duration) {
+    let start = Instant::now();
+    let run = match Run::from_bytes(name, bytes) {
+        Ok(run) => run,
+        Err(err) => {
+            eprintln!("{err}");
+            std::process::exit(1);
+        }
+    };
+    let opened = start.elapsed();
+    let mut app = TidemarkApp::empty();
+    let ctx = egui::Context::default();
+    app.add_run(name, run);
+    let first = frame(&ctx, &mut app);
+    (app, ctx, opened, first)
 }
