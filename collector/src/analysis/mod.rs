@@ -627,6 +627,14 @@ fn analyze_one(recording: &Recording) -> Analysis {
     analysis.occurrences = occurrences;
     analysis.step_starts = step_starts;
     analysis.retained = retained;
+    // Kept while the run is shown: a week of steps is millions of entries, each vector's
+    // reserve for growth given back.
+    analysis.occurrences.shrink_to_fit();
+    analysis.step_starts.shrink_to_fit();
+    analysis.retained.shrink_to_fit();
+    analysis.step_series.steps.shrink_to_fit();
+    analysis.step_series.times_ns.shrink_to_fit();
+    analysis.step_series.values.shrink_to_fit();
     analysis
 }
 
