@@ -104,10 +104,11 @@ impl SnapshotReader {
             return Ok(());
         };
         let mut machine = parked.over(&self.waiting, self.base, more);
-        let ran = machine.run_window();
+        // After an error the machine is gone: the reader is done (`finish` says so).
+        let ran = machine.run_window()?;
         let read = machine.read_to();
         self.machine = Some(machine.over(&[], 0, false));
-        match ran? {
+        match ran {
             Some(top) => {
                 self.top = Some(top);
                 self.base += read as u64;

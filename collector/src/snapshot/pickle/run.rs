@@ -543,7 +543,6 @@ impl Machine<'_> {
     }
 }
 
-/// `module.name` of a GLOBAL or INST.
 /// Appends `item` to a list: a list of trace entries in order stays a run of them.
 #[inline]
 fn append(list: &mut Obj, item: Value) {
@@ -566,6 +565,7 @@ fn append(list: &mut Obj, item: Value) {
     }
 }
 
+/// `module.name` of a GLOBAL or INST.
 fn global_name(module: &[u8], name: &[u8]) -> String {
     format!(
         "{}.{}",
