@@ -2,8 +2,9 @@
 //!
 //! It runs the pickle machine (protocols 2–5, and the binary opcodes of 0–1 that those emit) over
 //! bytes in memory, whole or window by window as they arrive ([`Machine::over`]), with no
-//! recursion: lists, tuples and dicts live in an arena and the stack holds 16-byte values. It knows the snapshot's shapes: a dict `{name, filename, line}` becomes an
-//! interned frame the moment it is complete, a trace entry (a dict with `action`) becomes a compact
+//! recursion: lists, tuples and dicts live in an arena and the stack holds 16-byte values. It
+//! knows the snapshot's shapes: a dict `{name, filename, line}` becomes an interned frame the
+//! moment it is complete, a trace entry (a dict with `action`) becomes a compact
 //! [`TraceEntry`] with an interned stack, and the arena slots they used are reused. So memory grows
 //! with the number of trace entries (tens of bytes each), not with the size of the object tree,
 //! and shared frames (pickled once, then referenced from the memo) cost nothing more.
