@@ -63,6 +63,10 @@ pub async fn fetch(url: &str) -> Result<crate::Run, String> {
         crate::TabFile::Recording
     };
     if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, kind)) {
+        // Not downloaded: the browser stops fetching it.
+        if let Some(body) = response.body() {
+            let _ = body.cancel();
+        }
         return Err(why);
     }
     let mut arriving = crate::Arriving::new(url);
