@@ -36,6 +36,17 @@ pub struct Series {
 }
 
 impl Series {
+    /// Appends the samples `valid` says were measured (its own time column from here on).
+    fn push_present(&mut self, times: &[u64], values: &[u64], valid: &[bool]) {
+        let column = Arc::make_mut(&mut self.times_ns);
+        for ((&t, &v), &ok) in times.iter().zip(values).zip(valid) {
+            if ok {
+                column.push(t);
+                self.values.push(v);
+            }
+        }
+    }
+
     /// The series sorted by time: borrowed when it already is (as the collector writes it), a
     /// sorted copy otherwise.
     pub fn sorted(&self) -> std::borrow::Cow<'_, Series> {
@@ -156,15 +167,7 @@ impl Recording {
                     }
                     whole.push(index);
                 }
-                Some(valid) => {
-                    let times = Arc::make_mut(&mut series.times_ns);
-                    for ((&t, &v), ok) in times_ns.iter().zip(&values).zip(valid) {
-                        if ok {
-                            times.push(t);
-                            series.values.push(v);
-                        }
-                    }
-                }
+                Some(valid) => series.push_present(&times_ns, &values, &valid),
             }
         }
         self.extend_times(&whole, &mut times_ns);
@@ -174,30 +177,18 @@ impl Recording {
     /// time column before it (or had none yet) share one after it, extended once, not copied.
     /// (`times` may be moved into a series that had none.)
     fn extend_times(&mut self, whole: &[usize], times: &mut Vec<u64>) {
-        let mut groups: Vec<(*const Vec<u64>, Vec<usize>)> = Vec::new();
         let twice = whole
             .iter()
             .enumerate()
             .any(|(k, i)| whole[..k].contains(i));
-        if twice {
+        let groups = if twice {
             // A series twice in one chunk (a corrupt file): each column on its own.
-            groups = whole.iter().map(|&i| (std::ptr::null(), vec![i])).collect();
+            whole.iter().map(|&i| vec![i]).collect()
         } else {
-            for &index in whole {
-                let column = &self.series[index].times_ns;
-                let key = if column.is_empty() {
-                    std::ptr::null()
-                } else {
-                    Arc::as_ptr(column)
-                };
-                match groups.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, members)) => members.push(index),
-                    None => groups.push((key, vec![index])),
-                }
-            }
-        }
+            by_time_column(&self.series, whole.iter().copied())
+        };
         let last = groups.len().saturating_sub(1);
-        for (k, (_, members)) in groups.iter().enumerate() {
+        for (k, members) in groups.iter().enumerate() {
             with_shared_times(&mut self.series, members, |column| {
                 if column.is_empty() && k == last {
                     // A whole series at once (a projection, a conversion): moved, not copied.
@@ -272,13 +263,7 @@ impl Recording {
                     let valid = codec::unpack_bits(bits, times.len()).ok_or_else(|| {
                         named(format!("validity has {} bytes for {n} values", bits.len()))
                     })?;
-                    let column = Arc::make_mut(&mut series.times_ns);
-                    for ((&t, &v), ok) in times.iter().zip(&decoded).zip(valid) {
-                        if ok {
-                            column.push(t);
-                            series.values.push(v);
-                        }
-                    }
+                    series.push_present(times, &decoded, &valid);
                 }
             }
         }
@@ -305,19 +290,15 @@ impl Recording {
 
     /// Gives back memory reserved for growth (a finished recording no longer grows).
     pub fn shrink_to_fit(&mut self) {
-        let mut groups: Vec<(*const Vec<u64>, Vec<usize>)> = Vec::new();
+        let mut unique = Vec::new();
         for (index, series) in self.series.iter_mut().enumerate() {
             if let Some(series) = Arc::get_mut(series) {
                 series.values.shrink_to_fit();
-                let key = Arc::as_ptr(&series.times_ns);
-                match groups.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, members)) => members.push(index),
-                    None => groups.push((key, vec![index])),
-                }
+                unique.push(index);
             }
         }
-        for (_, members) in &groups {
-            with_shared_times(&mut self.series, members, Vec::shrink_to_fit);
+        for members in by_time_column(&self.series, unique.into_iter()) {
+            with_shared_times(&mut self.series, &members, Vec::shrink_to_fit);
         }
         self.allocator.shrink_to_fit();
         self.phases.shrink_to_fit();
@@ -357,6 +338,24 @@ impl Recording {
             .chain(self.end.as_ref().map(|e| e.t_ns));
         last_sample.chain(last_event).max().unwrap_or(0)
     }
+}
+
+/// The series `indices` grouped by the time column they hold (those with none yet together).
+fn by_time_column(series: &[Arc<Series>], indices: impl Iterator<Item = usize>) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(*const Vec<u64>, Vec<usize>)> = Vec::new();
+    for index in indices {
+        let column = &series[index].times_ns;
+        let key = if column.is_empty() {
+            std::ptr::null()
+        } else {
+            Arc::as_ptr(column)
+        };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(index),
+            None => groups.push((key, vec![index])),
+        }
+    }
+    groups.into_iter().map(|(_, members)| members).collect()
 }
 
 /// Runs `f` on the time column the series `members` share (one series, or several that hold

@@ -72,11 +72,6 @@ impl SnapshotReader {
         Ok(())
     }
 
-    /// Bytes of the pickle read so far (pushed, and read by the parser).
-    pub fn read_bytes(&self) -> u64 {
-        self.base
-    }
-
     /// The snapshot, once every part has been pushed.
     pub fn finish(mut self) -> Result<Snapshot, SnapshotError> {
         if self.top.is_none() {
