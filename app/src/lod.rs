@@ -5,6 +5,8 @@
 //! sawtooth of the caching allocator survives at every zoom level and the points drawn per frame
 //! are bounded by the plot's width, not by the recording's length.
 
+use collector::recording::Values;
+
 /// How many samples (or buckets of the level below) one bucket covers.
 const FANOUT: usize = 8;
 
@@ -16,10 +18,54 @@ const FANOUT: usize = 8;
 /// the whole series and missing the cache at every step.
 #[derive(Clone, Debug, Default)]
 pub struct Levels {
-    /// `levels[k]` holds the buckets of level `k + 1` as `(min, max)`.
-    levels: Vec<Vec<(u64, u64)>>,
+    /// `levels[k]` holds the buckets of level `k + 1`.
+    levels: Vec<Buckets>,
     /// `index[j]` is the time of sample `j * INDEX_STRIDE`.
     index: Vec<u64>,
+}
+
+/// The buckets of one level: each bucket's minimum and maximum, one after the other, held as
+/// compactly as the samples are (in their page unit: 1 byte per sample at level 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Buckets(Values);
+
+impl Buckets {
+    fn len(&self) -> usize {
+        self.0.len() / 2
+    }
+
+    #[inline]
+    fn get(&self, b: usize) -> (u64, u64) {
+        (self.0.at(2 * b), self.0.at(2 * b + 1))
+    }
+
+    /// Keeps the first `n` buckets.
+    fn truncate(&mut self, n: usize) {
+        self.0.truncate(2 * n);
+    }
+
+    fn extend(&mut self, buckets: impl Iterator<Item = (u64, u64)>) {
+        self.0.extend(buckets.flat_map(|(min, max)| [min, max]));
+    }
+
+    /// The buckets above these: each over `FANOUT` of them, from bucket `from` (of the level
+    /// above) on.
+    fn above(&self, from: usize) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (from * FANOUT..self.len()).step_by(FANOUT).map(|b| {
+            (b..(b + FANOUT).min(self.len()))
+                .map(|j| self.get(j))
+                .fold((u64::MAX, 0), |(lo, hi), (l, h)| (lo.min(l), hi.max(h)))
+        })
+    }
+}
+
+/// The buckets of level 1 over `values`, from bucket `from` on.
+fn first_level(values: &Values, from: usize) -> impl Iterator<Item = (u64, u64)> + '_ {
+    (from * FANOUT..values.len()).step_by(FANOUT).map(|i| {
+        values
+            .range(i..(i + FANOUT).min(values.len()))
+            .fold((u64::MAX, 0), |(lo, hi), v| (lo.min(v), hi.max(v)))
+    })
 }
 
 /// Samples per entry of the time index.
@@ -27,69 +73,41 @@ const INDEX_STRIDE: usize = 64;
 
 impl Levels {
     /// Builds the levels over `values` and the index over `times` (not decreasing, one per
-    /// value): about 2.4 bytes per sample.
-    pub fn new(times: &[u64], values: &[u64]) -> Self {
-        let mut levels: Vec<Vec<(u64, u64)>> = Vec::new();
-        let first: Vec<(u64, u64)> = values
-            .chunks(FANOUT)
-            .map(|c| {
-                c.iter()
-                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
-            })
-            .collect();
-        if values.len() > FANOUT {
-            levels.push(first);
-        }
-        while let Some(last) = levels.last().filter(|l| l.len() > FANOUT) {
-            let next = last
-                .chunks(FANOUT)
-                .map(|c| {
-                    c.iter()
-                        .fold((u64::MAX, 0), |(lo, hi), &(l, h)| (lo.min(l), hi.max(h)))
-                })
-                .collect();
-            levels.push(next);
-        }
-        let index = times.iter().step_by(INDEX_STRIDE).copied().collect();
-        Self { levels, index }
+    /// value): about 1.3 bytes per sample for values in pages.
+    pub fn new(times: &[u64], values: &Values) -> Self {
+        let mut levels = Self::default();
+        levels.extend(times, values, 0);
+        levels
     }
 
     /// The levels over `values` that grew from `from` samples (the length the levels were
     /// built or last extended over) by appending: the last, partial bucket of every level is
     /// recomputed and the new ones appended, so following a growing file costs what arrived,
     /// not the whole series. The same as [`Levels::new`] over the whole.
-    pub fn extend(&mut self, times: &[u64], values: &[u64], from: usize) {
-        let fold = |c: &[(u64, u64)]| {
-            c.iter()
-                .fold((u64::MAX, 0), |(lo, hi), &(l, h)| (lo.min(l), hi.max(h)))
-        };
+    pub fn extend(&mut self, times: &[u64], values: &Values, from: usize) {
         // Level 1 from the samples, from the bucket that held sample `from` on.
         let mut start = from.min(values.len()) / FANOUT;
         if values.len() > FANOUT {
             if self.levels.is_empty() {
-                self.levels.push(Vec::new());
+                self.levels.push(Buckets::default());
                 start = 0;
             }
             let first = &mut self.levels[0];
             first.truncate(start);
-            first.extend(values[start * FANOUT..].chunks(FANOUT).map(|c| {
-                c.iter()
-                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)))
-            }));
+            first.extend(first_level(values, start));
         }
         // Each level above from the one below, again from the bucket that changed.
         let mut k = 1;
         while self.levels[..].get(k - 1).is_some_and(|l| l.len() > FANOUT) {
             start /= FANOUT;
             if self.levels.len() == k {
-                self.levels.push(Vec::new());
+                self.levels.push(Buckets::default());
                 start = 0;
             }
             let (below, above) = self.levels.split_at_mut(k);
-            let below = &below[k - 1];
             let level = &mut above[0];
             level.truncate(start);
-            level.extend(below[start * FANOUT..].chunks(FANOUT).map(fold));
+            level.extend(below[k - 1].above(start));
             k += 1;
         }
         let kept = from.min(times.len()).div_ceil(INDEX_STRIDE);
@@ -112,7 +130,7 @@ impl Levels {
 
     /// The minimum and maximum of `values[lo..hi]` (`values` being the slice the levels were
     /// built over); `None` for an empty range.
-    pub fn min_max(&self, values: &[u64], lo: usize, hi: usize) -> Option<(u64, u64)> {
+    pub fn min_max(&self, values: &Values, lo: usize, hi: usize) -> Option<(u64, u64)> {
         let hi = hi.min(values.len());
         if lo >= hi {
             return None;
@@ -126,8 +144,8 @@ impl Levels {
         let mut level = 0;
         while lo < hi {
             let get = |i: usize| match level {
-                0 => (values[i], values[i]),
-                k => self.levels[k - 1][i],
+                0 => (values.at(i), values.at(i)),
+                k => self.levels[k - 1].get(i),
             };
             if level == self.levels.len() {
                 (lo..hi).for_each(|i| take(get(i)));
@@ -155,7 +173,7 @@ pub struct LodSeries<'a> {
     /// Sample times, nanoseconds after the start, not decreasing.
     pub times_ns: &'a [u64],
     /// Values, one per time.
-    pub values: &'a [u64],
+    pub values: &'a Values,
     /// Levels built over `values`.
     pub levels: &'a Levels,
 }
@@ -164,7 +182,7 @@ impl LodSeries<'_> {
     /// The value at `t_ns`: the last sample at or before it.
     pub fn value_at(&self, t_ns: u64) -> Option<u64> {
         let i = self.times_ns.partition_point(|&t| t <= t_ns);
-        i.checked_sub(1).map(|i| self.values[i])
+        i.checked_sub(1).map(|i| self.values.at(i))
     }
 
     /// The points to draw between `t0` and `t1` (nanoseconds) on a plot `columns` pixels wide,
@@ -180,10 +198,12 @@ impl LodSeries<'_> {
         }
         let columns = columns.max(1);
         if end - start <= 4 * columns {
-            return (start..end).map(|i| (times[i], self.values[i])).collect();
+            return (start..end)
+                .map(|i| (times[i], self.values.at(i)))
+                .collect();
         }
         let mut out = Vec::with_capacity(2 * columns + 2);
-        out.push((times[start], self.values[start]));
+        out.push((times[start], self.values.at(start)));
         let span = t1.saturating_sub(t0).max(1) as u128;
         // Many samples per column: walk the coarsest level whose buckets are at most half a
         // column wide, in order (each bucket to the column its first sample falls in). Every
@@ -205,12 +225,8 @@ impl LodSeries<'_> {
                 }
             };
             let last = (end - 1).div_ceil(size).min(buckets.len());
-            for (b, &(min, max)) in buckets
-                .iter()
-                .enumerate()
-                .take(last)
-                .skip((start + 1) / size)
-            {
+            for b in (start + 1) / size..last {
+                let (min, max) = buckets.get(b);
                 let t = times[b * size];
                 let c = ((t.saturating_sub(t0) as u128 * columns as u128) / span)
                     .min(columns as u128 - 1) as usize;
@@ -226,7 +242,7 @@ impl LodSeries<'_> {
             if let Some(done) = column {
                 flush(&mut out, done);
             }
-            out.push((times[end - 1], self.values[end - 1]));
+            out.push((times[end - 1], self.values.at(end - 1)));
             return out;
         }
         let mut lo = start + 1;
@@ -242,7 +258,7 @@ impl LodSeries<'_> {
             }
             lo = hi;
         }
-        out.push((times[end - 1], self.values[end - 1]));
+        out.push((times[end - 1], self.values.at(end - 1)));
         out
     }
 }
@@ -270,23 +286,28 @@ mod tests {
 
     #[test]
     fn min_max_matches_a_scan_for_every_range() {
-        let values = noise(700, 12345);
-        let times: Vec<u64> = (0..values.len() as u64).collect();
-        let levels = Levels::new(&times, &values);
-        for t in 0..702 {
-            assert_eq!(
-                levels.find(&times, t),
-                times.partition_point(|&x| x < t),
-                "{t}"
-            );
-        }
-        for lo in (0..700).step_by(7) {
-            for hi in lo..=700 {
+        // Values held in 32 bits, and values too large for that.
+        for scale in [1, (1 << 40) + 1] {
+            let values: Vec<u64> = noise(700, 12345).iter().map(|v| v * scale).collect();
+            let column = Values::from(values.clone());
+            assert_eq!(column.is_narrow(), scale == 1);
+            let times: Vec<u64> = (0..values.len() as u64).collect();
+            let levels = Levels::new(&times, &column);
+            for t in 0..702 {
                 assert_eq!(
-                    levels.min_max(&values, lo, hi),
-                    brute(&values, lo, hi),
-                    "{lo}..{hi}"
+                    levels.find(&times, t),
+                    times.partition_point(|&x| x < t),
+                    "{t}"
                 );
+            }
+            for lo in (0..700).step_by(7) {
+                for hi in lo..=700 {
+                    assert_eq!(
+                        levels.min_max(&column, lo, hi),
+                        brute(&values, lo, hi),
+                        "{lo}..{hi}"
+                    );
+                }
             }
         }
     }
@@ -297,13 +318,13 @@ mod tests {
         let times: Vec<u64> = (0..values.len() as u64).map(|t| t * 3).collect();
         // Grown in steps of every size: one sample, a bucket, across levels, from nothing.
         for step in [1, 7, 8, 9, 63, 64, 65, 600, 4999] {
-            let mut levels = Levels::new(&times[..0], &values[..0]);
+            let mut levels = Levels::new(&times[..0], &Values::new());
             let mut len = 0;
             while len < values.len() {
                 let next = (len + step).min(values.len());
-                levels.extend(&times[..next], &values[..next], len);
+                levels.extend(&times[..next], &Values::from(&values[..next]), len);
                 len = next;
-                let whole = Levels::new(&times[..len], &values[..len]);
+                let whole = Levels::new(&times[..len], &Values::from(&values[..len]));
                 assert_eq!(levels.levels, whole.levels, "step {step}, at {len}");
                 assert_eq!(levels.index, whole.index, "step {step}, at {len}");
             }
@@ -315,7 +336,7 @@ mod tests {
         // A 1 GiB sawtooth of period 1000 samples, 1 ms apart, over 2 million samples.
         let n = 2_000_000u64;
         let times: Vec<u64> = (0..n).map(|i| i * 1_000_000).collect();
-        let values: Vec<u64> = (0..n).map(|i| (i % 1000) << 20).collect();
+        let values: Values = (0..n).map(|i| (i % 1000) << 20).collect();
         let levels = Levels::new(&times, &values);
         let series = LodSeries {
             times_ns: &times,
@@ -340,14 +361,14 @@ mod tests {
         let levels = Levels::default();
         let series = LodSeries {
             times_ns: &[],
-            values: &[],
+            values: &Values::new(),
             levels: &levels,
         };
         assert!(series.visible(0, 10, 100).is_empty());
         assert_eq!(series.value_at(5), None);
         let series = LodSeries {
             times_ns: &[5],
-            values: &[7],
+            values: &Values::from(vec![7]),
             levels: &levels,
         };
         assert_eq!(series.visible(0, 10, 100), vec![(5, 7)]);

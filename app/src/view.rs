@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use collector::analysis::{Analysis, Basis, Occurrence};
-use collector::recording::{AllocatorSample, Phase, Recording, SeriesKind};
+use collector::recording::{AllocatorSample, Phase, Recording, SeriesKind, Values};
 
 use crate::lod::{Levels, LodSeries};
 
@@ -54,7 +54,7 @@ enum Source {
     Owned {
         /// Shared by the curves sampled at the same times (allocated, reserved and peak).
         times_ns: std::sync::Arc<Vec<u64>>,
-        values: Vec<u64>,
+        values: Values,
     },
 }
 
@@ -91,9 +91,9 @@ impl Trace {
         let (times_ns, values) = match &self.source {
             Source::Series(i) => (
                 &recording.series[*i].times_ns[..],
-                &recording.series[*i].values[..],
+                &recording.series[*i].values,
             ),
-            Source::Owned { times_ns, values } => (&times_ns[..], &values[..]),
+            Source::Owned { times_ns, values } => (&times_ns[..], values),
         };
         LodSeries {
             times_ns,
@@ -529,6 +529,7 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
             }
             (rank, times_ns, values)
         })
+        .map(|(rank, times_ns, values)| (rank, times_ns, Values::from(values)))
         .map(|(rank, times_ns, values)| Trace {
             kind: TraceKind::Host,
             device: None,
@@ -581,7 +582,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
             (TraceKind::Reserved, |s| s.reserved),
             (TraceKind::Peak, |s| s.peak),
         ] {
-            let values: Vec<u64> = indices
+            let values: Values = indices
                 .iter()
                 .map(|&i| pick(&recording.allocator[i]))
                 .collect();

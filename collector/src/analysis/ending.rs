@@ -262,7 +262,7 @@ fn others_from_nvml(recording: &Recording, device: Option<u32>, t_ns: u64) -> Op
     let device = device?;
     let at = |s: &crate::recording::Series| {
         let i = s.times_ns.partition_point(|&t| t <= t_ns).checked_sub(1)?;
-        s.values.get(i).copied()
+        s.values.get(i)
     };
     let used = recording
         .series(&crate::recording::SeriesKey::device(

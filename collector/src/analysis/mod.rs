@@ -448,11 +448,7 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
 /// The value of a sorted series at `t`: the first sample at or after it, else the last.
 pub(crate) fn value_at(series: &Series, t_ns: u64) -> Option<u64> {
     let i = series.times_ns.partition_point(|&s| s < t_ns);
-    series
-        .values
-        .get(i)
-        .or_else(|| series.values.last())
-        .copied()
+    series.values.get(i).or_else(|| series.values.last())
 }
 
 /// Diagnoses a recording: each rank on its own when it holds several, then how the job ended.
@@ -675,7 +671,7 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
     let heap = series_of(|e| e.host_heap, 50);
     let heap_read = heap.as_ref().map_or(0, |h| h.values.len());
     let growth = |s: &Series| match (s.values.first(), s.values.last()) {
-        (Some(&a), Some(&b)) => b as f64 - a as f64,
+        (Some(a), Some(b)) => b as f64 - a as f64,
         _ => 0.0,
     };
     match (heap, rss) {
@@ -728,10 +724,11 @@ fn windows(series: &Series) -> StepSeries {
     let mut out = StepSeries::default();
     for w in 0..count {
         let range = w * n / count..((w + 1) * n / count).max(w * n / count + 1).min(n);
-        let Some((i, &value)) = series.values[range.clone()]
-            .iter()
+        let Some((i, value)) = series
+            .values
+            .range(range.clone())
             .enumerate()
-            .min_by_key(|(_, v)| **v)
+            .min_by_key(|&(_, v)| v)
         else {
             continue;
         };

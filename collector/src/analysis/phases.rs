@@ -384,7 +384,7 @@ fn levels(
         // (the next edge's reading would move its change to the next phase).
         let exact = |t: u64| {
             let i = series.times_ns.partition_point(|&x| x < t);
-            (series.times_ns.get(i) == Some(&t)).then(|| series.values[i])
+            (series.times_ns.get(i) == Some(&t)).then(|| series.values.at(i))
         };
         (exact(o.begin_ns)? as f64, exact(o.end_ns)? as f64)
     } else {
@@ -395,9 +395,9 @@ fn levels(
     };
     let lo = series.times_ns.partition_point(|&t| t < o.begin_ns);
     let hi = series.times_ns.partition_point(|&t| t <= o.end_ns);
-    let peak = series.values[lo.min(hi)..hi]
-        .iter()
-        .copied()
+    let peak = series
+        .values
+        .range(lo.min(hi)..hi)
         .max()
         .map_or(end, |p| (p as f64).max(end));
     Some(Levels { begin, end, peak })

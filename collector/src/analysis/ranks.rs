@@ -163,7 +163,7 @@ pub(super) fn summary(rank: u32, pid: u32, analysis: &Analysis) -> RankSummary {
         basis: analysis.basis,
         headline,
         problem,
-        baseline_bytes: median_u64(&analysis.step_series.values),
+        baseline_bytes: median_u64(analysis.step_series.values.iter().copied()),
         growth_per_step_bytes: analysis.trend.as_ref().map(|t| t.slope_per_step),
         step_series: analysis.step_series.clone(),
     }
@@ -240,7 +240,7 @@ fn contexts_elsewhere(recording: &Recording, ranks: &[(RankSummary, Analysis)]) 
         if home == device {
             continue;
         }
-        let bytes = median_u64(&series.values).unwrap_or(0);
+        let bytes = median_u64(series.values.iter()).unwrap_or(0);
         if bytes == 0 {
             continue;
         }
@@ -291,7 +291,7 @@ fn imbalance(ranks: &[(RankSummary, Analysis)]) -> Option<Finding> {
         .filter(|(r, _, _)| *r != rank)
         .map(|(_, b, _)| *b)
         .collect();
-    let rest = median_u64(&others)?;
+    let rest = median_u64(others.iter().copied())?;
     let excess = top.saturating_sub(rest) as f64;
     if excess < (64.0 * MIB).max(0.25 * rest as f64) {
         return None;

@@ -50,8 +50,14 @@ pub(super) fn judge(
     // A plateau after warm-up: the last third sits no higher than the middle third, where a
     // sustained leak puts it a third of the run's growth higher.
     let third = n / 3;
-    let middle = median_u64(&analysis.step_series.values[third..2 * third]).unwrap_or(0) as f64;
-    let last = median_u64(&analysis.step_series.values[n - third..]).unwrap_or(0) as f64;
+    let middle = median_u64(
+        analysis.step_series.values[third..2 * third]
+            .iter()
+            .copied(),
+    )
+    .unwrap_or(0) as f64;
+    let last =
+        median_u64(analysis.step_series.values[n - third..].iter().copied()).unwrap_or(0) as f64;
     if let Some(t) = &trend {
         // Host memory settles for a while in a Python process (arenas, buffers, caches): there
         // a leak must also grow by a tenth of where it started; allocated bytes are exact.
@@ -314,7 +320,7 @@ fn cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis) {
 
 /// Without allocator numbers: a series that rises within steps and falls back is the cache.
 fn sawtooth(series: &Series, analysis: &mut Analysis) {
-    let (Some(&min), Some(&max)) = (series.values.iter().min(), series.values.iter().max()) else {
+    let (Some(min), Some(max)) = (series.values.iter().min(), series.values.iter().max()) else {
         return;
     };
     let swing = (max - min) as f64;
@@ -430,9 +436,9 @@ fn projection(
 }
 
 /// The median, estimated from at most 100,000 evenly spaced values.
-pub(super) fn median_u64(values: &[u64]) -> Option<u64> {
+pub(super) fn median_u64(values: impl ExactSizeIterator<Item = u64>) -> Option<u64> {
     let stride = values.len().div_ceil(100_000).max(1);
-    let mut picked: Vec<u64> = values.iter().step_by(stride).copied().collect();
+    let mut picked: Vec<u64> = values.step_by(stride).collect();
     if picked.is_empty() {
         return None;
     }
@@ -471,11 +477,11 @@ fn device_use(recording: &Recording) -> Vec<DeviceUse> {
         out.push(DeviceUse {
             index: device.index,
             total_bytes: device.total_bytes,
-            peak: used.values.iter().copied().max().unwrap_or(0),
-            used_median: median_u64(&used.values).unwrap_or(0) as f64,
+            peak: used.values.iter().max().unwrap_or(0),
+            used_median: median_u64(used.values.iter()).unwrap_or(0) as f64,
             own_total: (!own.is_empty()).then(|| {
                 own.iter()
-                    .map(|s| median_u64(&s.values).unwrap_or(0) as f64)
+                    .map(|s| median_u64(s.values.iter()).unwrap_or(0) as f64)
                     .sum()
             }),
         });

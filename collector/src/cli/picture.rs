@@ -13,7 +13,7 @@ use std::path::Path;
 use collector::analysis::{Analysis, Basis, headline};
 use collector::format::{format_bytes, format_seconds};
 use collector::palette::{self, Rgb};
-use collector::recording::{Recording, SeriesKind};
+use collector::recording::{Recording, SeriesKind, Values};
 use collector::snapshot::{Snapshot, SnapshotVerdict, SuspectMarks};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -38,7 +38,7 @@ struct Curve {
 
 /// One minimum and one maximum per column, in time order: never more points than pixels, and
 /// every spike kept.
-fn decimate(times_ns: &[u64], values: &[u64], t_end_ns: u64) -> Vec<(f64, f64)> {
+fn decimate(times_ns: &[u64], values: &Values, t_end_ns: u64) -> Vec<(f64, f64)> {
     let span = t_end_ns.max(1) as f64;
     let mut out = Vec::new();
     let mut i = 0;
@@ -49,16 +49,16 @@ fn decimate(times_ns: &[u64], values: &[u64], t_end_ns: u64) -> Vec<(f64, f64)> 
         while j < times_ns.len()
             && ((times_ns[j] as f64 / span) * COLUMNS as f64) as usize == column
         {
-            if values[j] < values[lo] {
+            if values.at(j) < values.at(lo) {
                 lo = j;
             }
-            if values[j] > values[hi] {
+            if values.at(j) > values.at(hi) {
                 hi = j;
             }
             j += 1;
         }
         for k in if lo <= hi { [lo, hi] } else { [hi, lo] } {
-            out.push((times_ns[k] as f64 / 1e9, values[k] as f64));
+            out.push((times_ns[k] as f64 / 1e9, values.at(k) as f64));
             if lo == hi {
                 break;
             }
@@ -88,8 +88,8 @@ fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve>
         }
         readings.sort_by_key(|a| a.t_ns);
         let times: Vec<u64> = readings.iter().map(|a| a.t_ns).collect();
-        let allocated: Vec<u64> = readings.iter().map(|a| a.allocated).collect();
-        let reserved: Vec<u64> = readings.iter().map(|a| a.reserved).collect();
+        let allocated: Values = readings.iter().map(|a| a.allocated).collect();
+        let reserved: Values = readings.iter().map(|a| a.reserved).collect();
         out.push(Curve {
             label: "reserved",
             rgb: palette::RESERVED,

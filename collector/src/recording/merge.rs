@@ -125,7 +125,7 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
                 times_ns: series.times_ns.iter().map(|t| t + offset).collect(),
                 columns: vec![Column {
                     series: key,
-                    values: series.values.clone(),
+                    values: series.values.to_vec(),
                     valid: None,
                 }],
             }));

@@ -8,6 +8,7 @@ pub mod codec;
 mod merge;
 mod model;
 mod read;
+mod values;
 pub mod wire;
 mod write;
 
@@ -21,6 +22,7 @@ pub use model::{
     SeriesKey, SeriesKind, SnapshotFile,
 };
 pub use read::{ReadError, Reader};
+pub use values::Values;
 pub use write::Writer;
 
 /// One sampled series, all of it: the times at which it was measured and what it was.
@@ -32,19 +34,21 @@ pub struct Series {
     /// instants (every device's memory is read at once): one column for all of them.
     pub times_ns: Arc<Vec<u64>>,
     /// The values, bytes. Unavailable samples are left out, never stored as zero.
-    pub values: Vec<u64>,
+    pub values: Values,
 }
 
 impl Series {
     /// Appends the samples `valid` says were measured (its own time column from here on).
     fn push_present(&mut self, times: &[u64], values: &[u64], valid: &[bool]) {
         let column = Arc::make_mut(&mut self.times_ns);
+        let mut present = Vec::with_capacity(values.len());
         for ((&t, &v), &ok) in times.iter().zip(values).zip(valid) {
             if ok {
                 column.push(t);
-                self.values.push(v);
+                present.push(v);
             }
         }
+        self.values.extend_from_slice(&present);
     }
 
     /// The series sorted by time: borrowed when it already is (as the collector writes it), a
@@ -57,14 +61,14 @@ impl Series {
             .times_ns
             .iter()
             .copied()
-            .zip(self.values.iter().copied())
+            .zip(self.values.iter())
             .collect();
         pairs.sort_by_key(|&(t, _)| t);
-        let (times_ns, values) = pairs.into_iter().unzip();
+        let (times_ns, values): (Vec<u64>, Vec<u64>) = pairs.into_iter().unzip();
         std::borrow::Cow::Owned(Series {
             key: self.key.clone(),
             times_ns: Arc::new(times_ns),
-            values,
+            values: values.into(),
         })
     }
 }
@@ -160,11 +164,7 @@ impl Recording {
             let series = Arc::make_mut(&mut self.series[index]);
             match valid {
                 None => {
-                    if series.values.is_empty() {
-                        series.values = values;
-                    } else {
-                        series.values.extend_from_slice(&values);
-                    }
+                    series.values.extend_from_slice(&values);
                     whole.push(index);
                 }
                 Some(valid) => series.push_present(&times_ns, &values, &valid),
@@ -209,7 +209,7 @@ impl Recording {
                 self.series.push(Arc::new(Series {
                     key: key.clone(),
                     times_ns: Arc::default(),
-                    values: Vec::new(),
+                    values: Values::new(),
                 }));
                 self.series.len() - 1
             }
@@ -218,16 +218,19 @@ impl Recording {
 
     /// Adds a stored chunk with each column decoded straight into its series (no [`Chunk`] is
     /// built): what pushing the chunk [`wire::decode_chunk`] makes does, with the same errors.
-    /// `keys` are the series declared so far, `places` caches where each is here, `times` is a
-    /// buffer kept between chunks. After an error the recording holds part of the chunk (the
-    /// reader of whole files then gives up on it).
+    /// `keys` are the series declared so far; `buffers` are kept between chunks. After an error
+    /// the recording holds part of the chunk (the reader of whole files then gives up on it).
     pub(crate) fn push_wire_chunk(
         &mut self,
         wire: &wire::WireChunk<'_>,
         keys: &[SeriesKey],
-        places: &mut Vec<Option<usize>>,
-        times: &mut Vec<u64>,
+        buffers: &mut ChunkBuffers,
     ) -> Result<(), String> {
+        let ChunkBuffers {
+            places,
+            times,
+            values: decoded,
+        } = buffers;
         let n = wire.n;
         times.clear();
         wire.t
@@ -253,9 +256,11 @@ impl Recording {
             let series = Arc::make_mut(&mut self.series[place]);
             match valid {
                 None => {
+                    decoded.clear();
                     values
-                        .decode_into(n, &mut series.values)
+                        .decode_into(n, decoded)
                         .map_err(|err| named(err.to_string()))?;
+                    series.values.extend_from_slice(decoded);
                     whole.push(place);
                 }
                 Some(bits) => {
@@ -278,7 +283,7 @@ impl Recording {
             Some(&i) => {
                 let into = Arc::make_mut(&mut self.series[i]);
                 Arc::make_mut(&mut into.times_ns).extend_from_slice(&series.times_ns);
-                into.values.extend_from_slice(&series.values);
+                into.values.extend_from(&series.values);
             }
             None => {
                 self.series_index
@@ -340,6 +345,15 @@ impl Recording {
     }
 }
 
+/// What reading chunk after chunk straight into a recording keeps between them: where each
+/// declared series is in the recording, and buffers for a chunk's times and one column's values.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkBuffers {
+    places: Vec<Option<usize>>,
+    times: Vec<u64>,
+    values: Vec<u64>,
+}
+
 /// The series `indices` grouped by the time column they hold (those with none yet together).
 fn by_time_column(series: &[Arc<Series>], indices: impl Iterator<Item = usize>) -> Vec<Vec<usize>> {
     let mut groups: Vec<(*const Vec<u64>, Vec<usize>)> = Vec::new();
@@ -384,9 +398,9 @@ fn with_shared_times(series: &mut [Arc<Series>], members: &[usize], f: impl FnOn
 pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
     let mut reader = Reader::new(bytes)?;
     let mut recording = Recording::new(reader.header().clone());
-    let (mut places, mut times) = (Vec::new(), Vec::new());
+    let mut buffers = ChunkBuffers::default();
     loop {
-        match reader.read_next_into(&mut recording, &mut places, &mut times) {
+        match reader.read_next_into(&mut recording, &mut buffers) {
             Ok(true) => {}
             Ok(false) => break,
             Err(err @ ReadError::Truncated { .. }) => {
@@ -520,13 +534,16 @@ pub fn write_file(path: &std::path::Path, recording: &Recording) -> std::io::Res
         for (times, values) in series
             .times_ns
             .chunks(CHUNK)
-            .zip(series.values.chunks(CHUNK))
+            .zip((0..series.values.len()).step_by(CHUNK))
         {
             writer.write(&Record::Chunk(Chunk {
                 times_ns: times.to_vec(),
                 columns: vec![Column {
                     series: series.key.clone(),
-                    values: values.to_vec(),
+                    values: series
+                        .values
+                        .range(values..(values + CHUNK).min(series.values.len()))
+                        .collect(),
                     valid: None,
                 }],
             }))?;

@@ -242,13 +242,12 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads the next record into `recording`, a chunk's columns decoded straight into their
-    /// series (see [`Recording::push_wire_chunk`]; `places` and `times` are kept between
-    /// calls): the whole-file reader's way. `Ok(false)` at the end, as [`read_next`](Self::read_next)'s `None`.
+    /// series (see [`Recording::push_wire_chunk`]; `buffers` are kept between calls): the
+    /// whole-file reader's way. `Ok(false)` at the end, as [`read_next`](Self::read_next)'s `None`.
     pub(crate) fn read_next_into(
         &mut self,
         recording: &mut super::Recording,
-        places: &mut Vec<Option<usize>>,
-        times: &mut Vec<u64>,
+        buffers: &mut super::ChunkBuffers,
     ) -> Result<bool, ReadError> {
         if self.ended || self.offset >= self.bytes.len() {
             return Ok(false);
@@ -272,7 +271,7 @@ impl<'a> Reader<'a> {
         let wire: WireChunk<'_> =
             rmp_serde::from_slice(body).map_err(|err| corrupt(err.to_string()))?;
         recording
-            .push_wire_chunk(&wire, &self.series, places, times)
+            .push_wire_chunk(&wire, &self.series, buffers)
             .map_err(corrupt)?;
         self.offset = end;
         Ok(true)

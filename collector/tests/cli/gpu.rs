@@ -74,7 +74,7 @@ fn both(job: &Job) -> PathBuf {
 fn values(recording: &Recording, kind: SeriesKind, device: u32) -> Vec<u64> {
     recording
         .series(&SeriesKey::device(kind, device))
-        .map(|s| s.values.clone())
+        .map(|s| s.values.to_vec())
         .unwrap_or_default()
 }
 
@@ -152,7 +152,7 @@ fn two_devices_in_cuda_order_with_rates_per_process_memory_and_the_summary() {
         .find(|s| s.key.pid == Some(pid))
         .expect("the job's process on the H100");
     assert!(!job_series.values.is_empty());
-    assert!(job_series.values.iter().all(|&v| v == 768 * MIB));
+    assert!(job_series.values.iter().all(|v| v == 768 * MIB));
     assert!(
         process(0).iter().all(|s| s.values.is_empty()),
         "unsupported is unavailable, not 0: {:?}",

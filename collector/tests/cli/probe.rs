@@ -95,8 +95,8 @@ print("done")
         host.values.len()
     );
     let i = host.times_ns.partition_point(|&s| s < eval[0].t_ns);
-    let start = host.values[i.min(host.values.len() - 1)];
-    let peak = *host.values.iter().max().unwrap();
+    let start = host.values.at(i.min(host.values.len() - 1));
+    let peak = host.values.iter().max().unwrap();
     // 48 MiB kept; on a busy machine the sample after the first eval began may already hold
     // its 4 MiB, and the job may end before the last one is sampled.
     assert!(

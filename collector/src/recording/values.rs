@@ -1,0 +1,410 @@
+//! A column of `u64` held in half the memory when it can be: memory moves in pages (the caching
+//! allocator's blocks are multiples of 512 bytes, NVML reports whole pages, `/proc` counts 4 KiB
+//! pages), so every value of a series is usually a multiple of one power of two, and the
+//! quotients fit in 32 bits (`u32` × 4 KiB is 16 TiB). A column holds them so, and switches to
+//! plain `u64` for good once a value does not fit.
+
+/// A growable column of `u64`, stored as `u32` multiples of a power of two while every value is
+/// one (see the module documentation). Read it by index ([`Values::at`]) or by iterator.
+#[derive(Clone, Default)]
+pub struct Values(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// Every value is `stored << shift`. `shift` is 64 while every value is 0 (no unit yet);
+    /// `max` is the largest stored number.
+    Narrow {
+        shift: u32,
+        max: u32,
+        stored: Vec<u32>,
+    },
+    /// The values as they are.
+    Wide(Vec<u64>),
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::Narrow {
+            shift: 64,
+            max: 0,
+            stored: Vec::new(),
+        }
+    }
+}
+
+impl Values {
+    /// An empty column.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Narrow { stored, .. } => stored.len(),
+            Repr::Wide(values) => values.len(),
+        }
+    }
+
+    /// Whether it holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value at `i`. Panics when `i` is out of bounds, as indexing a slice does.
+    #[inline]
+    pub fn at(&self, i: usize) -> u64 {
+        match &self.0 {
+            Repr::Narrow { shift, stored, .. } => widen(stored[i], *shift),
+            Repr::Wide(values) => values[i],
+        }
+    }
+
+    /// The value at `i`, if there is one.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        (i < self.len()).then(|| self.at(i))
+    }
+
+    /// The first value.
+    pub fn first(&self) -> Option<u64> {
+        self.get(0)
+    }
+
+    /// The last value.
+    pub fn last(&self) -> Option<u64> {
+        self.len().checked_sub(1).map(|i| self.at(i))
+    }
+
+    /// The values in order.
+    pub fn iter(&self) -> Iter<'_> {
+        self.range(0..self.len())
+    }
+
+    /// The values of `range`, in order. Panics when it is out of bounds, as slicing does.
+    pub fn range(&self, range: std::ops::Range<usize>) -> Iter<'_> {
+        Iter(match &self.0 {
+            Repr::Narrow { shift, stored, .. } => IterRepr::Narrow(stored[range].iter(), *shift),
+            Repr::Wide(values) => IterRepr::Wide(values[range].iter()),
+        })
+    }
+
+    /// The values as a vector of `u64`.
+    pub fn to_vec(&self) -> Vec<u64> {
+        self.iter().collect()
+    }
+
+    /// Appends one value.
+    pub fn push(&mut self, value: u64) {
+        self.extend_from_slice(&[value]);
+    }
+
+    /// Appends `values`: one check of the batch, then one pass.
+    pub fn extend_from_slice(&mut self, values: &[u64]) {
+        if values.is_empty() {
+            return;
+        }
+        let (bits, top) = values
+            .iter()
+            .fold((0u64, 0u64), |(bits, top), &v| (bits | v, top.max(v)));
+        match self.narrow_for(bits, top) {
+            Some((shift, stored)) => stored.extend(values.iter().map(|&v| narrow(v, shift))),
+            None => {
+                if let Repr::Wide(wide) = &mut self.0 {
+                    wide.extend_from_slice(values);
+                }
+            }
+        }
+    }
+
+    /// Appends another column's values.
+    pub fn extend_from(&mut self, other: &Values) {
+        match &other.0 {
+            Repr::Wide(values) => self.extend_from_slice(values),
+            Repr::Narrow { shift, max, stored } => {
+                if self.is_empty() {
+                    *self = other.clone();
+                    return;
+                }
+                let top = widen(*max, *shift);
+                let bits = if *max == 0 { 0 } else { 1u64 << shift };
+                match self.narrow_for(bits, top) {
+                    Some((to, into)) => {
+                        into.extend(stored.iter().map(|&v| narrow(widen(v, *shift), to)))
+                    }
+                    None => self.extend_from_slice(&other.to_vec()),
+                }
+            }
+        }
+    }
+
+    /// Keeps the first `n` values.
+    pub fn truncate(&mut self, n: usize) {
+        match &mut self.0 {
+            // `max` stays an upper bound of what is stored.
+            Repr::Narrow { stored, .. } => stored.truncate(n),
+            Repr::Wide(values) => values.truncate(n),
+        }
+    }
+
+    /// Gives back memory reserved for growth.
+    pub fn shrink_to_fit(&mut self) {
+        match &mut self.0 {
+            Repr::Narrow { stored, .. } => stored.shrink_to_fit(),
+            Repr::Wide(values) => values.shrink_to_fit(),
+        }
+    }
+
+    /// Bytes of memory held (reserved included).
+    pub fn heap_bytes(&self) -> usize {
+        match &self.0 {
+            Repr::Narrow { stored, .. } => stored.capacity() * 4,
+            Repr::Wide(values) => values.capacity() * 8,
+        }
+    }
+
+    /// Whether it is held as `u32` multiples of a power of two.
+    pub fn is_narrow(&self) -> bool {
+        matches!(self.0, Repr::Narrow { .. })
+    }
+
+    /// Makes room for values whose bits together are `bits` and whose largest is `top`: the
+    /// stored vector and the shift to store them with while narrow (rescaled first if their unit
+    /// is finer), `None` after switching to wide when they do not fit.
+    fn narrow_for(&mut self, bits: u64, top: u64) -> Option<(u32, &mut Vec<u32>)> {
+        let fit = match &mut self.0 {
+            Repr::Wide(_) => return None,
+            Repr::Narrow { shift, max, stored } => {
+                let wanted = (*shift).min(bits.trailing_zeros());
+                let fits = |v: u64| v.checked_shr(wanted).unwrap_or(0) <= u64::from(u32::MAX);
+                // A finer unit: what is stored must still fit once rescaled.
+                let fit = fits(top) && (*max == 0 || fits(widen(*max, *shift)));
+                if fit {
+                    if *max > 0 && wanted < *shift {
+                        let by = *shift - wanted;
+                        stored.iter_mut().for_each(|v| *v <<= by);
+                        *max <<= by;
+                    }
+                    *shift = wanted;
+                    *max = (*max).max(narrow(top, wanted));
+                }
+                fit
+            }
+        };
+        if !fit {
+            self.0 = Repr::Wide(self.to_vec());
+        }
+        match &mut self.0 {
+            Repr::Narrow { shift, stored, .. } => Some((*shift, stored)),
+            Repr::Wide(_) => None,
+        }
+    }
+}
+
+// `shift` is 64 only while every value is 0.
+#[inline]
+fn widen(stored: u32, shift: u32) -> u64 {
+    u64::from(stored).checked_shl(shift).unwrap_or(0)
+}
+
+#[inline]
+fn narrow(value: u64, shift: u32) -> u32 {
+    value.checked_shr(shift).unwrap_or(0) as u32
+}
+
+impl std::fmt::Debug for Values {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Values {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Values {}
+
+impl From<Vec<u64>> for Values {
+    fn from(values: Vec<u64>) -> Self {
+        let mut column = Values::new();
+        column.extend_from_slice(&values);
+        column
+    }
+}
+
+impl From<&[u64]> for Values {
+    fn from(values: &[u64]) -> Self {
+        let mut column = Values::new();
+        column.extend_from_slice(values);
+        column
+    }
+}
+
+impl FromIterator<u64> for Values {
+    fn from_iter<I: IntoIterator<Item = u64>>(iter: I) -> Self {
+        let mut column = Values::new();
+        column.extend(iter);
+        column
+    }
+}
+
+impl Extend<u64> for Values {
+    fn extend<I: IntoIterator<Item = u64>>(&mut self, iter: I) {
+        let mut batch = [0u64; 256];
+        let mut iter = iter.into_iter();
+        loop {
+            let mut n = 0;
+            for (slot, v) in batch.iter_mut().zip(&mut iter) {
+                *slot = v;
+                n += 1;
+            }
+            self.extend_from_slice(&batch[..n]);
+            if n < batch.len() {
+                return;
+            }
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Values {
+    type Item = u64;
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+/// The values of a [`Values`], in order.
+#[derive(Clone, Debug)]
+pub struct Iter<'a>(IterRepr<'a>);
+
+#[derive(Clone, Debug)]
+enum IterRepr<'a> {
+    Narrow(std::slice::Iter<'a, u32>, u32),
+    Wide(std::slice::Iter<'a, u64>),
+}
+
+impl Iterator for Iter<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        match &mut self.0 {
+            IterRepr::Narrow(iter, shift) => iter.next().map(|&v| widen(v, *shift)),
+            IterRepr::Wide(iter) => iter.next().copied(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.len();
+        (n, Some(n))
+    }
+
+    fn nth(&mut self, n: usize) -> Option<u64> {
+        match &mut self.0 {
+            IterRepr::Narrow(iter, shift) => iter.nth(n).map(|&v| widen(v, *shift)),
+            IterRepr::Wide(iter) => iter.nth(n).copied(),
+        }
+    }
+
+    fn fold<B, F: FnMut(B, u64) -> B>(self, init: B, mut f: F) -> B {
+        match self.0 {
+            IterRepr::Narrow(iter, shift) => iter.fold(init, |acc, &v| f(acc, widen(v, shift))),
+            IterRepr::Wide(iter) => iter.fold(init, |acc, &v| f(acc, v)),
+        }
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<u64> {
+        match &mut self.0 {
+            IterRepr::Narrow(iter, shift) => iter.next_back().map(|&v| widen(v, *shift)),
+            IterRepr::Wide(iter) => iter.next_back().copied(),
+        }
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {
+    fn len(&self) -> usize {
+        match &self.0 {
+            IterRepr::Narrow(iter, _) => iter.len(),
+            IterRepr::Wide(iter) => iter.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn pages_are_held_in_four_bytes_each() {
+        let pages: Vec<u64> = (0..1000u64).map(|i| (1 << 30) + i * 4096).collect();
+        let column = Values::from(pages.clone());
+        assert!(column.is_narrow());
+        assert_eq!(column.heap_bytes(), 4000);
+        assert_eq!(column.to_vec(), pages);
+        assert_eq!(column.at(999), pages[999]);
+        assert_eq!(column.last(), pages.last().copied());
+    }
+
+    #[test]
+    fn a_finer_unit_rescales_and_a_value_too_large_widens() {
+        let mut column = Values::from(vec![0, 0, 1 << 38, 3 << 38]);
+        assert!(column.is_narrow());
+        column.push(512);
+        assert!(column.is_narrow(), "3 × 2^38 / 512 still fits in 32 bits");
+        assert_eq!(column.to_vec(), vec![0, 0, 1 << 38, 3 << 38, 512]);
+        column.push(1);
+        assert!(
+            !column.is_narrow(),
+            "3 × 2^38 in bytes does not fit in 32 bits"
+        );
+        assert_eq!(column.to_vec(), vec![0, 0, 1 << 38, 3 << 38, 512, 1]);
+        column.push(7);
+        assert_eq!(column.last(), Some(7));
+    }
+
+    #[test]
+    fn columns_appended_to_each_other_keep_their_values() {
+        let mut a = Values::from(vec![4096, 8192]);
+        a.extend_from(&Values::from(vec![1 << 20, 0]));
+        a.extend_from(&Values::from(vec![6]));
+        a.extend_from(&Values::from(vec![u64::MAX]));
+        assert_eq!(a.to_vec(), vec![4096, 8192, 1 << 20, 0, 6, u64::MAX]);
+    }
+
+    proptest! {
+        #[test]
+        fn any_values_in_any_batches_are_kept(
+            batches in proptest::collection::vec(
+                proptest::collection::vec(
+                    prop_oneof![any::<u64>(), (0u64..1 << 20).prop_map(|v| v << 12), Just(0u64)],
+                    0..20,
+                ),
+                0..8,
+            ),
+            one_by_one in any::<bool>(),
+        ) {
+            let mut column = Values::new();
+            let mut expected = Vec::new();
+            for batch in &batches {
+                if one_by_one {
+                    batch.iter().for_each(|&v| column.push(v));
+                } else {
+                    column.extend_from(&Values::from(batch.clone()));
+                }
+                expected.extend_from_slice(batch);
+            }
+            prop_assert_eq!(column.len(), expected.len());
+            prop_assert_eq!(column.to_vec(), expected.clone());
+            prop_assert_eq!(column.iter().rev().collect::<Vec<_>>(),
+                expected.iter().rev().copied().collect::<Vec<_>>());
+            for (i, &v) in expected.iter().enumerate() {
+                prop_assert_eq!(column.at(i), v);
+            }
+        }
+    }
+}
