@@ -546,10 +546,12 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
 
 /// Allocated, reserved and peak curves per process and device, from the probe's numbers.
 fn allocator_traces(recording: &Recording) -> Vec<Trace> {
+    let readings = &recording.allocator;
     let mut groups: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
-    for (i, sample) in recording.allocator.iter().enumerate() {
+    for i in 0..readings.len() {
+        let (origin, device) = readings.source(i);
         groups
-            .entry((sample.origin.pid, sample.origin.rank, sample.device))
+            .entry((origin.pid, origin.rank, device))
             .or_default()
             .push(i);
     }
@@ -561,8 +563,8 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
         > 1;
     let mut traces = Vec::new();
     for ((pid, rank, device), mut indices) in groups {
-        if !indices.is_sorted_by_key(|&i| recording.allocator[i].t_ns) {
-            indices.sort_by_key(|&i| recording.allocator[i].t_ns);
+        if !indices.is_sorted_by_key(|&i| readings.t_ns(i)) {
+            indices.sort_by_key(|&i| readings.t_ns(i));
         }
         let origin = several.then(|| match rank {
             Some(rank) => format!("rank {rank}"),
@@ -571,21 +573,21 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
         let times_ns = std::sync::Arc::new(
             indices
                 .iter()
-                .map(|&i| recording.allocator[i].t_ns)
+                .map(|&i| readings.t_ns(i))
                 .collect::<Vec<u64>>(),
         );
-        for (kind, pick) in [
-            (
-                TraceKind::Allocated,
-                (|s| s.allocated) as fn(&AllocatorSample) -> u64,
-            ),
-            (TraceKind::Reserved, |s| s.reserved),
-            (TraceKind::Peak, |s| s.peak),
+        let (mut allocated, mut reserved, mut peak) = (Values::new(), Values::new(), Values::new());
+        for block in indices.chunks(4096) {
+            let samples: Vec<AllocatorSample> = block.iter().map(|&i| readings.get(i)).collect();
+            allocated.extend(samples.iter().map(|s| s.allocated));
+            reserved.extend(samples.iter().map(|s| s.reserved));
+            peak.extend(samples.iter().map(|s| s.peak));
+        }
+        for (kind, values) in [
+            (TraceKind::Allocated, allocated),
+            (TraceKind::Reserved, reserved),
+            (TraceKind::Peak, peak),
         ] {
-            let values: Values = indices
-                .iter()
-                .map(|&i| pick(&recording.allocator[i]))
-                .collect();
             traces.push(Trace {
                 kind,
                 device: Some(device),

@@ -537,12 +537,7 @@ fn every_protocol_reads_the_same() {
     assert_eq!(recording.ooms.len(), 2);
     assert_eq!(recording.ooms[0].free_bytes, Some(5 << 20));
     // The entries come device after device; the readings are in time order, both devices'.
-    assert!(
-        recording
-            .allocator
-            .windows(2)
-            .all(|w| w[0].t_ns <= w[1].t_ns)
-    );
+    assert!(recording.allocator.times_ns().is_sorted());
     let devices: std::collections::BTreeSet<u32> =
         recording.allocator.iter().map(|r| r.device).collect();
     assert_eq!(devices.len(), 2);

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::trend::{Trend, trend};
 use super::{StepSeries, value_at};
-use crate::recording::{AllocatorSample, Edge, Phase, Recording, Series};
+use crate::recording::{AllocatorReadings, AllocatorSample, Edge, Phase, Recording, Series};
 
 /// One run of one phase, from its begin edge to its end edge, in one process.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -54,31 +54,34 @@ fn busiest<K: Copy + Ord>(keys: impl Iterator<Item = K>) -> Option<K> {
 /// The occurrences of the process that sent the most phase edges (the training process; with
 /// several ranks, the busiest one), sorted by begin time. Unmatched edges are ignored.
 pub fn occurrences(recording: &Recording) -> Vec<Occurrence> {
-    let Some(pid) = busiest(recording.phases.iter().map(|e| e.origin.pid)) else {
+    let phases = &recording.phases;
+    let Some(pid) = busiest((0..phases.len()).map(|i| phases.kind(i).origin.pid)) else {
         return Vec::new();
     };
-    let mut edges: Vec<_> = recording
-        .phases
-        .iter()
-        .filter(|e| e.origin.pid == pid)
+    let mut edges: Vec<usize> = (0..phases.len())
+        .filter(|&i| phases.kind(i).origin.pid == pid)
         .collect();
-    if !edges.windows(2).all(|w| w[0].t_ns <= w[1].t_ns) {
-        edges.sort_by_key(|e| e.t_ns);
+    if !edges
+        .windows(2)
+        .all(|w| phases.t_ns(w[0]) <= phases.t_ns(w[1]))
+    {
+        edges.sort_by_key(|&i| phases.t_ns(i));
     }
     let mut open: Vec<(&Phase, Option<u64>, u64)> = Vec::new();
     let mut out = Vec::new();
-    for edge in edges {
-        match edge.edge {
-            Edge::Begin => open.push((&edge.phase, edge.step, edge.t_ns)),
+    for i in edges {
+        let (kind, t_ns) = (phases.kind(i), phases.t_ns(i));
+        match kind.edge {
+            Edge::Begin => open.push((&kind.phase, phases.step(i), t_ns)),
             Edge::End => {
-                if let Some(i) = open.iter().rposition(|(phase, _, _)| **phase == edge.phase) {
-                    let (phase, step, begin_ns) = open.remove(i);
+                if let Some(j) = open.iter().rposition(|(phase, _, _)| **phase == kind.phase) {
+                    let (phase, step, begin_ns) = open.remove(j);
                     out.push(Occurrence {
                         phase: phase.clone(),
-                        step: step.or(edge.step),
+                        step: step.or(phases.step(i)),
                         pid,
                         begin_ns,
-                        end_ns: edge.t_ns.max(begin_ns),
+                        end_ns: t_ns.max(begin_ns),
                         piece_of: None,
                     });
                 }
@@ -207,34 +210,38 @@ pub fn step_starts(occurrences: &[Occurrence]) -> Vec<StepStart> {
 
 /// The allocator samples of the training process, looked up by the phase edge they came with.
 pub struct AllocatorIndex<'a> {
-    /// Sorted by time.
-    by_time: Vec<(u64, &'a AllocatorSample)>,
+    readings: &'a AllocatorReadings,
+    /// Their times and places, sorted by time.
+    by_time: Vec<(u64, u32)>,
     device: Option<u32>,
 }
 
 impl<'a> AllocatorIndex<'a> {
     /// Indexes the samples of the busiest (pid, device).
     pub fn new(recording: &'a Recording) -> Self {
-        let Some((pid, device)) =
-            busiest(recording.allocator.iter().map(|s| (s.origin.pid, s.device)))
-        else {
+        let readings = &recording.allocator;
+        let source = |i: usize| {
+            let (origin, device) = readings.source(i);
+            (origin.pid, device)
+        };
+        let Some(busiest) = busiest((0..readings.len()).map(source)) else {
             return Self {
+                readings,
                 by_time: Vec::new(),
                 device: None,
             };
         };
-        let mut by_time: Vec<(u64, &AllocatorSample)> = recording
-            .allocator
-            .iter()
-            .filter(|s| s.origin.pid == pid && s.device == device)
-            .map(|s| (s.t_ns, s))
+        let mut by_time: Vec<(u64, u32)> = (0..readings.len())
+            .filter(|&i| source(i) == busiest)
+            .map(|i| (readings.t_ns(i), i as u32))
             .collect();
         if !by_time.windows(2).all(|w| w[0].0 <= w[1].0) {
             by_time.sort_by_key(|&(t, _)| t);
         }
         Self {
+            readings,
             by_time,
-            device: Some(device),
+            device: Some(busiest.1),
         }
     }
 
@@ -245,7 +252,7 @@ impl<'a> AllocatorIndex<'a> {
 
     /// The sample sent with the edge at `t_ns`. Lookups mostly move forward in time: this starts
     /// at `cursor`, walks a few entries, and falls back to a binary search.
-    pub fn at_from(&self, t_ns: u64, cursor: &mut usize) -> Option<&'a AllocatorSample> {
+    pub fn at_from(&self, t_ns: u64, cursor: &mut usize) -> Option<AllocatorSample> {
         let start = (*cursor).min(self.by_time.len());
         let ahead = self.by_time[start..]
             .iter()
@@ -259,7 +266,7 @@ impl<'a> AllocatorIndex<'a> {
         self.by_time
             .get(i)
             .filter(|&&(t, _)| t == t_ns)
-            .map(|&(_, s)| s)
+            .map(|&(_, i)| self.readings.get(i as usize))
     }
 
     /// Whether most step starts have allocator numbers.
@@ -287,7 +294,7 @@ impl<'a> AllocatorIndex<'a> {
     }
 
     /// The samples behind a step series made by [`AllocatorIndex::at_steps`].
-    pub fn at_step_samples(&self, series: &StepSeries) -> Option<Vec<&'a AllocatorSample>> {
+    pub fn at_step_samples(&self, series: &StepSeries) -> Option<Vec<AllocatorSample>> {
         let mut cursor = 0;
         series
             .times_ns
@@ -306,7 +313,7 @@ impl<'a> AllocatorIndex<'a> {
             .by_time
             .iter()
             .step_by(stride)
-            .map(|(_, s)| s.reserved)
+            .map(|&(_, i)| self.readings.get(i as usize).reserved)
             .collect();
         if reserved.is_empty() {
             return None;

@@ -102,7 +102,7 @@ pub(super) fn project(
     // are theirs (copying all of them for every rank made eight ranks cost 8× the samples).
     let mut devices: Vec<u32> = allocator_at
         .iter()
-        .map(|&i| recording.allocator[i as usize].device)
+        .map(|&i| recording.allocator.device(i as usize))
         .collect();
     devices.sort_unstable();
     devices.dedup();
@@ -120,7 +120,7 @@ pub(super) fn project(
     }
     let edges: Vec<_> = phase_at
         .iter()
-        .map(|&i| recording.phases[i as usize].clone())
+        .map(|&i| recording.phases.get(i as usize))
         .collect();
     let rss: Option<Vec<u64>> = edges.iter().map(|e| e.host_rss).collect();
     if let Some(rss) = rss.filter(|v| !v.is_empty()) {
@@ -133,10 +133,10 @@ pub(super) fn project(
             }],
         }));
     }
-    one.phases = edges;
+    one.phases = edges.into();
     one.allocator = allocator_at
         .iter()
-        .map(|&i| recording.allocator[i as usize].clone())
+        .map(|&i| recording.allocator.get(i as usize))
         .collect();
     one.categories = recording
         .categories

@@ -138,15 +138,13 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
             }
         }
         let shift = |t: u64| t + offset;
-        merged
-            .phases
-            .extend(recording.phases.into_iter().map(|mut e| {
-                e.t_ns = shift(e.t_ns);
-                e
-            }));
+        merged.phases.extend(recording.phases.iter().map(|mut e| {
+            e.t_ns = shift(e.t_ns);
+            e
+        }));
         merged
             .allocator
-            .extend(recording.allocator.into_iter().map(|mut a| {
+            .extend(recording.allocator.iter().map(|mut a| {
                 a.t_ns = shift(a.t_ns);
                 a
             }));
@@ -206,8 +204,8 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
             ));
         }
     }
-    merged.phases.sort_by_key(|e| e.t_ns);
-    merged.allocator.sort_by_key(|a| a.t_ns);
+    merged.phases = std::mem::take(&mut merged.phases).sorted_by_time();
+    merged.allocator = std::mem::take(&mut merged.allocator).sorted_by_time();
     merged.ooms.sort_by_key(|o| o.t_ns);
     merged.exits.sort_by_key(|x| x.t_ns);
     Merged {

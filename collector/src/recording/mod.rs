@@ -5,6 +5,7 @@
 //! and last an end record with totals. `collector/FORMAT.md` describes it byte by byte.
 
 pub mod codec;
+mod columns;
 mod merge;
 mod model;
 mod read;
@@ -15,6 +16,7 @@ mod write;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use columns::{AllocatorReadings, EdgeKind, Iter as RecordIter, PhaseEdges, Records};
 pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
     AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
@@ -83,9 +85,9 @@ pub struct Recording {
     /// of copying millions of samples; growing one copies it only while it is shared.
     pub series: Vec<std::sync::Arc<Series>>,
     /// The allocator's numbers, as the probe sent them.
-    pub allocator: Vec<AllocatorSample>,
+    pub allocator: AllocatorReadings,
     /// Phase edges, as the probe sent them.
-    pub phases: Vec<PhaseEdge>,
+    pub phases: PhaseEdges,
     /// Out-of-memory errors.
     pub ooms: Vec<Oom>,
     /// The job's end (one per wrapped job).
@@ -113,8 +115,8 @@ impl Recording {
         Self {
             header,
             series: Vec::new(),
-            allocator: Vec::new(),
-            phases: Vec::new(),
+            allocator: AllocatorReadings::new(),
+            phases: PhaseEdges::new(),
             ooms: Vec::new(),
             exits: Vec::new(),
             drops: Vec::new(),
@@ -553,11 +555,9 @@ pub fn write_file(path: &std::path::Path, recording: &Recording) -> std::io::Res
     let mut phases = recording.phases.iter().peekable();
     loop {
         let record = match (allocator.peek(), phases.peek()) {
-            (Some(a), Some(p)) if p.t_ns <= a.t_ns => {
-                phases.next().map(|p| Record::Phase(p.clone()))
-            }
-            (Some(_), _) => allocator.next().map(|a| Record::Allocator(a.clone())),
-            (None, Some(_)) => phases.next().map(|p| Record::Phase(p.clone())),
+            (Some(a), Some(p)) if p.t_ns <= a.t_ns => phases.next().map(Record::Phase),
+            (Some(_), _) => allocator.next().map(Record::Allocator),
+            (None, Some(_)) => phases.next().map(Record::Phase),
             (None, None) => None,
         };
         let Some(record) = record else { break };

@@ -261,7 +261,7 @@ pub struct PhaseEdge {
 }
 
 /// The PyTorch caching allocator's numbers for one device, sent by the probe at phase edges.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocatorSample {
     /// Nanoseconds after the start.
     pub t_ns: u64,

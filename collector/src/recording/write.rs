@@ -46,7 +46,7 @@ impl<W: Write> Writer<W> {
         match record {
             Record::Chunk(chunk) => self.write_chunk(chunk),
             Record::Allocator(sample) => {
-                self.allocators.push(sample.clone());
+                self.allocators.push(*sample);
                 self.write_full_batches()
             }
             Record::Phase(edge) => {

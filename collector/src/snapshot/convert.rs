@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{Action, BlockState, Snapshot};
 use crate::recording::{
-    AllocatorSample, Device, Edge, Header, Note, Oom, Origin, Phase, PhaseEdge, Record, Recording,
+    AllocatorReadings, AllocatorSample, Device, Edge, Header, Note, Oom, Origin, Phase, PhaseEdge,
+    Record, Recording,
 };
 
 /// A phase of a snapshot: a `record_function` range (START to END) or a run of equal
@@ -205,7 +206,7 @@ impl Snapshot {
         }
         // Entries come device after device: the readings in time order, each device's kept.
         recording.allocator = merge_devices(std::mem::take(&mut recording.allocator));
-        recording.phases.sort_by_key(|p| p.t_ns);
+        recording.phases = std::mem::take(&mut recording.phases).sorted_by_time();
         recording.push(Record::Note(Note {
             t_ns: 0,
             text: format!(
@@ -222,12 +223,12 @@ impl Snapshot {
 
 /// Readings that come device after device, merged by time; each device's own order is kept
 /// (also where its clock stepped back), ties going to the device that came first.
-fn merge_devices(readings: Vec<AllocatorSample>) -> Vec<AllocatorSample> {
+fn merge_devices(readings: AllocatorReadings) -> AllocatorReadings {
     use std::cmp::Reverse;
     let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
-    for (i, r) in readings.iter().enumerate() {
+    for i in 0..readings.len() {
         match runs.last_mut() {
-            Some(run) if readings[run.start].device == r.device => run.end = i + 1,
+            Some(run) if readings.device(run.start) == readings.device(i) => run.end = i + 1,
             _ => runs.push(i..i + 1),
         }
     }
@@ -237,15 +238,16 @@ fn merge_devices(readings: Vec<AllocatorSample>) -> Vec<AllocatorSample> {
     let mut heads: std::collections::BinaryHeap<Reverse<(u64, usize)>> = runs
         .iter()
         .enumerate()
-        .map(|(k, run)| Reverse((readings[run.start].t_ns, k)))
+        .map(|(k, run)| Reverse((readings.t_ns(run.start), k)))
         .collect();
     let mut next: Vec<usize> = runs.iter().map(|run| run.start).collect();
-    let mut out = Vec::with_capacity(readings.len());
+    let mut out = AllocatorReadings::new();
+    out.reserve_exact(readings.len());
     while let Some(Reverse((_, k))) = heads.pop() {
-        out.push(readings[next[k]].clone());
+        out.push(readings.get(next[k]));
         next[k] += 1;
         if next[k] < runs[k].end {
-            heads.push(Reverse((readings[next[k]].t_ns, k)));
+            heads.push(Reverse((readings.t_ns(next[k]), k)));
         }
     }
     out

@@ -82,12 +82,8 @@ impl Snapshot {
             pid,
             rank: Some(rank),
         };
-        for a in &mut recording.allocator {
-            a.origin = origin;
-        }
-        for p in &mut recording.phases {
-            p.origin = origin;
-        }
+        recording.allocator.map_origins(|o| *o = origin);
+        recording.phases.map_origins(|o| *o = origin);
         for o in &mut recording.ooms {
             o.rank = Some(rank);
         }

@@ -293,12 +293,11 @@ impl SuspectMarks {
 /// Allocated bytes on `device` at the last reading at or before `t_ns` (the allocation itself).
 fn allocated_after(recording: &Recording, device: u32, t_ns: u64) -> f64 {
     let readings = &recording.allocator;
-    let end = readings.partition_point(|r| r.t_ns <= t_ns);
-    readings[..end]
-        .iter()
+    let end = readings.times_ns().partition_point(|&t| t <= t_ns);
+    (0..end)
         .rev()
-        .find(|r| r.device == device)
-        .map_or(0.0, |r| r.allocated as f64)
+        .find(|&i| readings.device(i) == device)
+        .map_or(0.0, |i| readings.allocated(i) as f64)
 }
 
 /// Live blocks grouped by allocation site, largest first.

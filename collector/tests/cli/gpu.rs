@@ -337,7 +337,7 @@ print(calls["stats"], calls["reset"])
             ),
             (n * MIB, 3 * MIB, 2, 1)
         );
-        assert_eq!(sample.t_ns, recording.phases[n as usize - 1].t_ns);
+        assert_eq!(sample.t_ns, recording.phases.t_ns(n as usize - 1));
     }
     let output = job.run(&["--keep-peaks"]);
     assert_eq!(String::from_utf8_lossy(&output.stdout), "12 0\n");

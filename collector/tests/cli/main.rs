@@ -66,10 +66,7 @@ impl Job {
 }
 
 /// Begin edges of one phase, in order.
-pub fn begins<'a>(
-    recording: &'a Recording,
-    phase: &Phase,
-) -> Vec<&'a collector::recording::PhaseEdge> {
+pub fn begins(recording: &Recording, phase: &Phase) -> Vec<collector::recording::PhaseEdge> {
     recording
         .phases
         .iter()
