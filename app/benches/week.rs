@@ -3,7 +3,7 @@
 //! 200 million samples at the default size. Measures the time to the first drawn frame (budget
 //! ≤ 4 s), the bytes held per sample (≤ 12) and the CPU per frame while panning (≤ 8 ms),
 //! natively. `cargo bench -p tidemark-app --bench week` (`WEEK_BENCH_SAMPLES`: the samples, for
-//! a smaller run).
+//! a smaller run; `WEEK_BENCH_READ_ONLY`, `WEEK_BENCH_ANALYSIS_ONLY`: only that part, to profile).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -56,6 +56,40 @@ fn main() {
             let read = collector::recording::read_recording(&bytes);
             println!("read: {:.2} s", start.elapsed().as_secs_f64());
             drop(std::hint::black_box(read));
+        }
+        return;
+    }
+    if std::env::var("WEEK_BENCH_ANALYSIS_ONLY").is_ok() {
+        // For a profile of the analysis and the curves: one read, then each three times.
+        let Ok(recording) = collector::recording::read_recording(&bytes) else {
+            unreachable!("the bench's own recording reads")
+        };
+        let samples = (instants * SERIES) as f64;
+        for _ in 0..3 {
+            let before = LIVE.load(Ordering::Relaxed);
+            PEAK.store(before, Ordering::Relaxed);
+            let start = Instant::now();
+            let analysis = collector::analysis::analyze(&recording);
+            let took = start.elapsed();
+            let (held, peak) = (
+                LIVE.load(Ordering::Relaxed) - before,
+                PEAK.load(Ordering::Relaxed) - before,
+            );
+            drop(std::hint::black_box(analysis));
+            let before = LIVE.load(Ordering::Relaxed);
+            PEAK.store(before, Ordering::Relaxed);
+            let start = Instant::now();
+            let traces = tidemark_app::view::RunView::traces(&recording);
+            println!(
+                "analysis: {:.2} s, {:.1} B per sample held, peak {:.1}; curves: {:.2} s, {:.1} B held, peak {:.1}",
+                took.as_secs_f64(),
+                held as f64 / samples,
+                peak as f64 / samples,
+                start.elapsed().as_secs_f64(),
+                (LIVE.load(Ordering::Relaxed) - before) as f64 / samples,
+                (PEAK.load(Ordering::Relaxed) - before) as f64 / samples,
+            );
+            drop(std::hint::black_box(traces));
         }
         return;
     }
