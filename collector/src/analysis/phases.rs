@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::trend::{Trend, trend};
 use super::{StepSeries, value_at};
-use crate::recording::{AllocatorReadings, AllocatorSample, Edge, Phase, Recording, Series};
+use crate::recording::{AllocatorReadings, Edge, Phase, Recording, Series};
 
 /// One run of one phase, from its begin edge to its end edge, in one process.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -68,7 +68,8 @@ pub fn occurrences(recording: &Recording) -> Vec<Occurrence> {
         edges.sort_by_key(|&i| phases.t_ns(i));
     }
     let mut open: Vec<(&Phase, Option<u64>, u64)> = Vec::new();
-    let mut out = Vec::new();
+    // At most one per two edges; reserved, not grown by doubling (a week is millions).
+    let mut out = Vec::with_capacity(edges.len() / 2);
     for i in edges {
         let (kind, t_ns) = (phases.kind(i), phases.t_ns(i));
         match kind.edge {
@@ -250,9 +251,10 @@ impl<'a> AllocatorIndex<'a> {
         self.device
     }
 
-    /// The sample sent with the edge at `t_ns`. Lookups mostly move forward in time: this starts
-    /// at `cursor`, walks a few entries, and falls back to a binary search.
-    pub fn at_from(&self, t_ns: u64, cursor: &mut usize) -> Option<AllocatorSample> {
+    /// Where the sample sent with the edge at `t_ns` is in the recording's readings. Lookups
+    /// mostly move forward in time: this starts at `cursor`, walks a few entries, and falls back
+    /// to a binary search.
+    fn find(&self, t_ns: u64, cursor: &mut usize) -> Option<usize> {
         let start = (*cursor).min(self.by_time.len());
         let ahead = self.by_time[start..]
             .iter()
@@ -266,7 +268,7 @@ impl<'a> AllocatorIndex<'a> {
         self.by_time
             .get(i)
             .filter(|&&(t, _)| t == t_ns)
-            .map(|&(_, i)| self.readings.get(i as usize))
+            .map(|&(_, i)| i as usize)
     }
 
     /// Whether most step starts have allocator numbers.
@@ -274,7 +276,7 @@ impl<'a> AllocatorIndex<'a> {
         let mut cursor = 0;
         let found = starts
             .iter()
-            .filter(|s| self.at_from(s.t_ns, &mut cursor).is_some())
+            .filter(|s| self.find(s.t_ns, &mut cursor).is_some())
             .count();
         found > 0 && found * 10 >= starts.len() * 9
     }
@@ -284,23 +286,29 @@ impl<'a> AllocatorIndex<'a> {
         let mut out = StepSeries::default();
         let mut cursor = 0;
         for start in starts {
-            if let Some(sample) = self.at_from(start.t_ns, &mut cursor) {
+            if let Some(i) = self.find(start.t_ns, &mut cursor) {
                 out.steps.push(start.step);
                 out.times_ns.push(start.t_ns);
-                out.values.push(sample.allocated);
+                out.values.push(self.readings.allocated(i));
             }
         }
         out
     }
 
-    /// The samples behind a step series made by [`AllocatorIndex::at_steps`].
-    pub fn at_step_samples(&self, series: &StepSeries) -> Option<Vec<AllocatorSample>> {
+    /// Where the samples behind a step series made by [`AllocatorIndex::at_steps`] are in the
+    /// recording's readings; `None` when one is missing.
+    pub fn at_step_indices(&self, series: &StepSeries) -> Option<Vec<usize>> {
         let mut cursor = 0;
         series
             .times_ns
             .iter()
-            .map(|&t| self.at_from(t, &mut cursor))
+            .map(|&t| self.find(t, &mut cursor))
             .collect()
+    }
+
+    /// The readings the index is into.
+    pub fn readings(&self) -> &'a AllocatorReadings {
+        self.readings
     }
 
     /// Median reserved bytes on `device`.
@@ -376,13 +384,15 @@ fn levels(
     cursors: &mut (usize, usize),
     fallback: Option<Attributed<'_>>,
 ) -> Option<Levels> {
-    let begin = allocator.at_from(o.begin_ns, &mut cursors.0);
-    let end = allocator.at_from(o.end_ns, &mut cursors.1);
+    let begin = allocator.find(o.begin_ns, &mut cursors.0);
+    let end = allocator.find(o.end_ns, &mut cursors.1);
     if let (Some(begin), Some(end)) = (begin, end) {
+        let readings = allocator.readings;
+        let end_allocated = readings.allocated(end);
         return Some(Levels {
-            begin: begin.allocated as f64,
-            end: end.allocated as f64,
-            peak: end.peak.max(end.allocated) as f64,
+            begin: readings.allocated(begin) as f64,
+            end: end_allocated as f64,
+            peak: readings.peak(end).max(end_allocated) as f64,
         });
     }
     let Attributed { series, at_edges } = fallback?;
@@ -424,7 +434,6 @@ fn retained(
     levels: &[Option<Levels>],
     freed_gradients: &BTreeMap<u64, f64>,
 ) -> Vec<Option<f64>> {
-    let mut levels = levels.to_vec();
     let mut out = vec![None; occurrences.len()];
     let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
     let mut i = 0;
@@ -443,21 +452,25 @@ fn retained(
         let last_backward = (i..j)
             .rev()
             .find(|&k| occurrences[k].phase == Phase::Backward);
-        if let Some(b) = last_backward.filter(|_| freed > 0.0) {
-            for (k, level) in levels.iter_mut().enumerate().take(j).skip(b) {
-                if let Some(l) = level {
-                    if k > b {
-                        l.begin -= freed;
-                    }
-                    l.end -= freed;
+        let freed_at = last_backward.filter(|_| freed > 0.0);
+        // An occurrence's levels with those gradients counted as freed (from that backward's
+        // end on).
+        let level = |k: usize| {
+            let mut l = levels[k]?;
+            if let Some(b) = freed_at.filter(|&b| k >= b) {
+                if k > b {
+                    l.begin -= freed;
                 }
+                l.end -= freed;
             }
-        }
-        // The level where the next step starts closes this one.
+            Some(l)
+        };
+        // The level where the next step starts closes this one (the next step's own freed
+        // gradients change its levels only from its backward on).
         let next_start = levels.get(j).copied().flatten().map(|l| l.begin);
         let mut floor = next_start.unwrap_or(f64::INFINITY);
         for k in (i..j).rev() {
-            let Some(l) = levels[k] else { continue };
+            let Some(l) = level(k) else { continue };
             let floor_end = floor.min(l.end);
             let floor_begin = floor_end.min(l.begin);
             if floor_end.is_finite() {

@@ -38,15 +38,16 @@ pub struct RankSummary {
 /// phases).
 pub(super) fn ranks_of(recording: &Recording) -> Vec<(u32, u32)> {
     let mut counts: std::collections::BTreeMap<(u32, u32), usize> = Default::default();
-    for e in &recording.phases {
-        if let Some(rank) = e.origin.rank {
-            *counts.entry((rank, e.origin.pid)).or_default() += 1;
+    let (phases, readings) = (&recording.phases, &recording.allocator);
+    for origin in (0..phases.len()).map(|i| phases.kind(i).origin) {
+        if let Some(rank) = origin.rank {
+            *counts.entry((rank, origin.pid)).or_default() += 1;
         }
     }
     let phased: std::collections::BTreeSet<u32> = counts.keys().map(|k| k.0).collect();
-    for a in &recording.allocator {
-        if let Some(rank) = a.origin.rank.filter(|r| !phased.contains(r)) {
-            *counts.entry((rank, a.origin.pid)).or_default() += 1;
+    for (origin, _) in (0..readings.len()).map(|i| readings.source(i)) {
+        if let Some(rank) = origin.rank.filter(|r| !phased.contains(r)) {
+            *counts.entry((rank, origin.pid)).or_default() += 1;
         }
     }
     let mut out: Vec<(u32, u32)> = Vec::new();
@@ -70,11 +71,12 @@ pub(super) type ByOrigin = std::collections::HashMap<Origin, (Vec<u32>, Vec<u32>
 /// Indexes `recording`'s phase edges and allocator readings by their origin.
 pub(super) fn by_origin(recording: &Recording) -> ByOrigin {
     let mut index = ByOrigin::new();
-    for (i, e) in recording.phases.iter().enumerate() {
-        index.entry(e.origin).or_default().0.push(i as u32);
+    let (phases, readings) = (&recording.phases, &recording.allocator);
+    for i in 0..phases.len() {
+        index.entry(phases.kind(i).origin).or_default().0.push(i as u32);
     }
-    for (i, a) in recording.allocator.iter().enumerate() {
-        index.entry(a.origin).or_default().1.push(i as u32);
+    for i in 0..readings.len() {
+        index.entry(readings.source(i).0).or_default().1.push(i as u32);
     }
     index
 }

@@ -235,20 +235,22 @@ fn leak_hints(basis: Basis, phase: Option<&Phase>) -> Vec<String> {
 /// Reserved − allocated grows while allocated stays flat, with allocator retries or growing
 /// inactive split blocks. Returns whether it found it.
 fn fragmentation(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis) -> bool {
-    let Some(samples) = allocator.at_step_samples(&analysis.step_series) else {
+    let Some(at) = allocator.at_step_indices(&analysis.step_series) else {
         return false;
     };
+    let readings = allocator.readings();
     let steps = analysis.step_series.steps_f64();
-    let gap: Vec<f64> = samples
+    let gap: Vec<f64> = at
         .iter()
-        .map(|s| s.reserved as f64 - s.allocated as f64)
+        .map(|&i| readings.reserved(i) as f64 - readings.allocated(i) as f64)
         .collect();
     let n = gap.len();
     let warmup = (n / 10).max(1);
     let leaking = analysis.finding(FindingKind::Leak).is_some();
-    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+    let (Some(first), Some(last)) = (at.first(), at.last()) else {
         return false;
     };
+    let (first, last) = (readings.get(*first), readings.get(*last));
     if let Some(t) = trend::trend(&steps[warmup..], &gap[warmup..]) {
         let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes);
         let retries = last.retries.saturating_sub(first.retries);
@@ -291,8 +293,8 @@ fn fragmentation(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis
 /// Reserved well above allocated at the last step, but flat: the caching allocator doing its job.
 fn cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis) {
     let Some(last) = allocator
-        .at_step_samples(&analysis.step_series)
-        .and_then(|samples| samples.last().copied())
+        .at_step_indices(&analysis.step_series)
+        .and_then(|at| at.last().map(|&i| allocator.readings().get(i)))
     else {
         return;
     };

@@ -185,6 +185,18 @@ impl AllocatorReadings {
         self.allocated.at(i)
     }
 
+    /// The reserved bytes of reading `i`.
+    #[inline]
+    pub fn reserved(&self, i: usize) -> u64 {
+        self.reserved.at(i)
+    }
+
+    /// The peak allocated bytes of reading `i`.
+    #[inline]
+    pub fn peak(&self, i: usize) -> u64 {
+        self.peak.at(i)
+    }
+
     /// The readings, in order.
     pub fn iter(&self) -> Iter<'_, Self> {
         Iter {
