@@ -225,11 +225,10 @@ impl LodSeries<'_> {
                 }
             };
             let last = (end - 1).div_ceil(size).min(buckets.len());
+            let mut walk = ColumnWalk::new(t0, span as u64, columns);
             for b in (start + 1) / size..last {
                 let (min, max) = buckets.get(b);
-                let t = times[b * size];
-                let c = ((t.saturating_sub(t0) as u128 * columns as u128) / span)
-                    .min(columns as u128 - 1) as usize;
+                let c = walk.column(times[b * size]);
                 column = match column {
                     Some((cc, lo, hi)) if cc == c => Some((c, lo.min(min), hi.max(max))),
                     Some(done) => {
@@ -260,6 +259,47 @@ impl LodSeries<'_> {
         }
         out.push((times[end - 1], self.values.at(end - 1)));
         out
+    }
+}
+
+/// The plot column of each of a rising sequence of times, `⌊(t − t0) · columns / span⌋` (at
+/// most the last column), found by walking the columns' edges as the times rise instead of
+/// dividing at every bucket.
+struct ColumnWalk {
+    t0: u64,
+    span: u128,
+    columns: usize,
+    /// The column of the last time, and the first offset from `t0` in the next one.
+    at: usize,
+    next: u128,
+}
+
+impl ColumnWalk {
+    fn new(t0: u64, span: u64, columns: usize) -> Self {
+        let mut walk = Self {
+            t0,
+            span: u128::from(span.max(1)),
+            columns: columns.max(1),
+            at: 0,
+            next: 0,
+        };
+        walk.next = walk.edge(0);
+        walk
+    }
+
+    /// The first offset from `t0` in column `c + 1`.
+    fn edge(&self, c: usize) -> u128 {
+        ((c as u128 + 1) * self.span).div_ceil(self.columns as u128)
+    }
+
+    /// The column of `t`, which is not below the time asked before.
+    fn column(&mut self, t: u64) -> usize {
+        let offset = u128::from(t.saturating_sub(self.t0));
+        while self.at + 1 < self.columns && offset >= self.next {
+            self.at += 1;
+            self.next = self.edge(self.at);
+        }
+        self.at
     }
 }
 
@@ -354,6 +394,24 @@ mod tests {
         let points = series.visible(10_000_000_000, 10_049_000_000, 800);
         assert_eq!(points.len(), 52);
         assert!(points.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn the_column_of_a_rising_time_is_its_share_of_the_span() {
+        for (t0, span, columns) in [(0, 1_000_000, 1600), (5_000, 999_983, 97), (7, 3, 800)] {
+            let mut walk = ColumnWalk::new(t0, span, columns);
+            let mut t = 0;
+            for d in noise(20_000, span ^ 5) {
+                t += d % (span / 5_000 + 2);
+                let expected = ((t.saturating_sub(t0) as u128 * columns as u128) / span as u128)
+                    .min(columns as u128 - 1) as usize;
+                assert_eq!(
+                    walk.column(t),
+                    expected,
+                    "t {t}, span {span}, {columns} columns"
+                );
+            }
+        }
     }
 
     #[test]

@@ -73,10 +73,18 @@ pub(super) fn by_origin(recording: &Recording) -> ByOrigin {
     let mut index = ByOrigin::new();
     let (phases, readings) = (&recording.phases, &recording.allocator);
     for i in 0..phases.len() {
-        index.entry(phases.kind(i).origin).or_default().0.push(i as u32);
+        index
+            .entry(phases.kind(i).origin)
+            .or_default()
+            .0
+            .push(i as u32);
     }
     for i in 0..readings.len() {
-        index.entry(readings.source(i).0).or_default().1.push(i as u32);
+        index
+            .entry(readings.source(i).0)
+            .or_default()
+            .1
+            .push(i as u32);
     }
     index
 }

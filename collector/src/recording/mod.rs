@@ -179,10 +179,28 @@ impl Recording {
     /// time column before it (or had none yet) share one after it, extended once, not copied.
     /// (`times` may be moved into a series that had none.)
     fn extend_times(&mut self, whole: &[usize], times: &mut Vec<u64>) {
+        let Some(&first) = whole.first() else {
+            return;
+        };
         let twice = whole
             .iter()
             .enumerate()
             .any(|(k, i)| whole[..k].contains(i));
+        let column = |i: usize| {
+            let times = &self.series[i].times_ns;
+            (!times.is_empty()).then(|| Arc::as_ptr(times))
+        };
+        if !twice && whole.iter().all(|&i| column(i) == column(first)) {
+            // The usual chunk: every series sampled together, already sharing one column.
+            with_shared_times(&mut self.series, whole, |column| {
+                if column.is_empty() {
+                    *column = std::mem::take(times);
+                } else {
+                    column.extend_from_slice(times);
+                }
+            });
+            return;
+        }
         let groups = if twice {
             // A series twice in one chunk (a corrupt file): each column on its own.
             whole.iter().map(|&i| vec![i]).collect()
@@ -382,8 +400,9 @@ fn with_shared_times(series: &mut [Arc<Series>], members: &[usize], f: impl FnOn
     let Some((&first, rest)) = members.split_first() else {
         return;
     };
+    let none: Arc<Vec<u64>> = Arc::default();
     for &m in rest {
-        Arc::make_mut(&mut series[m]).times_ns = Arc::default();
+        Arc::make_mut(&mut series[m]).times_ns = Arc::clone(&none);
     }
     let owner = Arc::make_mut(&mut series[first]);
     f(Arc::make_mut(&mut owner.times_ns));
