@@ -188,7 +188,7 @@ impl Recording {
             .any(|(k, i)| whole[..k].contains(i));
         let column = |i: usize| {
             let times = &self.series[i].times_ns;
-            (!times.is_empty()).then(|| Arc::as_ptr(times))
+            (!times.is_empty()).then_some(Arc::as_ptr(times))
         };
         if !twice && whole.iter().all(|&i| column(i) == column(first)) {
             // The usual chunk: every series sampled together, already sharing one column.
