@@ -224,8 +224,8 @@ pub struct RunView {
     pub basis_trace: Option<usize>,
     /// The phases seen, in the order used for colours and stacks.
     pub phases: Vec<Phase>,
-    /// Phase occurrences, by begin time.
-    pub occurrences: Vec<Occurrence>,
+    /// Phase occurrences, by begin time (the analysis' own).
+    pub occurrences: std::sync::Arc<Vec<Occurrence>>,
     /// Time ↔ step.
     pub steps: StepAxis,
     /// OOMs, exit, lost messages.
@@ -370,13 +370,14 @@ impl RunView {
         };
         let basis_trace = traces.iter().position(|t| t.kind == basis_kind);
 
-        let mut phases: Vec<Phase> = analysis
-            .occurrences
-            .iter()
-            .map(|o| o.phase.clone())
-            .collect();
+        // A handful of phases over millions of occurrences.
+        let mut phases: Vec<Phase> = Vec::new();
+        for o in analysis.occurrences.iter() {
+            if phases.last() != Some(&o.phase) && !phases.contains(&o.phase) {
+                phases.push(o.phase.clone());
+            }
+        }
         phases.sort();
-        phases.dedup();
 
         let mut devices: Vec<u32> = traces.iter().filter_map(|t| t.device).collect();
         devices.sort_unstable();
@@ -388,7 +389,7 @@ impl RunView {
         let mut view = Self {
             basis_trace,
             phases,
-            occurrences: analysis.occurrences.clone(),
+            occurrences: std::sync::Arc::clone(&analysis.occurrences),
             steps: StepAxis::new(analysis),
             events: events(recording, analysis),
             retained: Vec::new(),
@@ -426,20 +427,39 @@ impl RunView {
         if starts.is_empty() || analysis.retained.iter().all(Option::is_none) {
             return Vec::new();
         }
-        // Per step, per phase: bytes retained.
-        let mut per_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
-        for (o, r) in analysis.occurrences.iter().zip(&analysis.retained) {
-            let Some(r) = r else { continue };
-            let step = o.step.unwrap_or_else(|| {
-                let i = starts.partition_point(|s| s.t_ns <= o.begin_ns);
-                starts[i.saturating_sub(1)].step
-            });
-            let row = per_step
-                .entry(step)
-                .or_insert_with(|| vec![0.0; self.phases.len()]);
-            row[self.phase_index(&o.phase)] += r;
+        // Per step, per phase: bytes retained. Occurrences come by time, so a step's come
+        // together (gathered by step when they do not): one row per step, one column per phase.
+        let mut retained: Vec<(u64, usize, f64)> = analysis
+            .occurrences
+            .iter()
+            .zip(&analysis.retained)
+            .filter_map(|(o, r)| {
+                let step = o.step.unwrap_or_else(|| {
+                    let i = starts.partition_point(|s| s.t_ns <= o.begin_ns);
+                    starts[i.saturating_sub(1)].step
+                });
+                Some((step, self.phase_index(&o.phase), (*r)?))
+            })
+            .collect();
+        if !retained.is_sorted_by_key(|&(step, _, _)| step) {
+            retained.sort_by_key(|&(step, _, _)| step);
         }
-        let steps: Vec<(u64, Vec<f64>)> = per_step.into_iter().collect();
+        let width = self.phases.len();
+        let mut sums: Vec<f64> = Vec::new();
+        let mut step_of_row: Vec<u64> = Vec::new();
+        for (step, phase, r) in retained {
+            if step_of_row.last() != Some(&step) {
+                step_of_row.push(step);
+                sums.resize(sums.len() + width, 0.0);
+            }
+            let row = sums.len() - width;
+            sums[row + phase] += r;
+        }
+        let steps: Vec<(u64, &[f64])> = step_of_row
+            .iter()
+            .copied()
+            .zip(sums.chunks(width.max(1)))
+            .collect();
         let bins = steps.len().min(RETAINED_BINS);
         (0..bins)
             .filter_map(|b| {
@@ -447,7 +467,7 @@ impl RunView {
                 let (first, last) = (chunk.first()?, chunk.last()?);
                 let mut by_phase = vec![0.0; self.phases.len()];
                 for (_, row) in chunk {
-                    for (sum, v) in by_phase.iter_mut().zip(row) {
+                    for (sum, v) in by_phase.iter_mut().zip(row.iter()) {
                         *sum += v / chunk.len() as f64;
                     }
                 }
@@ -658,4 +678,75 @@ fn events(recording: &Recording, analysis: &Analysis) -> Vec<Event> {
     }
     events.sort_by_key(|e| e.t_ns);
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use collector::recording::{AllocatorSample, Edge, Origin, PhaseEdge, Record};
+
+    const MIB: u64 = 1 << 20;
+
+    /// `steps` steps of forward then backward, with the allocator's numbers at every edge:
+    /// forward allocates 10 MiB and keeps `kept(step)` of it past backward.
+    fn run(steps: u64, kept: impl Fn(u64) -> u64) -> (Recording, Analysis) {
+        let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+        let origin = Origin { pid: 7, rank: None };
+        let mut level = 100 * MIB;
+        let mut records = Vec::new();
+        for step in 0..steps {
+            let t = step * 1_000_000;
+            for (k, phase, edge, after) in [
+                (0, Phase::Forward, Edge::Begin, level),
+                (1, Phase::Forward, Edge::End, level + 10 * MIB),
+                (2, Phase::Backward, Edge::Begin, level + 10 * MIB),
+                (3, Phase::Backward, Edge::End, level + kept(step)),
+            ] {
+                let t_ns = t + k * 200_000;
+                records.push(Record::Phase(PhaseEdge {
+                    t_ns,
+                    edge,
+                    phase,
+                    step: Some(step),
+                    origin,
+                    host_heap: None,
+                    host_rss: None,
+                }));
+                records.push(Record::Allocator(AllocatorSample {
+                    t_ns,
+                    origin,
+                    allocated: after,
+                    reserved: 2 * after,
+                    peak: after,
+                    ..Default::default()
+                }));
+            }
+            level += kept(step);
+        }
+        records.into_iter().for_each(|r| recording.push(r));
+        let analysis = collector::analysis::analyze(&recording);
+        (recording, analysis)
+    }
+
+    #[test]
+    fn retained_memory_is_binned_by_step_and_phase() {
+        // 1,200 steps: ten steps a bin; forward keeps 1 MiB a step for the first half, 3 after.
+        let kept = |step: u64| if step < 600 { MIB } else { 3 * MIB };
+        let (recording, analysis) = run(1200, kept);
+        let view = RunView::new(&recording, &analysis);
+        assert_eq!(view.retained.len(), RETAINED_BINS);
+        let forward = view.phase_index(&Phase::Forward);
+        let backward = view.phase_index(&Phase::Backward);
+        let (first, last) = (&view.retained[1], &view.retained[RETAINED_BINS - 2]);
+        assert_eq!((first.first_step, first.last_step), (10, 19));
+        assert!(
+            (first.by_phase[forward] - MIB as f64).abs() < 1.0,
+            "{first:?}"
+        );
+        assert!(
+            (last.by_phase[forward] - 3.0 * MIB as f64).abs() < 1.0,
+            "{last:?}"
+        );
+        assert!(first.by_phase[backward].abs() < 1.0, "{first:?}");
+    }
 }

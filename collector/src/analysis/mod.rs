@@ -285,8 +285,9 @@ pub struct Analysis {
     /// The holders that grew between the first and the last census, most growth first.
     pub holders: Vec<HolderGrowth>,
     /// The phase occurrences of the training process, by begin time (for views; not reported).
+    /// Shared with the views that draw them: a week of steps is millions.
     #[serde(skip)]
-    pub occurrences: Vec<Occurrence>,
+    pub occurrences: std::sync::Arc<Vec<Occurrence>>,
     /// Where each step starts, by step (for views; not reported).
     #[serde(skip)]
     pub step_starts: Vec<StepStart>,
@@ -609,7 +610,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         between_phases,
         categories: Vec::new(),
         holders: Vec::new(),
-        occurrences: Vec::new(),
+        occurrences: Default::default(),
         step_starts: Vec::new(),
         retained: Vec::new(),
     };
@@ -620,12 +621,13 @@ fn analyze_one(recording: &Recording) -> Analysis {
         &mut analysis,
     );
     holders::judge(recording, occurrences.first().map(|o| o.pid), &mut analysis);
-    analysis.occurrences = occurrences;
-    analysis.step_starts = step_starts;
-    analysis.retained = retained;
+    let mut occurrences = occurrences;
     // Kept while the run is shown: a week of steps is millions of entries, each vector's
     // reserve for growth given back.
-    analysis.occurrences.shrink_to_fit();
+    occurrences.shrink_to_fit();
+    analysis.occurrences = std::sync::Arc::new(occurrences);
+    analysis.step_starts = step_starts;
+    analysis.retained = retained;
     analysis.step_starts.shrink_to_fit();
     analysis.retained.shrink_to_fit();
     analysis.step_series.steps.shrink_to_fit();

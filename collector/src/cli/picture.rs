@@ -150,7 +150,7 @@ fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
     let span = end_ns.max(1) as f64;
     let mut phases: Vec<String> = Vec::new();
     let mut covered: Vec<Vec<bool>> = Vec::new();
-    for o in &analysis.occurrences {
+    for o in analysis.occurrences.iter() {
         let name = o.phase.as_str();
         let i = match phases.iter().position(|p| p == name) {
             Some(i) => i,
