@@ -430,17 +430,15 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
     {
         return Some((Basis::HostRss, host.sorted()));
     }
-    let device = recording.allocator.iter().map(|a| a.device).min()?;
-    let (times, values) = recording
-        .allocator
-        .iter()
-        .filter(|a| a.device == device)
-        .map(|a| (a.t_ns, a.allocated))
-        .unzip();
+    let readings = &recording.allocator;
+    let device = (0..readings.len()).map(|i| readings.device(i)).min()?;
+    let mine: Vec<usize> = (0..readings.len())
+        .filter(|&i| readings.device(i) == device)
+        .collect();
     let series = Series {
         key: SeriesKey::device(SeriesKind::Other("allocated".to_owned()), device),
-        times_ns: std::sync::Arc::new(times),
-        values,
+        times_ns: std::sync::Arc::new(mine.iter().map(|&i| readings.t_ns(i)).collect()),
+        values: mine.iter().map(|&i| readings.allocated(i)).collect(),
     };
     let series = series.sorted().into_owned();
     Some((Basis::Allocated, std::borrow::Cow::Owned(series)))

@@ -94,8 +94,22 @@ impl Values {
     }
 
     /// Appends one value.
+    #[inline]
     pub fn push(&mut self, value: u64) {
-        self.extend_from_slice(&[value]);
+        match &mut self.0 {
+            // The usual value: a multiple of the unit that fits.
+            Repr::Narrow { shift, max, stored }
+                if *shift < 64
+                    && value.trailing_zeros() >= *shift
+                    && value >> *shift <= u64::from(u32::MAX) =>
+            {
+                let q = (value >> *shift) as u32;
+                *max = (*max).max(q);
+                stored.push(q);
+            }
+            Repr::Wide(values) => values.push(value),
+            Repr::Narrow { .. } => self.extend_from_slice(&[value]),
+        }
     }
 
     /// Appends `values`: one check of the batch, then one pass.
