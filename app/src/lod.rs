@@ -94,6 +94,7 @@ impl Levels {
             }
             let first = &mut self.levels[0];
             first.truncate(start);
+            first.0.reserve(2 * (values.len().div_ceil(FANOUT) - start));
             first.extend(first_level(values, start));
         }
         // Each level above from the one below, again from the bucket that changed.

@@ -597,6 +597,9 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
                 .collect::<Vec<u64>>(),
         );
         let (mut allocated, mut reserved, mut peak) = (Values::new(), Values::new(), Values::new());
+        for column in [&mut allocated, &mut reserved, &mut peak] {
+            column.reserve_exact(indices.len());
+        }
         for block in indices.chunks(4096) {
             let samples: Vec<AllocatorSample> = block.iter().map(|&i| readings.get(i)).collect();
             allocated.extend(samples.iter().map(|s| s.allocated));

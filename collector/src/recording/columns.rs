@@ -133,10 +133,13 @@ impl AllocatorReadings {
         self.ooms.push(sample.ooms);
     }
 
-    /// Makes room for `n` more readings' times and sources.
+    /// Makes room for exactly `n` more readings.
     pub fn reserve_exact(&mut self, n: usize) {
         self.t_ns.reserve_exact(n);
         self.source.reserve_exact(n);
+        for column in self.columns_mut() {
+            column.reserve_exact(n);
+        }
     }
 
     /// Reading `i`. Panics when `i` is out of bounds, as indexing a slice does.

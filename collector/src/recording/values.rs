@@ -151,6 +151,23 @@ impl Values {
         }
     }
 
+    /// Makes room for exactly `n` more values as the column holds them now (a vector that grows
+    /// by copying, as wasm's do, leaves holes as large as itself behind).
+    pub fn reserve_exact(&mut self, n: usize) {
+        match &mut self.0 {
+            Repr::Narrow { stored, .. } => stored.reserve_exact(n),
+            Repr::Wide(values) => values.reserve_exact(n),
+        }
+    }
+
+    /// Makes room for at least `n` more values (amortized, as `Vec::reserve`).
+    pub fn reserve(&mut self, n: usize) {
+        match &mut self.0 {
+            Repr::Narrow { stored, .. } => stored.reserve(n),
+            Repr::Wide(values) => values.reserve(n),
+        }
+    }
+
     /// Keeps the first `n` values.
     pub fn truncate(&mut self, n: usize) {
         match &mut self.0 {
