@@ -63,12 +63,13 @@ pub fn too_big_for_a_tab(name: &str, len: u64, kind: TabFile) -> Option<String> 
 }
 
 /// What a browser tab holds for a snapshot of `entries` trace entries of which `readings` change
-/// allocated or reserved memory, once it is shown: the entries (48 bytes each, plus the parse's
-/// remains) and, per reading, the recording's allocator numbers (80 bytes), the curves and the
-/// blocks' lifetimes. Measured in Chromium: 3.46 GB for 19.5 M entries and 13 M readings (a
-/// 2.07 GB snapshot), 1.35 GB for 7.5 M and 5 M (795 MB); this says 3.64 and 1.40 GB.
+/// allocated or reserved memory, once it is shown: the app itself, the entries (48 bytes each,
+/// plus the parse's remains) and, per reading, the recording's allocator numbers (by column, ~40
+/// bytes), the curves and their levels, and the blocks' lifetimes. Measured in Chromium: 2.75 GB
+/// for 19.5 M entries and 13 M readings (a 2.07 GB snapshot), 1.04 GB for 7.5 M and 5 M (795 MB),
+/// 0.93 GB for 6 M and 4 M (636 MB); this says 2.96, 1.20 and 0.98 GB.
 pub fn tab_memory_for_snapshot(entries: usize, readings: usize) -> u64 {
-    entries as u64 * 60 + readings as u64 * 190
+    100_000_000 + entries as u64 * 60 + readings as u64 * 130
 }
 
 /// The memory a tab may fill: wasm32 addresses 4 GiB, and the app itself needs some.
