@@ -250,13 +250,14 @@ impl Recording {
             places,
             times,
             values: decoded,
+            whole,
         } = buffers;
         let n = wire.n;
         times.clear();
         wire.t
             .decode_into(n, times)
             .map_err(|err| format!("time column: {err}"))?;
-        let mut whole: Vec<usize> = Vec::with_capacity(wire.c.len());
+        whole.clear();
         for (i, wire::WireColumn(id, values, valid)) in wire.c.iter().enumerate() {
             let key = keys
                 .get(*id as usize)
@@ -292,7 +293,7 @@ impl Recording {
                 }
             }
         }
-        self.extend_times(&whole, times);
+        self.extend_times(whole, times);
         Ok(())
     }
 
@@ -366,12 +367,14 @@ impl Recording {
 }
 
 /// What reading chunk after chunk straight into a recording keeps between them: where each
-/// declared series is in the recording, and buffers for a chunk's times and one column's values.
+/// declared series is in the recording, and buffers for a chunk's times, one column's values and
+/// the series that take every time of the chunk.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkBuffers {
     places: Vec<Option<usize>>,
     times: Vec<u64>,
     values: Vec<u64>,
+    whole: Vec<usize>,
 }
 
 /// The series `indices` grouped by the time column they hold (those with none yet together).

@@ -120,6 +120,17 @@ impl Values {
         let (bits, top) = values
             .iter()
             .fold((0u64, 0u64), |(bits, top), &v| (bits | v, top.max(v)));
+        if let Repr::Narrow { shift, max, stored } = &mut self.0
+            && *shift < 64
+            && bits.trailing_zeros() >= *shift
+            && top >> *shift <= u64::from(u32::MAX)
+        {
+            // The usual batch: multiples of the unit that fit.
+            let shift = *shift;
+            *max = (*max).max((top >> shift) as u32);
+            stored.extend(values.iter().map(|&v| (v >> shift) as u32));
+            return;
+        }
         match self.narrow_for(bits, top) {
             Some((shift, stored)) => stored.extend(values.iter().map(|&v| narrow(v, shift))),
             None => {
