@@ -104,21 +104,6 @@ pub struct AllocatorReadings {
 }
 
 impl AllocatorReadings {
-    /// No readings.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The number of readings.
-    pub fn len(&self) -> usize {
-        self.t_ns.len()
-    }
-
-    /// Whether there is none.
-    pub fn is_empty(&self) -> bool {
-        self.t_ns.is_empty()
-    }
-
     /// Adds one reading.
     pub fn push(&mut self, sample: AllocatorSample) {
         self.t_ns.push(sample.t_ns);
@@ -159,17 +144,6 @@ impl AllocatorReadings {
         }
     }
 
-    /// The time of reading `i`.
-    #[inline]
-    pub fn t_ns(&self, i: usize) -> u64 {
-        self.t_ns[i]
-    }
-
-    /// The readings' times, in their order.
-    pub fn times_ns(&self) -> &[u64] {
-        &self.t_ns
-    }
-
     /// Who sent reading `i`, and about which device.
     #[inline]
     pub fn source(&self, i: usize) -> (Origin, u32) {
@@ -200,32 +174,9 @@ impl AllocatorReadings {
         self.peak.at(i)
     }
 
-    /// The readings, in order.
-    pub fn iter(&self) -> Iter<'_, Self> {
-        Iter {
-            of: self,
-            range: 0..self.len(),
-        }
-    }
-
-    /// The last reading.
-    pub fn last(&self) -> Option<AllocatorSample> {
-        self.len().checked_sub(1).map(|i| self.get(i))
-    }
-
     /// Changes who sent the readings (every reading of one sender alike).
     pub fn map_origins(&mut self, mut f: impl FnMut(&mut Origin)) {
         self.sources.map(|(origin, _)| f(origin));
-    }
-
-    /// The readings sorted by time (stable).
-    pub fn sorted_by_time(self) -> Self {
-        if self.t_ns.is_sorted() {
-            return self;
-        }
-        let mut order: Vec<usize> = (0..self.len()).collect();
-        order.sort_by_key(|&i| self.t_ns[i]);
-        order.into_iter().map(|i| self.get(i)).collect()
     }
 
     /// Gives back memory reserved for growth.
@@ -268,40 +219,6 @@ impl AllocatorReadings {
     }
 }
 
-impl PartialEq for AllocatorReadings {
-    fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.iter().eq(other.iter())
-    }
-}
-
-impl<'a> IntoIterator for &'a AllocatorReadings {
-    type Item = AllocatorSample;
-    type IntoIter = Iter<'a, AllocatorReadings>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl Extend<AllocatorSample> for AllocatorReadings {
-    fn extend<I: IntoIterator<Item = AllocatorSample>>(&mut self, iter: I) {
-        iter.into_iter().for_each(|s| self.push(s));
-    }
-}
-
-impl FromIterator<AllocatorSample> for AllocatorReadings {
-    fn from_iter<I: IntoIterator<Item = AllocatorSample>>(iter: I) -> Self {
-        let mut readings = Self::new();
-        readings.extend(iter);
-        readings
-    }
-}
-
-impl From<Vec<AllocatorSample>> for AllocatorReadings {
-    fn from(samples: Vec<AllocatorSample>) -> Self {
-        samples.into_iter().collect()
-    }
-}
-
 /// What a phase edge is, apart from when: begin or end, which phase, who sent it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EdgeKind {
@@ -325,21 +242,6 @@ pub struct PhaseEdges {
 }
 
 impl PhaseEdges {
-    /// No edges.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The number of edges.
-    pub fn len(&self) -> usize {
-        self.t_ns.len()
-    }
-
-    /// Whether there is none.
-    pub fn is_empty(&self) -> bool {
-        self.t_ns.is_empty()
-    }
-
     /// Adds one edge.
     pub fn push(&mut self, edge: PhaseEdge) {
         let PhaseEdge {
@@ -377,17 +279,6 @@ impl PhaseEdges {
         }
     }
 
-    /// The time of edge `i`.
-    #[inline]
-    pub fn t_ns(&self, i: usize) -> u64 {
-        self.t_ns[i]
-    }
-
-    /// The edges' times, in their order.
-    pub fn times_ns(&self) -> &[u64] {
-        &self.t_ns
-    }
-
     /// What edge `i` is: begin or end of which phase, from whom.
     #[inline]
     pub fn kind(&self, i: usize) -> &EdgeKind {
@@ -412,32 +303,9 @@ impl PhaseEdges {
         self.host_rss.get(i)
     }
 
-    /// The edges, in order.
-    pub fn iter(&self) -> Iter<'_, Self> {
-        Iter {
-            of: self,
-            range: 0..self.len(),
-        }
-    }
-
-    /// The last edge.
-    pub fn last(&self) -> Option<PhaseEdge> {
-        self.len().checked_sub(1).map(|i| self.get(i))
-    }
-
     /// Changes who sent the edges (every edge of one sender alike).
     pub fn map_origins(&mut self, mut f: impl FnMut(&mut Origin)) {
         self.kinds.map(|kind| f(&mut kind.origin));
-    }
-
-    /// The edges sorted by time (stable).
-    pub fn sorted_by_time(self) -> Self {
-        if self.t_ns.is_sorted() {
-            return self;
-        }
-        let mut order: Vec<usize> = (0..self.len()).collect();
-        order.sort_by_key(|&i| self.t_ns[i]);
-        order.into_iter().map(|i| self.get(i)).collect()
     }
 
     /// Gives back memory reserved for growth.
@@ -459,39 +327,107 @@ impl PhaseEdges {
     }
 }
 
-impl PartialEq for PhaseEdges {
-    fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.iter().eq(other.iter())
-    }
+/// What every kind of record held by column offers alike: its length, its times, the records
+/// one by one (as [`Records::record`] makes them), sorting by time, equality record by record,
+/// and building from records.
+macro_rules! by_column {
+    ($columns:ident, $record:ident) => {
+        impl $columns {
+            /// None.
+            pub fn new() -> Self {
+                Self::default()
+            }
+
+            /// The number of records.
+            pub fn len(&self) -> usize {
+                self.t_ns.len()
+            }
+
+            /// Whether there is none.
+            pub fn is_empty(&self) -> bool {
+                self.t_ns.is_empty()
+            }
+
+            /// The time of record `i`.
+            #[inline]
+            pub fn t_ns(&self, i: usize) -> u64 {
+                self.t_ns[i]
+            }
+
+            /// The records' times, in their order.
+            pub fn times_ns(&self) -> &[u64] {
+                &self.t_ns
+            }
+
+            /// The records, in order.
+            pub fn iter(&self) -> Iter<'_, Self> {
+                Iter {
+                    of: self,
+                    range: 0..self.len(),
+                }
+            }
+
+            /// The last record.
+            pub fn last(&self) -> Option<$record> {
+                self.len().checked_sub(1).map(|i| self.get(i))
+            }
+
+            /// The records sorted by time (stable).
+            pub fn sorted_by_time(self) -> Self {
+                if self.t_ns.is_sorted() {
+                    return self;
+                }
+                let mut order: Vec<usize> = (0..self.len()).collect();
+                order.sort_by_key(|&i| self.t_ns[i]);
+                order.into_iter().map(|i| self.get(i)).collect()
+            }
+        }
+
+        impl Records for $columns {
+            type Record = $record;
+            fn record(&self, i: usize) -> $record {
+                self.get(i)
+            }
+        }
+
+        impl PartialEq for $columns {
+            fn eq(&self, other: &Self) -> bool {
+                self.len() == other.len() && self.iter().eq(other.iter())
+            }
+        }
+
+        impl<'a> IntoIterator for &'a $columns {
+            type Item = $record;
+            type IntoIter = Iter<'a, $columns>;
+            fn into_iter(self) -> Self::IntoIter {
+                self.iter()
+            }
+        }
+
+        impl Extend<$record> for $columns {
+            fn extend<I: IntoIterator<Item = $record>>(&mut self, iter: I) {
+                iter.into_iter().for_each(|r| self.push(r));
+            }
+        }
+
+        impl FromIterator<$record> for $columns {
+            fn from_iter<I: IntoIterator<Item = $record>>(iter: I) -> Self {
+                let mut columns = Self::new();
+                columns.extend(iter);
+                columns
+            }
+        }
+
+        impl From<Vec<$record>> for $columns {
+            fn from(records: Vec<$record>) -> Self {
+                records.into_iter().collect()
+            }
+        }
+    };
 }
 
-impl<'a> IntoIterator for &'a PhaseEdges {
-    type Item = PhaseEdge;
-    type IntoIter = Iter<'a, PhaseEdges>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl Extend<PhaseEdge> for PhaseEdges {
-    fn extend<I: IntoIterator<Item = PhaseEdge>>(&mut self, iter: I) {
-        iter.into_iter().for_each(|e| self.push(e));
-    }
-}
-
-impl FromIterator<PhaseEdge> for PhaseEdges {
-    fn from_iter<I: IntoIterator<Item = PhaseEdge>>(iter: I) -> Self {
-        let mut edges = Self::new();
-        edges.extend(iter);
-        edges
-    }
-}
-
-impl From<Vec<PhaseEdge>> for PhaseEdges {
-    fn from(edges: Vec<PhaseEdge>) -> Self {
-        edges.into_iter().collect()
-    }
-}
+by_column!(AllocatorReadings, AllocatorSample);
+by_column!(PhaseEdges, PhaseEdge);
 
 /// Records held by column, read one by one.
 pub trait Records {
@@ -499,20 +435,6 @@ pub trait Records {
     type Record;
     /// Record `i`.
     fn record(&self, i: usize) -> Self::Record;
-}
-
-impl Records for AllocatorReadings {
-    type Record = AllocatorSample;
-    fn record(&self, i: usize) -> AllocatorSample {
-        self.get(i)
-    }
-}
-
-impl Records for PhaseEdges {
-    type Record = PhaseEdge;
-    fn record(&self, i: usize) -> PhaseEdge {
-        self.get(i)
-    }
 }
 
 /// The records of [`AllocatorReadings`] or [`PhaseEdges`], in order.
