@@ -238,8 +238,10 @@ impl Recording {
 
     /// Adds a stored chunk with each column decoded straight into its series (no [`Chunk`] is
     /// built): what pushing the chunk [`wire::decode_chunk`] makes does, with the same errors.
-    /// `keys` are the series declared so far; `buffers` are kept between chunks. After an error
-    /// the recording holds part of the chunk (the reader of whole files then gives up on it).
+    /// `keys` are the series declared so far; `buffers` are kept between chunks. The times of
+    /// chunk after chunk of the same series are gathered and added to their shared column once
+    /// the series change, or at [`Recording::finish_chunks`]. After an error the recording holds
+    /// part of the chunk (the reader of whole files then gives up on it).
     pub(crate) fn push_wire_chunk(
         &mut self,
         wire: &wire::WireChunk<'_>,
@@ -251,6 +253,8 @@ impl Recording {
             times,
             values: decoded,
             whole,
+            pending,
+            pending_series,
         } = buffers;
         let n = wire.n;
         times.clear();
@@ -274,6 +278,10 @@ impl Recording {
                 }
             };
             let named = |err: String| format!("column {i} ({}): {err}", key.kind.as_str());
+            if valid.is_some() && pending_series.contains(&place) {
+                // It takes its own times from here on: its shared column first gets those gathered.
+                self.add_gathered_times(pending_series, pending);
+            }
             let series = Arc::make_mut(&mut self.series[place]);
             match valid {
                 None => {
@@ -293,8 +301,34 @@ impl Recording {
                 }
             }
         }
-        self.extend_times(whole, times);
+        let twice = whole
+            .iter()
+            .enumerate()
+            .any(|(k, i)| whole[..k].contains(i));
+        if !twice && !whole.is_empty() && whole == pending_series {
+            pending.extend_from_slice(times);
+            return Ok(());
+        }
+        self.add_gathered_times(pending_series, pending);
+        if twice {
+            // A series twice in one chunk (a corrupt file): its times added chunk by chunk.
+            self.extend_times(whole, times);
+        } else {
+            pending.extend_from_slice(times);
+            pending_series.clone_from(whole);
+        }
         Ok(())
+    }
+
+    /// Adds the times [`Recording::push_wire_chunk`] gathered to their series.
+    pub(crate) fn finish_chunks(&mut self, buffers: &mut ChunkBuffers) {
+        self.add_gathered_times(&mut buffers.pending_series, &mut buffers.pending);
+    }
+
+    fn add_gathered_times(&mut self, series: &mut Vec<usize>, times: &mut Vec<u64>) {
+        self.extend_times(series, times);
+        series.clear();
+        times.clear();
     }
 
     /// Adds a whole series held elsewhere too (a view of part of a run shares it, no copy).
@@ -375,6 +409,9 @@ pub(crate) struct ChunkBuffers {
     times: Vec<u64>,
     values: Vec<u64>,
     whole: Vec<usize>,
+    /// Times gathered for the series `pending_series`, whose values are already added.
+    pending: Vec<u64>,
+    pending_series: Vec<usize>,
 }
 
 /// The series `indices` grouped by the time column they hold (those with none yet together).
@@ -437,6 +474,7 @@ pub fn read_recording(bytes: &[u8]) -> Result<Recording, ReadError> {
             Err(err) => return Err(err),
         }
     }
+    recording.finish_chunks(&mut buffers);
     if !reader.ended() && recording.warnings.is_empty() {
         recording.warnings.push(format!(
             "the file ends at byte {} without an end record: it is incomplete (the collector was stopped, or is still writing)",

@@ -257,6 +257,10 @@ impl<'a> Reader<'a> {
         if kind != kind::CHUNK {
             return Ok(match self.read_next()? {
                 Some(record) => {
+                    if matches!(record, super::Record::Chunk(_)) {
+                        // Samples added another way: the times gathered so far go first.
+                        recording.finish_chunks(buffers);
+                    }
                     recording.push(record);
                     true
                 }
