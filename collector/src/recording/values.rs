@@ -2,7 +2,8 @@
 //! allocator's blocks are multiples of 512 bytes, NVML reports whole pages, `/proc` counts 4 KiB
 //! pages), so every value of a series is usually a multiple of one power of two, and the
 //! quotients fit in 32 bits (`u32` × 4 KiB is 16 TiB). A column holds them so, and switches to
-//! plain `u64` for good once a value does not fit.
+//! plain `u64` for good once a value does not fit. A column whose values are all the same (the
+//! allocator's retry count, a snapshot's unknown numbers) is held as that value and a count.
 
 /// A growable column of `u64`, stored as `u32` multiples of a power of two while every value is
 /// one (see the module documentation). Read it by index ([`Values::at`]) or by iterator.
@@ -11,6 +12,12 @@ pub struct Values(Repr);
 
 #[derive(Clone)]
 enum Repr {
+    /// `len` times `value`; `reserve`: the room asked for, made once the values differ.
+    Same {
+        value: u64,
+        len: usize,
+        reserve: usize,
+    },
     /// Every value is `stored << shift`. `shift` is 64 while every value is 0 (no unit yet);
     /// `max` is the largest stored number.
     Narrow {
@@ -24,10 +31,10 @@ enum Repr {
 
 impl Default for Repr {
     fn default() -> Self {
-        Repr::Narrow {
-            shift: 64,
-            max: 0,
-            stored: Vec::new(),
+        Repr::Same {
+            value: 0,
+            len: 0,
+            reserve: 0,
         }
     }
 }
@@ -41,6 +48,7 @@ impl Values {
     /// The number of values.
     pub fn len(&self) -> usize {
         match &self.0 {
+            Repr::Same { len, .. } => *len,
             Repr::Narrow { stored, .. } => stored.len(),
             Repr::Wide(values) => values.len(),
         }
@@ -55,6 +63,10 @@ impl Values {
     #[inline]
     pub fn at(&self, i: usize) -> u64 {
         match &self.0 {
+            Repr::Same { value, len, .. } => {
+                assert!(i < *len, "index {i} out of a column of {len}");
+                *value
+            }
             Repr::Narrow { shift, stored, .. } => widen(stored[i], *shift),
             Repr::Wide(values) => values[i],
         }
@@ -83,6 +95,13 @@ impl Values {
     /// The values of `range`, in order. Panics when it is out of bounds, as slicing does.
     pub fn range(&self, range: std::ops::Range<usize>) -> Iter<'_> {
         Iter(match &self.0 {
+            Repr::Same { value, len, .. } => {
+                assert!(
+                    range.start <= range.end && range.end <= *len,
+                    "range {range:?} out of a column of {len}"
+                );
+                IterRepr::Same(*value, range.len())
+            }
             Repr::Narrow { shift, stored, .. } => IterRepr::Narrow(stored[range].iter(), *shift),
             Repr::Wide(values) => IterRepr::Wide(values[range].iter()),
         })
@@ -97,6 +116,12 @@ impl Values {
     #[inline]
     pub fn push(&mut self, value: u64) {
         match &mut self.0 {
+            Repr::Same {
+                value: same, len, ..
+            } if *len == 0 || *same == value => {
+                *same = value;
+                *len += 1;
+            }
             // The usual value: a multiple of the unit that fits.
             Repr::Narrow { shift, max, stored }
                 if *shift < 64
@@ -108,14 +133,23 @@ impl Values {
                 stored.push(q);
             }
             Repr::Wide(values) => values.push(value),
-            Repr::Narrow { .. } => self.extend_from_slice(&[value]),
+            Repr::Same { .. } | Repr::Narrow { .. } => self.extend_from_slice(&[value]),
         }
     }
 
     /// Appends `values`: one check of the batch, then one pass.
     pub fn extend_from_slice(&mut self, values: &[u64]) {
-        if values.is_empty() {
+        let Some(&first) = values.first() else {
             return;
+        };
+        if let Repr::Same { value, len, .. } = &mut self.0 {
+            let same = if *len == 0 { first } else { *value };
+            if values.iter().all(|&v| v == same) {
+                *value = same;
+                *len += values.len();
+                return;
+            }
+            self.materialize();
         }
         let (bits, top) = values
             .iter()
@@ -144,12 +178,24 @@ impl Values {
     /// Appends another column's values.
     pub fn extend_from(&mut self, other: &Values) {
         match &other.0 {
+            Repr::Same { value, len, .. } => match &mut self.0 {
+                Repr::Same {
+                    value: mine,
+                    len: n,
+                    ..
+                } if *n == 0 || *mine == *value => {
+                    *mine = *value;
+                    *n += len;
+                }
+                _ => self.extend(std::iter::repeat_n(*value, *len)),
+            },
             Repr::Wide(values) => self.extend_from_slice(values),
             Repr::Narrow { shift, max, stored } => {
                 if self.is_empty() {
                     *self = other.clone();
                     return;
                 }
+                self.materialize();
                 let top = widen(*max, *shift);
                 let bits = if *max == 0 { 0 } else { 1u64 << shift };
                 match self.narrow_for(bits, top) {
@@ -166,6 +212,7 @@ impl Values {
     /// by copying, as wasm's do, leaves holes as large as itself behind).
     pub fn reserve_exact(&mut self, n: usize) {
         match &mut self.0 {
+            Repr::Same { len, reserve, .. } => *reserve = (*reserve).max(*len + n),
             Repr::Narrow { stored, .. } => stored.reserve_exact(n),
             Repr::Wide(values) => values.reserve_exact(n),
         }
@@ -174,6 +221,7 @@ impl Values {
     /// Makes room for at least `n` more values (amortized, as `Vec::reserve`).
     pub fn reserve(&mut self, n: usize) {
         match &mut self.0 {
+            Repr::Same { len, reserve, .. } => *reserve = (*reserve).max(*len + n),
             Repr::Narrow { stored, .. } => stored.reserve(n),
             Repr::Wide(values) => values.reserve(n),
         }
@@ -182,6 +230,7 @@ impl Values {
     /// Keeps the first `n` values.
     pub fn truncate(&mut self, n: usize) {
         match &mut self.0 {
+            Repr::Same { len, .. } => *len = (*len).min(n),
             // `max` stays an upper bound of what is stored.
             Repr::Narrow { stored, .. } => stored.truncate(n),
             Repr::Wide(values) => values.truncate(n),
@@ -191,6 +240,7 @@ impl Values {
     /// Gives back memory reserved for growth.
     pub fn shrink_to_fit(&mut self) {
         match &mut self.0 {
+            Repr::Same { reserve, .. } => *reserve = 0,
             Repr::Narrow { stored, .. } => stored.shrink_to_fit(),
             Repr::Wide(values) => values.shrink_to_fit(),
         }
@@ -199,22 +249,55 @@ impl Values {
     /// Bytes of memory held (reserved included).
     pub fn heap_bytes(&self) -> usize {
         match &self.0 {
+            Repr::Same { .. } => 0,
             Repr::Narrow { stored, .. } => stored.capacity() * 4,
             Repr::Wide(values) => values.capacity() * 8,
         }
     }
 
-    /// Whether it is held as `u32` multiples of a power of two.
+    /// Whether it is held in 32 bits a value or less (as multiples of a power of two, or as one
+    /// value repeated).
     pub fn is_narrow(&self) -> bool {
-        matches!(self.0, Repr::Narrow { .. })
+        !matches!(self.0, Repr::Wide(_))
+    }
+
+    /// Turns a column of one value repeated into one that holds each value.
+    fn materialize(&mut self) {
+        let Repr::Same {
+            value,
+            len,
+            reserve,
+        } = self.0
+        else {
+            return;
+        };
+        let room = len.max(reserve);
+        let shift = value.trailing_zeros();
+        self.0 = match u32::try_from(value.checked_shr(shift).unwrap_or(0)) {
+            Ok(q) => {
+                let mut stored = Vec::with_capacity(room);
+                stored.resize(len, q);
+                Repr::Narrow {
+                    shift,
+                    max: q,
+                    stored,
+                }
+            }
+            Err(_) => {
+                let mut values = Vec::with_capacity(room);
+                values.resize(len, value);
+                Repr::Wide(values)
+            }
+        };
     }
 
     /// Makes room for values whose bits together are `bits` and whose largest is `top`: the
     /// stored vector and the shift to store them with while narrow (rescaled first if their unit
     /// is finer), `None` after switching to wide when they do not fit.
     fn narrow_for(&mut self, bits: u64, top: u64) -> Option<(u32, &mut Vec<u32>)> {
+        self.materialize();
         let fit = match &mut self.0 {
-            Repr::Wide(_) => return None,
+            Repr::Same { .. } | Repr::Wide(_) => return None,
             Repr::Narrow { shift, max, stored } => {
                 let wanted = (*shift).min(bits.trailing_zeros());
                 let fits = |v: u64| v.checked_shr(wanted).unwrap_or(0) <= u64::from(u32::MAX);
@@ -237,7 +320,7 @@ impl Values {
         }
         match &mut self.0 {
             Repr::Narrow { shift, stored, .. } => Some((*shift, stored)),
-            Repr::Wide(_) => None,
+            Repr::Same { .. } | Repr::Wide(_) => None,
         }
     }
 }
@@ -323,6 +406,8 @@ pub struct Iter<'a>(IterRepr<'a>);
 
 #[derive(Clone, Debug)]
 enum IterRepr<'a> {
+    /// The value, and how many times it is left.
+    Same(u64, usize),
     Narrow(std::slice::Iter<'a, u32>, u32),
     Wide(std::slice::Iter<'a, u64>),
 }
@@ -333,6 +418,7 @@ impl Iterator for Iter<'_> {
     #[inline]
     fn next(&mut self) -> Option<u64> {
         match &mut self.0 {
+            IterRepr::Same(value, left) => same_next(*value, left),
             IterRepr::Narrow(iter, shift) => iter.next().map(|&v| widen(v, *shift)),
             IterRepr::Wide(iter) => iter.next().copied(),
         }
@@ -345,6 +431,10 @@ impl Iterator for Iter<'_> {
 
     fn nth(&mut self, n: usize) -> Option<u64> {
         match &mut self.0 {
+            IterRepr::Same(value, left) => {
+                *left = left.saturating_sub(n);
+                same_next(*value, left)
+            }
             IterRepr::Narrow(iter, shift) => iter.nth(n).map(|&v| widen(v, *shift)),
             IterRepr::Wide(iter) => iter.nth(n).copied(),
         }
@@ -352,6 +442,7 @@ impl Iterator for Iter<'_> {
 
     fn fold<B, F: FnMut(B, u64) -> B>(self, init: B, mut f: F) -> B {
         match self.0 {
+            IterRepr::Same(value, left) => (0..left).fold(init, |acc, _| f(acc, value)),
             IterRepr::Narrow(iter, shift) => iter.fold(init, |acc, &v| f(acc, widen(v, shift))),
             IterRepr::Wide(iter) => iter.fold(init, |acc, &v| f(acc, v)),
         }
@@ -361,6 +452,7 @@ impl Iterator for Iter<'_> {
 impl DoubleEndedIterator for Iter<'_> {
     fn next_back(&mut self) -> Option<u64> {
         match &mut self.0 {
+            IterRepr::Same(value, left) => same_next(*value, left),
             IterRepr::Narrow(iter, shift) => iter.next_back().map(|&v| widen(v, *shift)),
             IterRepr::Wide(iter) => iter.next_back().copied(),
         }
@@ -370,10 +462,19 @@ impl DoubleEndedIterator for Iter<'_> {
 impl ExactSizeIterator for Iter<'_> {
     fn len(&self) -> usize {
         match &self.0 {
+            IterRepr::Same(_, left) => *left,
             IterRepr::Narrow(iter, _) => iter.len(),
             IterRepr::Wide(iter) => iter.len(),
         }
     }
+}
+
+/// The next of `left` repeats of `value`.
+#[inline]
+fn same_next(value: u64, left: &mut usize) -> Option<u64> {
+    let more = *left > 0;
+    *left = left.saturating_sub(1);
+    more.then_some(value)
 }
 
 #[cfg(test)]
@@ -410,6 +511,37 @@ mod tests {
     }
 
     #[test]
+    fn a_column_of_one_value_holds_no_vector_until_another_comes() {
+        let mut column = Values::new();
+        column.reserve_exact(1000);
+        for _ in 0..1000 {
+            column.push(0);
+        }
+        column.extend_from_slice(&[0; 24]);
+        assert_eq!((column.len(), column.heap_bytes()), (1024, 0));
+        assert_eq!(column.at(1023), 0);
+        assert_eq!(column.range(10..20).count(), 10);
+        column.truncate(1000);
+        column.push(3 << 20);
+        assert_eq!(column.len(), 1001);
+        assert!(column.is_narrow());
+        assert!(
+            column.heap_bytes() >= 4000,
+            "the values, in the room asked for"
+        );
+        assert_eq!(column.last(), Some(3 << 20));
+        assert_eq!(column.iter().filter(|&v| v == 0).count(), 1000);
+        let mut big = Values::from(vec![u64::MAX; 5]);
+        assert_eq!(big.heap_bytes(), 0);
+        big.push(1);
+        assert!(!big.is_narrow());
+        assert_eq!(
+            big.to_vec(),
+            vec![u64::MAX, u64::MAX, u64::MAX, u64::MAX, u64::MAX, 1]
+        );
+    }
+
+    #[test]
     fn columns_appended_to_each_other_keep_their_values() {
         let mut a = Values::from(vec![4096, 8192]);
         a.extend_from(&Values::from(vec![1 << 20, 0]));
@@ -423,13 +555,20 @@ mod tests {
         fn any_values_in_any_batches_are_kept(
             batches in proptest::collection::vec(
                 proptest::collection::vec(
-                    prop_oneof![any::<u64>(), (0u64..1 << 20).prop_map(|v| v << 12), Just(0u64)],
+                    prop_oneof![any::<u64>(), (0u64..1 << 20).prop_map(|v| v << 12), Just(0u64), Just(7 << 30)],
                     0..20,
                 ),
                 0..8,
             ),
             one_by_one in any::<bool>(),
+            repeated in any::<bool>(),
         ) {
+            // Batches of one value repeated, or of any values.
+            let batches: Vec<Vec<u64>> = if repeated {
+                batches.iter().map(|b| vec![b.first().copied().unwrap_or(0); b.len()]).collect()
+            } else {
+                batches
+            };
             let mut column = Values::new();
             let mut expected = Vec::new();
             for batch in &batches {
