@@ -16,7 +16,7 @@ const FANOUT: usize = 8;
 /// Beside them, every 64th sample time: a binary search for a time runs in that small index
 /// (which stays in the cache) and then within one block of 64 times, instead of jumping across
 /// the whole series and missing the cache at every step.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Levels {
     /// `levels[k]` holds the buckets of level `k + 1`.
     levels: Vec<Buckets>,

@@ -71,6 +71,17 @@ pub struct Trace {
     levels: Levels,
     /// How many samples the levels cover.
     covered: usize,
+    /// For the allocator's curves: whose readings they are, and how many of the recording's
+    /// readings they were made from.
+    readings: Option<ReadingsOf>,
+}
+
+/// The allocator readings an allocator curve was made from: a process' (pid, rank) on a device,
+/// among the recording's first `upto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ReadingsOf {
+    key: (u32, Option<u32>, u32),
+    upto: usize,
 }
 
 impl Trace {
@@ -304,18 +315,23 @@ impl RunView {
     }
 
     /// The curves of a recording that grew from the one `old` was drawn from (a followed
-    /// file): a series' levels of detail are extended by what arrived, not rebuilt; the
-    /// curves made from the probe's records (allocator numbers, ranks' host memory) are made
-    /// again, which costs what those records are, not the samples.
+    /// file): a series' levels of detail are extended by what arrived, not rebuilt, and so are
+    /// the allocator's curves while the readings that arrived are later than those before, of
+    /// the same processes and devices; the ranks' host memory is made again (a reading per
+    /// phase edge of each rank).
     pub fn grow_traces(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
-        let mut grown: BTreeMap<usize, Trace> = old
-            .into_iter()
-            .filter_map(|t| match t.source {
-                Source::Series(i) => Some((i, t)),
-                Source::Owned { .. } => None,
-            })
-            .collect();
-        let mut traces = allocator_traces(recording);
+        let (mut grown, mut allocator) = (BTreeMap::new(), Vec::new());
+        for trace in old {
+            match (&trace.source, trace.readings) {
+                (Source::Series(i), _) => {
+                    grown.insert(*i, trace);
+                }
+                (Source::Owned { .. }, Some(_)) => allocator.push(trace),
+                (Source::Owned { .. }, None) => {}
+            }
+        }
+        let mut traces = grow_allocator_traces(allocator, recording)
+            .unwrap_or_else(|| allocator_traces(recording));
         for (i, series) in recording.series.iter().enumerate() {
             let kind = match series.key.kind {
                 SeriesKind::DeviceUsed => TraceKind::DeviceUsed,
@@ -354,6 +370,7 @@ impl RunView {
                 source,
                 levels,
                 covered: series.values.len(),
+                readings: None,
             });
         }
         traces.extend(rank_host_traces(recording));
@@ -556,6 +573,7 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
             origin: Some(format!("rank {rank}")),
             levels: Levels::new(&times_ns, &values),
             covered: values.len(),
+            readings: None,
             source: Source::Owned {
                 times_ns: std::sync::Arc::new(times_ns),
                 values,
@@ -617,6 +635,10 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
                 origin: origin.clone(),
                 levels: Levels::new(&times_ns, &values),
                 covered: values.len(),
+                readings: Some(ReadingsOf {
+                    key: (pid, rank, device),
+                    upto: readings.len(),
+                }),
                 source: Source::Owned {
                     times_ns: std::sync::Arc::clone(&times_ns),
                     values,
@@ -625,6 +647,82 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
         }
     }
     traces
+}
+
+/// The allocator's curves `old` (made by [`allocator_traces`] from fewer readings) extended by
+/// the readings that arrived since; `None` when they must be made again: a reading from a new
+/// process or device, or one earlier than its curve's last.
+fn grow_allocator_traces(mut old: Vec<Trace>, recording: &Recording) -> Option<Vec<Trace>> {
+    let readings = &recording.allocator;
+    let upto = old.first()?.readings?.upto;
+    if upto > readings.len() || old.iter().any(|t| t.readings.map(|r| r.upto) != Some(upto)) {
+        return None;
+    }
+    // The new readings of each curve's process and device, in order.
+    let mut new: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
+    for i in upto..readings.len() {
+        let (origin, device) = readings.source(i);
+        new.entry((origin.pid, origin.rank, device))
+            .or_default()
+            .push(i);
+    }
+    for (key, indices) in &new {
+        let trace = old
+            .iter()
+            .find(|t| t.readings.is_some_and(|r| r.key == *key))?;
+        let Source::Owned { times_ns, .. } = &trace.source else {
+            return None;
+        };
+        let last = times_ns.last().copied().unwrap_or(0);
+        let times = indices.iter().map(|&i| readings.t_ns(i));
+        if !times.clone().is_sorted() || times.clone().next().is_some_and(|t| t < last) {
+            return None;
+        }
+    }
+    for (key, indices) in new {
+        // The three curves of one process and device share one time column: let go of it in
+        // all but the first, extend it in place there, share it again.
+        let mine: Vec<usize> = (0..old.len())
+            .filter(|&k| old[k].readings.is_some_and(|r| r.key == key))
+            .collect();
+        let none = std::sync::Arc::new(Vec::new());
+        for &k in &mine[1..] {
+            if let Source::Owned { times_ns, .. } = &mut old[k].source {
+                *times_ns = std::sync::Arc::clone(&none);
+            }
+        }
+        let mut shared = None;
+        for &k in &mine {
+            let trace = &mut old[k];
+            let Source::Owned { times_ns, values } = &mut trace.source else {
+                continue;
+            };
+            match &shared {
+                None => {
+                    std::sync::Arc::make_mut(times_ns)
+                        .extend(indices.iter().map(|&i| readings.t_ns(i)));
+                    shared = Some(std::sync::Arc::clone(times_ns));
+                }
+                Some(column) => *times_ns = std::sync::Arc::clone(column),
+            }
+            values.extend(indices.iter().map(|&i| {
+                let sample = readings.get(i);
+                match trace.kind {
+                    TraceKind::Reserved => sample.reserved,
+                    TraceKind::Peak => sample.peak,
+                    _ => sample.allocated,
+                }
+            }));
+            trace.levels.extend(times_ns, values, trace.covered);
+            trace.covered = values.len();
+        }
+    }
+    for trace in &mut old {
+        if let Some(r) = &mut trace.readings {
+            r.upto = readings.len();
+        }
+    }
+    Some(old)
 }
 
 fn events(recording: &Recording, analysis: &Analysis) -> Vec<Event> {
@@ -729,6 +827,84 @@ mod tests {
         records.into_iter().for_each(|r| recording.push(r));
         let analysis = collector::analysis::analyze(&recording);
         (recording, analysis)
+    }
+
+    #[test]
+    fn allocator_curves_grown_as_readings_arrive_are_those_made_from_all() {
+        let reading = |t_ns: u64, pid: u32, device: u32| {
+            Record::Allocator(AllocatorSample {
+                t_ns,
+                origin: Origin { pid, rank: None },
+                device,
+                allocated: (t_ns % 7) << 20,
+                reserved: (t_ns % 11) << 21,
+                peak: t_ns << 9,
+                ..Default::default()
+            })
+        };
+        let records: Vec<Record> = (0..3000u64)
+            .map(|t| reading(t, 7, (t % 2) as u32))
+            .chain((3000..3100).map(|t| reading(t, 7, 1)))
+            .collect();
+        let whole_of = |n: usize| {
+            let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+            records[..n].iter().cloned().for_each(|r| recording.push(r));
+            recording
+        };
+        let same = |a: &[Trace], b: &[Trace], recording: &Recording, what: &str| {
+            assert_eq!(a.len(), b.len(), "{what}");
+            for (a, b) in a.iter().zip(b) {
+                assert_eq!((a.kind, a.device, &a.origin), (b.kind, b.device, &b.origin));
+                let (da, db) = (a.data(recording), b.data(recording));
+                assert_eq!(da.times_ns, db.times_ns, "{what}");
+                assert_eq!(da.values, db.values, "{what}");
+                assert_eq!(a.levels, b.levels, "{what}");
+            }
+        };
+        // The time column of the first allocator curve: the same one while it is extended.
+        let column = |traces: &[Trace]| {
+            traces.iter().find_map(|t| match (&t.source, t.readings) {
+                (Source::Owned { times_ns, .. }, Some(_)) => Some(std::sync::Arc::as_ptr(times_ns)),
+                _ => None,
+            })
+        };
+        // Grown in steps of every size: one reading, a few, across buckets of the levels.
+        for step in [1, 5, 64, 700] {
+            let mut traces = RunView::traces(&whole_of(0));
+            let mut n = 0;
+            while n < records.len() {
+                let had = n;
+                n = (n + step).min(records.len());
+                let recording = whole_of(n);
+                let before = column(&traces);
+                traces = RunView::grow_traces(traces, &recording);
+                if had >= 2 {
+                    // Both devices' curves were there: extended, not made again.
+                    assert_eq!(column(&traces), before, "{step}: {n}");
+                }
+                same(
+                    &traces,
+                    &RunView::traces(&recording),
+                    &recording,
+                    &format!("{step}: {n}"),
+                );
+            }
+        }
+        // A reading earlier than its curve's last, and one from another process: made again.
+        let mut recording = whole_of(records.len());
+        let traces = RunView::traces(&recording);
+        let before = column(&traces);
+        recording.push(reading(5, 7, 0));
+        recording.push(reading(9000, 8, 0));
+        let grown = RunView::grow_traces(traces, &recording);
+        assert_ne!(column(&grown), before);
+        same(
+            &grown,
+            &RunView::traces(&recording),
+            &recording,
+            "made again",
+        );
+        assert!(grown.iter().any(|t| t.origin.as_deref() == Some("pid 8")));
     }
 
     #[test]
