@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use collector::analysis::{Analysis, Basis, Occurrence};
-use collector::recording::{AllocatorSample, Phase, Recording, SeriesKind, Values};
+use collector::recording::{AllocatorReadings, Phase, Recording, SeriesKind, Values};
 
 use crate::lod::{Levels, LodSeries};
 
@@ -614,21 +614,10 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
                 .map(|&i| readings.t_ns(i))
                 .collect::<Vec<u64>>(),
         );
-        let (mut allocated, mut reserved, mut peak) = (Values::new(), Values::new(), Values::new());
-        for column in [&mut allocated, &mut reserved, &mut peak] {
-            column.reserve_exact(indices.len());
-        }
-        for block in indices.chunks(4096) {
-            let samples: Vec<AllocatorSample> = block.iter().map(|&i| readings.get(i)).collect();
-            allocated.extend(samples.iter().map(|s| s.allocated));
-            reserved.extend(samples.iter().map(|s| s.reserved));
-            peak.extend(samples.iter().map(|s| s.peak));
-        }
-        for (kind, values) in [
-            (TraceKind::Allocated, allocated),
-            (TraceKind::Reserved, reserved),
-            (TraceKind::Peak, peak),
-        ] {
+        for kind in [TraceKind::Allocated, TraceKind::Reserved, TraceKind::Peak] {
+            let mut values = Values::new();
+            values.reserve_exact(indices.len());
+            values.extend(indices.iter().map(|&i| allocator_value(readings, kind, i)));
             traces.push(Trace {
                 kind,
                 device: Some(device),
@@ -647,6 +636,15 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
         }
     }
     traces
+}
+
+/// What the allocator curve of `kind` draws of reading `i`.
+fn allocator_value(readings: &AllocatorReadings, kind: TraceKind, i: usize) -> u64 {
+    match kind {
+        TraceKind::Reserved => readings.reserved(i),
+        TraceKind::Peak => readings.peak(i),
+        _ => readings.allocated(i),
+    }
 }
 
 /// The allocator's curves `old` (made by [`allocator_traces`] from fewer readings) extended by
@@ -705,14 +703,11 @@ fn grow_allocator_traces(mut old: Vec<Trace>, recording: &Recording) -> Option<V
                 }
                 Some(column) => *times_ns = std::sync::Arc::clone(column),
             }
-            values.extend(indices.iter().map(|&i| {
-                let sample = readings.get(i);
-                match trace.kind {
-                    TraceKind::Reserved => sample.reserved,
-                    TraceKind::Peak => sample.peak,
-                    _ => sample.allocated,
-                }
-            }));
+            values.extend(
+                indices
+                    .iter()
+                    .map(|&i| allocator_value(readings, trace.kind, i)),
+            );
             trace.levels.extend(times_ns, values, trace.covered);
             trace.covered = values.len();
         }

@@ -192,18 +192,19 @@ impl AllocatorReadings {
     pub fn heap_bytes(&self) -> usize {
         self.t_ns.capacity() * 8
             + self.source.capacity() * 4
-            + [
-                &self.allocated,
-                &self.reserved,
-                &self.peak,
-                &self.active,
-                &self.inactive_split,
-                &self.retries,
-                &self.ooms,
-            ]
-            .iter()
-            .map(|c| c.heap_bytes())
-            .sum::<usize>()
+            + self.columns().iter().map(|c| c.heap_bytes()).sum::<usize>()
+    }
+
+    fn columns(&self) -> [&Values; 7] {
+        [
+            &self.allocated,
+            &self.reserved,
+            &self.peak,
+            &self.active,
+            &self.inactive_split,
+            &self.retries,
+            &self.ooms,
+        ]
     }
 
     fn columns_mut(&mut self) -> [&mut Values; 7] {
@@ -583,6 +584,38 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(readings.source(4), readings.source(0));
+    }
+
+    #[test]
+    fn many_senders_are_told_apart() {
+        // More senders than the table looks through before hashing.
+        let samples: Vec<AllocatorSample> = (0..400u64)
+            .map(|i| AllocatorSample {
+                t_ns: i,
+                origin: Origin {
+                    pid: (i % 40) as u32,
+                    rank: Some((i % 40) as u32),
+                },
+                device: (i % 3) as u32,
+                allocated: i << 9,
+                ..Default::default()
+            })
+            .collect();
+        let mut readings = AllocatorReadings::from(samples.clone());
+        assert_eq!(readings.iter().collect::<Vec<_>>(), samples);
+        readings.map_origins(|o| o.rank = o.rank.map(|r| r + 100));
+        readings.push(AllocatorSample {
+            t_ns: 400,
+            origin: Origin {
+                pid: 39,
+                rank: Some(139),
+            },
+            device: 0,
+            ..Default::default()
+        });
+        let (origin, device) = readings.source(400);
+        assert_eq!((origin.pid, origin.rank, device), (39, Some(139), 0));
+        assert!((0..400).all(|i| readings.source(i).0.rank == Some(samples[i].origin.pid + 100)));
     }
 
     #[test]

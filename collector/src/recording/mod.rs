@@ -182,10 +182,7 @@ impl Recording {
         let Some(&first) = whole.first() else {
             return;
         };
-        let twice = whole
-            .iter()
-            .enumerate()
-            .any(|(k, i)| whole[..k].contains(i));
+        let twice = repeats(whole);
         let column = |i: usize| {
             let times = &self.series[i].times_ns;
             (!times.is_empty()).then_some(Arc::as_ptr(times))
@@ -301,10 +298,7 @@ impl Recording {
                 }
             }
         }
-        let twice = whole
-            .iter()
-            .enumerate()
-            .any(|(k, i)| whole[..k].contains(i));
+        let twice = repeats(whole);
         if !twice && !whole.is_empty() && whole == pending_series {
             pending.extend_from_slice(times);
             return Ok(());
@@ -398,6 +392,14 @@ impl Recording {
             .chain(self.end.as_ref().map(|e| e.t_ns));
         last_sample.chain(last_event).max().unwrap_or(0)
     }
+}
+
+/// Whether a series is in `whole` twice (one chunk with two columns of it: a corrupt file).
+fn repeats(whole: &[usize]) -> bool {
+    whole
+        .iter()
+        .enumerate()
+        .any(|(k, i)| whole[..k].contains(i))
 }
 
 /// What reading chunk after chunk straight into a recording keeps between them: where each

@@ -123,11 +123,7 @@ impl Values {
                 *len += 1;
             }
             // The usual value: a multiple of the unit that fits.
-            Repr::Narrow { shift, max, stored }
-                if *shift < 64
-                    && value.trailing_zeros() >= *shift
-                    && value >> *shift <= u64::from(u32::MAX) =>
-            {
+            Repr::Narrow { shift, max, stored } if in_unit(*shift, value, value) => {
                 let q = (value >> *shift) as u32;
                 *max = (*max).max(q);
                 stored.push(q);
@@ -155,9 +151,7 @@ impl Values {
             .iter()
             .fold((0u64, 0u64), |(bits, top), &v| (bits | v, top.max(v)));
         if let Repr::Narrow { shift, max, stored } = &mut self.0
-            && *shift < 64
-            && bits.trailing_zeros() >= *shift
-            && top >> *shift <= u64::from(u32::MAX)
+            && in_unit(*shift, bits, top)
         {
             // The usual batch: multiples of the unit that fit.
             let shift = *shift;
@@ -323,6 +317,13 @@ impl Values {
             Repr::Same { .. } | Repr::Wide(_) => None,
         }
     }
+}
+
+/// Whether values whose bits together are `bits` and whose largest is `top` are stored as they
+/// are with `shift`: multiples of its unit that fit in 32 bits (never while there is no unit).
+#[inline]
+fn in_unit(shift: u32, bits: u64, top: u64) -> bool {
+    shift < 64 && bits.trailing_zeros() >= shift && top >> shift <= u64::from(u32::MAX)
 }
 
 // `shift` is 64 only while every value is 0.
