@@ -4,7 +4,7 @@
 //! size. Budgets (issue #7): faster than `pickle.load`; peak ≤ 2× the file.
 //!
 //! `cargo bench -p tidemark-collector --bench snapshot` (`SNAPSHOT_BENCH_ENTRIES=N` for another
-//! size). The file is written once by `tests/data/snapshots/cases.py big` into `target/`.
+//! size; `SNAPSHOT_BENCH_OURS_ONLY=1` to leave out `pickle.load`, for profiles). The file is written once by `tests/data/snapshots/cases.py big` into `target/`.
 
 use std::path::Path;
 use std::process::Command;
@@ -120,6 +120,9 @@ fn main() {
         drop(snapshot);
     }
 
+    if std::env::var_os("SNAPSHOT_BENCH_OURS_ONLY").is_some() {
+        return;
+    }
     let script = "import pickle, sys, time\n\
         t = time.perf_counter()\n\
         with open(sys.argv[1], 'rb') as f:\n    s = pickle.load(f)\n\

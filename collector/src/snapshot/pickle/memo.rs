@@ -44,7 +44,7 @@ impl Memo {
         self.dense + self.sparse.len()
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn get(&self, index: u32) -> Option<Value> {
         let i = index as usize;
         if i < self.dense {
@@ -103,7 +103,7 @@ impl Memo {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn unpack(&self, packed: u32) -> Value {
         let payload = packed & ((1 << Self::BITS) - 1);
         match packed >> Self::BITS {
