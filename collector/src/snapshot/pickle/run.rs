@@ -1,7 +1,7 @@
 //! The pickle machine's loop: one opcode at a time, over the bytes, with no recursion. (About 600
 //! lines on purpose: one `match` over the ~70 opcodes, each arm next to its neighbours.)
 
-use super::{MAX_STACK, Machine, Obj, Value};
+use super::{Fields, MAX_STACK, Machine, Obj, Value};
 use crate::snapshot::SnapshotError;
 
 /// The pickle opcodes, named as CPython's `pickle.py` names them.
@@ -294,9 +294,13 @@ impl Machine<'_> {
                     self.extend_list(at, list, std::iter::once(item))?;
                 }
                 op::APPENDS => {
-                    let items = self.pop_mark(at)?;
-                    let list = self.top(at)?;
-                    self.extend_list(at, list, items.into_iter())?;
+                    let mark = self.pop_mark_index(at)?;
+                    let list = self.below(at, mark)?;
+                    // The items leave the stack as they are added (no vector of them between).
+                    let mut stack = std::mem::take(&mut self.stack);
+                    let added = self.extend_list(at, list, stack.drain(mark..));
+                    self.stack = stack;
+                    added?;
                 }
                 op::ADDITEMS => {
                     let items = self.pop_mark(at)?;
@@ -312,19 +316,22 @@ impl Machine<'_> {
                     }
                 }
                 op::SETITEM => {
-                    let value = self.pop(at)?;
-                    let key = self.pop(at)?;
-                    self.set_items(at, vec![key, value])?;
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    let pair = self.stack.len().saturating_sub(2);
+                    if pair < floor || self.stack.len() < 2 {
+                        return Err(self.err(at, "the stack is empty (corrupt opcodes)"));
+                    }
+                    self.set_items(at, pair)?;
                 }
                 op::SETITEMS => {
-                    let items = self.pop_mark(at)?;
-                    if items.len() % 2 != 0 {
+                    let mark = self.pop_mark_index(at)?;
+                    if (self.stack.len() - mark) % 2 != 0 {
                         return Err(self.err(
                             at,
                             "SETITEMS with an odd number of values (corrupt opcodes)",
                         ));
                     }
-                    self.set_items(at, items)?;
+                    self.set_items(at, mark)?;
                 }
                 op::BINGET => {
                     let i = self.u8()?;
@@ -491,7 +498,15 @@ impl Machine<'_> {
                                 break;
                             }
                             _ => match items.next() {
-                                Some(item) => append(obj, item),
+                                Some(item) => {
+                                    if let Obj::List(v) = obj
+                                        && !matches!(item, Value::Entry(_))
+                                    {
+                                        // It stays a list: room for the rest at once.
+                                        v.reserve(items.size_hint().0 + 1);
+                                    }
+                                    append(obj, item);
+                                }
                                 None => break,
                             },
                         }
@@ -512,35 +527,46 @@ impl Machine<'_> {
         }
     }
 
-    pub(super) fn set_items(&mut self, at: usize, items: Vec<Value>) -> Result<(), SnapshotError> {
-        let index = self
-            .stack
-            .len()
+    /// Adds the key/value pairs from stack position `from` on to the dict just below them, and
+    /// takes them off the stack. A dict that is still empty and gets all it holds at once (what
+    /// a pickler writes for a frame or a trace entry) is made compact from the stack directly.
+    pub(super) fn set_items(&mut self, at: usize, from: usize) -> Result<(), SnapshotError> {
+        let index = from
             .checked_sub(1)
             .ok_or_else(|| self.err(at, "SETITEM with no dict (corrupt opcodes)"))?;
-        let dict = self.top(at)?;
-        match dict {
-            Value::Obj(i) => match self.arena.get_mut(i as usize).map(|s| &mut s.obj) {
-                Some(Obj::Dict(pairs)) => {
-                    pairs.extend(items.chunks_exact(2).map(|kv| (kv[0], kv[1])));
-                }
-                _ => {
-                    return Err(self.err(
-                        at,
-                        "SETITEM on something that is not a dict (corrupt opcodes)",
-                    ));
-                }
-            },
-            Value::Opaque(_) => return Ok(()),
-            _ => {
-                return Err(self.err(
-                    at,
-                    "SETITEM on something that is not a dict (corrupt opcodes)",
-                ));
+        let dict = self.below(at, from)?;
+        let not_a_dict = "SETITEM on something that is not a dict (corrupt opcodes)";
+        let i = match dict {
+            Value::Obj(i) => i,
+            Value::Opaque(_) => {
+                self.stack.truncate(from);
+                return Ok(());
+            }
+            _ => return Err(self.err(at, not_a_dict)),
+        };
+        let empty = match self.arena.get(i as usize).map(|s| &s.obj) {
+            Some(Obj::Dict(pairs)) => pairs.is_empty(),
+            _ => return Err(self.err(at, not_a_dict)),
+        };
+        if empty {
+            let fields = Fields::of(pairs(&self.stack[from..]));
+            if let Some(compact) = self.compact(at, &fields)? {
+                self.stack.truncate(from);
+                self.replace(i, index, compact);
+                return Ok(());
             }
         }
+        if let Some(Obj::Dict(held)) = self.arena.get_mut(i as usize).map(|s| &mut s.obj) {
+            held.extend(pairs(&self.stack[from..]));
+        }
+        self.stack.truncate(from);
         self.finished_dict(at, index)
     }
+}
+
+/// Key/value pairs laid out one after the other.
+fn pairs(items: &[Value]) -> impl Iterator<Item = (Value, Value)> + '_ {
+    items.chunks_exact(2).map(|kv| (kv[0], kv[1]))
 }
 
 /// Appends `item` to a list: a list of trace entries in order stays a run of them.

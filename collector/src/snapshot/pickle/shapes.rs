@@ -91,17 +91,26 @@ impl Machine<'_> {
         let Some(Obj::Dict(pairs)) = self.arena.get(i as usize).map(|s| &s.obj) else {
             return Ok(());
         };
-        let key = |k: u32| {
-            pairs
-                .iter()
-                .find(|(key, _)| *key == Value::Str(k))
-                .map(|(_, v)| *v)
-        };
-        if pairs.len() <= 4 && key(K_FILENAME).is_some() && key(K_NAME).is_some() {
+        let fields = Fields::of(pairs.iter().copied());
+        if let Some(compact) = self.compact(at, &fields)? {
+            self.replace(i, stack_index, compact);
+        }
+        Ok(())
+    }
+
+    /// What a dict with these items becomes: an interned frame, a trace entry (pushed to the
+    /// entries, its frames list interned and replaced by the stack), or `None` for any other dict.
+    pub(super) fn compact(
+        &mut self,
+        at: usize,
+        fields: &Fields,
+    ) -> Result<Option<Value>, SnapshotError> {
+        let key = |k: u32| fields.get(k);
+        if fields.len <= 4 && key(K_FILENAME).is_some() && key(K_NAME).is_some() {
             let (Some(Value::Str(name)), Some(Value::Str(filename))) =
                 (key(K_NAME), key(K_FILENAME))
             else {
-                return Ok(()); // not a frame after all: left as a dict
+                return Ok(None); // not a frame after all: left as a dict
             };
             let line = key(K_LINE).and_then(Value::as_u64).unwrap_or(0);
             let frame = Frame {
@@ -114,83 +123,84 @@ impl Machine<'_> {
             if id == next {
                 self.frames.push(frame);
             }
-            self.replace(i, stack_index, Value::Frame(id));
-        } else if let Some(Value::Str(action)) = key(K_ACTION) {
-            let number = |k: u32, what: &str| -> Result<u64, SnapshotError> {
-                match key(k) {
-                    None | Some(Value::None) => Ok(0),
-                    Some(v) => v.as_u64().ok_or_else(|| {
-                        self.err(
-                            at,
-                            format!(
-                                "trace entry {}: {what} is {}, not a non-negative 64-bit integer",
-                                self.entries.len(),
-                                v.describe(&self.strings)
-                            ),
-                        )
-                    }),
-                }
-            };
-            let addr = number(K_ADDR, "addr")?;
-            let size = number(K_SIZE, "size")?;
-            let stream = number(K_STREAM, "stream").unwrap_or(0);
-            let device_free = number(K_DEVICE_FREE, "device_free")?;
-            let time_us = match key(K_TIME_US) {
-                None | Some(Value::None) => 0,
-                Some(v) => v.as_i64().ok_or_else(|| {
+            return Ok(Some(Value::Frame(id)));
+        }
+        let Some(Value::Str(action)) = key(K_ACTION) else {
+            return Ok(None);
+        };
+        let number = |k: u32, what: &str| -> Result<u64, SnapshotError> {
+            match key(k) {
+                None | Some(Value::None) => Ok(0),
+                Some(v) => v.as_u64().ok_or_else(|| {
                     self.err(
                         at,
                         format!(
-                            "trace entry {}: time_us is {}, not a 64-bit integer",
+                            "trace entry {}: {what} is {}, not a non-negative 64-bit integer",
                             self.entries.len(),
                             v.describe(&self.strings)
                         ),
                     )
-                })?,
-            };
-            let metadata = match key(K_USER_METADATA) {
-                Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => {
-                    NonZeroU32::new(s.saturating_add(1))
-                }
-                _ => None,
-            };
-            let frames = key(K_FRAMES);
-            let action = match action {
-                K_ALLOC => Action::Alloc,
-                K_FREE_REQUESTED => Action::FreeRequested,
-                K_FREE_COMPLETED => Action::FreeCompleted,
-                K_SEGMENT_ALLOC => Action::SegmentAlloc,
-                K_SEGMENT_FREE => Action::SegmentFree,
-                K_OOM => Action::Oom,
-                other => match &*self.strings[other as usize] {
-                    "segment_map" => Action::SegmentMap,
-                    "segment_unmap" => Action::SegmentUnmap,
-                    "snapshot" => Action::Snapshot,
-                    _ => Action::Other(self.other_action(at, other)?),
-                },
-            };
-            let stream = self.stream(at, stream)?;
-            let stack = self.stack_of(at, frames)?;
-            let entry = TraceEntry {
-                time_us,
-                addr,
-                size,
-                device_free,
-                stack,
-                device: 0,
-                metadata,
-                stream,
-                action,
-            };
-            let id = u32::try_from(self.entries.len())
-                .map_err(|_| self.err(at, "too many trace entries"))?;
-            self.entries.push(entry);
-            if let Some(Value::Obj(list)) = frames {
-                self.replace(list, usize::MAX, Value::Stack(stack));
+                }),
             }
-            self.replace(i, stack_index, Value::Entry(id));
+        };
+        let addr = number(K_ADDR, "addr")?;
+        let size = number(K_SIZE, "size")?;
+        let stream = number(K_STREAM, "stream").unwrap_or(0);
+        let device_free = number(K_DEVICE_FREE, "device_free")?;
+        let time_us = match key(K_TIME_US) {
+            None | Some(Value::None) => 0,
+            Some(v) => v.as_i64().ok_or_else(|| {
+                self.err(
+                    at,
+                    format!(
+                        "trace entry {}: time_us is {}, not a 64-bit integer",
+                        self.entries.len(),
+                        v.describe(&self.strings)
+                    ),
+                )
+            })?,
+        };
+        let metadata = match key(K_USER_METADATA) {
+            Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => {
+                NonZeroU32::new(s.saturating_add(1))
+            }
+            _ => None,
+        };
+        let frames = key(K_FRAMES);
+        let action = match action {
+            K_ALLOC => Action::Alloc,
+            K_FREE_REQUESTED => Action::FreeRequested,
+            K_FREE_COMPLETED => Action::FreeCompleted,
+            K_SEGMENT_ALLOC => Action::SegmentAlloc,
+            K_SEGMENT_FREE => Action::SegmentFree,
+            K_OOM => Action::Oom,
+            other => match &*self.strings[other as usize] {
+                "segment_map" => Action::SegmentMap,
+                "segment_unmap" => Action::SegmentUnmap,
+                "snapshot" => Action::Snapshot,
+                _ => Action::Other(self.other_action(at, other)?),
+            },
+        };
+        let stream = self.stream(at, stream)?;
+        let stack = self.stack_of(at, frames)?;
+        let entry = TraceEntry {
+            time_us,
+            addr,
+            size,
+            device_free,
+            stack,
+            device: 0,
+            metadata,
+            stream,
+            action,
+        };
+        let id = u32::try_from(self.entries.len())
+            .map_err(|_| self.err(at, "too many trace entries"))?;
+        self.entries.push(entry);
+        if let Some(Value::Obj(list)) = frames {
+            self.replace(list, usize::MAX, Value::Stack(stack));
         }
-        Ok(())
+        Ok(Some(Value::Entry(id)))
     }
 
     /// Interns the stack held by `frames` (a list of frames), 0 when there is none.
@@ -319,6 +329,38 @@ impl Machine<'_> {
             stack_starts: self.stack_starts,
             entries: self.entries,
         }
+    }
+}
+
+/// The items of a dict that the shapes look at (the keys up to `user_metadata`), each by its
+/// key's id, read in one pass; the first of a key that appears twice counts.
+pub(crate) struct Fields {
+    by_key: [Option<Value>; K_USER_METADATA as usize + 1],
+    /// How many items the dict has.
+    len: usize,
+}
+
+impl Fields {
+    #[inline]
+    pub(crate) fn of(pairs: impl Iterator<Item = (Value, Value)>) -> Self {
+        let mut fields = Self {
+            by_key: [None; K_USER_METADATA as usize + 1],
+            len: 0,
+        };
+        for (key, value) in pairs {
+            fields.len += 1;
+            if let Value::Str(k) = key
+                && let Some(slot @ None) = fields.by_key.get_mut(k as usize)
+            {
+                *slot = Some(value);
+            }
+        }
+        fields
+    }
+
+    #[inline]
+    fn get(&self, key: u32) -> Option<Value> {
+        self.by_key.get(key as usize).copied().flatten()
     }
 }
 
