@@ -325,7 +325,7 @@ impl Machine<'_> {
                 }
                 op::SETITEMS => {
                     let mark = self.pop_mark_index(at)?;
-                    if (self.stack.len() - mark) % 2 != 0 {
+                    if !(self.stack.len() - mark).is_multiple_of(2) {
                         return Err(self.err(
                             at,
                             "SETITEMS with an odd number of values (corrupt opcodes)",
