@@ -74,23 +74,18 @@ fn main() {
         let parsed = start.elapsed();
         let peak_parsed = PEAK.load(Ordering::Relaxed) - before;
         let held_parsed = LIVE.load(Ordering::Relaxed) - before;
-        let recording = snapshot.to_recording();
-        let total = start.elapsed();
-        let peak_curves = PEAK.load(Ordering::Relaxed) - before;
-        // What `collector report` does after that: the analysis of the trace and the verdict
-        // (live blocks, sites, suspects, segments).
-        let analysis = collector::analysis::analyze(&recording);
-        let verdict = collector::snapshot::SnapshotVerdict::new(&snapshot, &analysis);
+        // What `collector report` does after that: the trace as a recording, its analysis and
+        // the verdict (live blocks, sites, suspects, segments), the blocks' lives swept alongside.
+        let (recording, _analysis, verdict) =
+            collector::snapshot::SnapshotVerdict::judge(&snapshot);
         let reported = start.elapsed();
         let peak = PEAK.load(Ordering::Relaxed) - before;
         let held = LIVE.load(Ordering::Relaxed) - before;
         println!(
-            "round {round}: read + parse {:.2} s (peak {:.0} MB, {:.0} MB held), + curves {:.2} s (peak {:.0} MB), + analysis and verdict (the report) {:.2} s ({} live blocks at the end); peak {:.0} MB = {:.2}× the file (allocated, a window of the file included); held after {:.0} MB ({} entries, {} stacks, {} allocator readings)",
+            "round {round}: read + parse {:.2} s (peak {:.0} MB, {:.0} MB held), + curves, analysis and verdict (the report) {:.2} s ({} live blocks at the end); peak {:.0} MB = {:.2}× the file (allocated, a window of the file included); held after {:.0} MB ({} entries, {} stacks, {} allocator readings)",
             parsed.as_secs_f64(),
             peak_parsed as f64 / 1e6,
             held_parsed as f64 / 1e6,
-            total.as_secs_f64(),
-            peak_curves as f64 / 1e6,
             reported.as_secs_f64(),
             verdict.live.len(),
             peak as f64 / 1e6,

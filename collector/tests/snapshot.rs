@@ -635,6 +635,11 @@ fn live_blocks_suspects_and_segments() {
     let recording = s.to_recording();
     let analysis = collector::analysis::analyze(&recording);
     let verdict = collector::snapshot::SnapshotVerdict::new(&s, &analysis);
+    // Judged whole (the blocks swept on a second thread), the same.
+    assert_eq!(
+        collector::snapshot::SnapshotVerdict::judge(&s),
+        (recording.clone(), analysis.clone(), verdict.clone())
+    );
     let marks = verdict.suspect_marks(&s, &recording);
     assert_eq!(marks.len(), suspects.len().min(5));
     let points = &marks[0].points;

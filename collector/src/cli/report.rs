@@ -4,7 +4,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::load;
 use collector::analysis::{Analysis, FindingKind, analyze};
 use collector::format::{format_bytes, format_duration};
 use collector::recording::Recording;
@@ -246,18 +245,18 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         }
     };
     let loaded = if args.more.is_empty() {
-        load(&args.file)
+        load_judged(&args.file)
     } else {
-        load_nodes(&args.file, &args.more)
+        load_nodes(&args.file, &args.more).map(|(recording, _)| {
+            let analysis = analyze(&recording);
+            (recording, analysis, None)
+        })
     };
-    let (recording, snapshot) = match loaded {
+    let (recording, analysis, judged) = match loaded {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let analysis = analyze(&recording);
-    let verdict = snapshot
-        .as_ref()
-        .map(|s| SnapshotVerdict::new(s, &analysis));
+    let (snapshot, verdict) = judged.unzip();
     // A recording made with --history names the snapshots dumped next to it: the one at the OOM
     // says what was alive when the job died.
     let paired = snapshot
@@ -265,10 +264,11 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         .then(|| collector::open::paired_snapshot(&args.file, &recording))
         .flatten()
         .map(|paired| {
-            let verdict = paired.snapshot.as_ref().ok().map(|s| {
-                let trace = analyze(&s.to_recording());
-                SnapshotVerdict::new(s, &trace)
-            });
+            let verdict = paired
+                .snapshot
+                .as_ref()
+                .ok()
+                .map(|s| SnapshotVerdict::judge(s).2);
             (paired, verdict)
         });
     let report = text(&args.file, &recording, &analysis, verdict.as_ref());
@@ -342,6 +342,28 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// A recording, its analysis, and the snapshot it was made from with its verdict.
+type Judged = (Recording, Analysis, Option<(Snapshot, SnapshotVerdict)>);
+
+/// Reads a recording and analyses it; a snapshot is judged as well ([`SnapshotVerdict::judge`]).
+/// The error is printed, and the exit status for an unreadable file returned.
+fn load_judged(file: &Path) -> Result<Judged, ExitCode> {
+    match collector::open::read_any_file(file) {
+        Ok(collector::open::Opened::Snapshot(snapshot)) => {
+            let (recording, analysis, verdict) = SnapshotVerdict::judge(&snapshot);
+            Ok((recording, analysis, Some((*snapshot, verdict))))
+        }
+        Ok(collector::open::Opened::Recording(recording)) => {
+            let analysis = analyze(&recording);
+            Ok((*recording, analysis, None))
+        }
+        Err(err) => {
+            eprintln!("collector: {err}");
+            Err(ExitCode::from(2))
+        }
+    }
 }
 
 /// Several nodes' recordings as one run (see [`collector::open::read_one_run`]).

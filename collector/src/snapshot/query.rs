@@ -242,7 +242,15 @@ impl Snapshot {
                 }
             })
             .collect();
-        suspects.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
+        // Ties in a fixed order (the groups come out of a hash map: two reads of one snapshot
+        // must list them alike).
+        suspects.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(a.stack.cmp(&b.stack))
+                .then(a.device.cmp(&b.device))
+                .then(a.phase.cmp(&b.phase))
+        });
         suspects
     }
 
@@ -320,7 +328,11 @@ impl LiveIndex {
                 stack: l.stack,
             })
             .collect();
-        blocks.sort_unstable_by(|a, b| b.size.cmp(&a.size).then(a.addr.cmp(&b.addr)));
+        blocks.sort_unstable_by(|a, b| {
+            (b.size.cmp(&a.size))
+                .then(a.addr.cmp(&b.addr))
+                .then(a.device.cmp(&b.device))
+        });
         blocks
     }
 }

@@ -98,6 +98,32 @@ impl SnapshotVerdict {
         Self::with_index(snapshot, analysis, &LiveIndex::new(snapshot))
     }
 
+    /// A snapshot judged whole, as `collector report` does: its trace as a recording, that
+    /// recording's analysis, and the verdict. Natively the blocks' lives are swept on a second
+    /// thread while the trace becomes a recording and is analysed (a tenth of a big snapshot's
+    /// report).
+    pub fn judge(snapshot: &Snapshot) -> (Recording, Analysis, Self) {
+        let trace = || {
+            let recording = snapshot.to_recording();
+            let analysis = crate::analysis::analyze(&recording);
+            (recording, analysis)
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        let ((recording, analysis), index) = std::thread::scope(|scope| {
+            let index = scope.spawn(|| LiveIndex::new(snapshot));
+            let trace = trace();
+            // A panic in the sweep is a bug: sweep again here, where it shows.
+            (
+                trace,
+                index.join().unwrap_or_else(|_| LiveIndex::new(snapshot)),
+            )
+        });
+        #[cfg(target_arch = "wasm32")]
+        let ((recording, analysis), index) = (trace(), LiveIndex::new(snapshot));
+        let verdict = Self::with_index(snapshot, &analysis, &index);
+        (recording, analysis, verdict)
+    }
+
     /// [`SnapshotVerdict::new`] with the snapshot's blocks already swept (a viewer keeps the
     /// index for the times the user picks).
     pub fn with_index(snapshot: &Snapshot, analysis: &Analysis, index: &LiveIndex) -> Self {

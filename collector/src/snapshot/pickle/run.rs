@@ -614,9 +614,20 @@ fn long(bytes: &[u8]) -> Value {
     }
     let negative = bytes[bytes.len() - 1] & 0x80 != 0;
     if bytes.len() <= 8 {
-        let mut buf = if negative { [0xffu8; 8] } else { [0u8; 8] };
-        buf[..bytes.len()].copy_from_slice(bytes);
-        return Value::Int(i64::from_le_bytes(buf));
+        // Byte by byte into a register: a copy into a buffer went through `memcpy`, whose
+        // partial stores then stalled the load of the whole buffer (addresses are LONG1s).
+        let mut v = 0u64;
+        for (i, &b) in bytes.iter().enumerate() {
+            v |= u64::from(b) << (8 * i);
+        }
+        let unused = 64 - 8 * bytes.len() as u32;
+        // Sign-extended from the top byte read (a shift by 64 would overflow: all 8 used).
+        let v = if unused == 0 {
+            v as i64
+        } else {
+            ((v << unused) as i64) >> unused
+        };
+        return Value::Int(v);
     }
     // Longer: fits u64 when the extra bytes are zero (a positive number ≥ 2^63).
     if !negative && bytes[8..].iter().all(|&b| b == 0) {
@@ -664,6 +675,36 @@ fn parse_index(line: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn longs_of_up_to_eight_bytes_in_every_width_that_holds_them() {
+        let values = [
+            0,
+            1,
+            -1,
+            127,
+            128,
+            -128,
+            -129,
+            255,
+            256,
+            0x7F00_0000_1234,
+            -(1 << 40),
+            i64::MAX,
+            i64::MIN,
+        ];
+        for v in values {
+            let all = v.to_le_bytes();
+            for n in 1..=8 {
+                let bytes = &all[..n];
+                // The width holds v when the bytes above it are the sign of its top byte.
+                let sign = if bytes[n - 1] & 0x80 != 0 { 0xff } else { 0 };
+                if all[n..].iter().all(|&b| b == sign) {
+                    assert_eq!(long(bytes), Value::Int(v), "{v} in {n} bytes");
+                }
+            }
+        }
+    }
 
     #[test]
     pub(super) fn longs_of_every_width() {
