@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::recording::{ReadError, Recording, read_recording};
-use crate::snapshot::{Snapshot, SnapshotError, SnapshotReader, read_snapshot};
+use crate::snapshot::{Snapshot, SnapshotError, SnapshotReader, SourceError, read_snapshot};
 
 /// What a file turned out to be.
 #[derive(Debug)]
@@ -107,26 +107,23 @@ pub fn stream_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
 
 /// [`stream_snapshot`] of a file already open, read from where it stands.
 fn stream_open_snapshot(mut file: std::fs::File, path: &Path) -> Result<Snapshot, OpenError> {
-    use std::io::Read as _;
     let format = |reason: SnapshotError| OpenError::Format {
         path: path.to_owned(),
         reason: reason.into(),
     };
     let mut reader = SnapshotReader::new();
-    let mut part = vec![0u8; 1 << 20];
     loop {
-        let n = match file.read(&mut part) {
+        match reader.read_from(&mut file) {
             Ok(0) => break,
-            Ok(n) => n,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => {
+            Ok(_) => {}
+            Err(SourceError::Io(err)) => {
                 return Err(OpenError::Io {
                     path: path.to_owned(),
                     reason: Arc::new(err),
                 });
             }
-        };
-        reader.push(&part[..n]).map_err(format)?;
+            Err(SourceError::Snapshot(err)) => return Err(format(err)),
+        }
     }
     reader.finish().map_err(format)
 }

@@ -26,5 +26,6 @@ pub use model::{
 };
 pub use pickle::Frame;
 pub use query::LiveIndex;
+pub(crate) use read::SourceError;
 pub use read::{SnapshotReader, read_snapshot};
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

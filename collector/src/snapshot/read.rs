@@ -33,6 +33,16 @@ pub struct SnapshotReader {
     window: usize,
 }
 
+/// What [`SnapshotReader::read_from`] could not do: read its source, or parse what came.
+#[derive(Debug)]
+pub(crate) enum SourceError {
+    Io(std::io::Error),
+    Snapshot(SnapshotError),
+}
+
+/// At least this much is read from a source at a time.
+const PART: usize = 1 << 20;
+
 /// The parser runs once this much has arrived.
 const WINDOW: usize = 4 << 20;
 
@@ -70,6 +80,30 @@ impl SnapshotReader {
             self.run(true)?;
         }
         Ok(())
+    }
+
+    /// Reads the next part of the pickle from `source`, as [`push`](Self::push) does with
+    /// bytes already read but straight into the reader's buffer (a file is not copied once more
+    /// on its way): how many bytes came, 0 at the end of `source`.
+    pub(crate) fn read_from(
+        &mut self,
+        source: &mut impl std::io::Read,
+    ) -> Result<usize, SourceError> {
+        use std::io::Read as _;
+        if self.top.is_some() {
+            return Ok(0);
+        }
+        let part = self.window.saturating_sub(self.waiting.len()).max(PART);
+        self.waiting.reserve(part);
+        // `read_to_end` reads into the room reserved without zeroing it first.
+        let n = source
+            .take(part as u64)
+            .read_to_end(&mut self.waiting)
+            .map_err(SourceError::Io)?;
+        if self.waiting.len() >= self.window {
+            self.run(true).map_err(SourceError::Snapshot)?;
+        }
+        Ok(n)
     }
 
     /// The snapshot, once every part has been pushed.
