@@ -333,15 +333,27 @@ impl Machine<'_> {
                     }
                     self.set_items(at, mark)?;
                 }
-                op::BINGET => {
-                    let i = self.u8()?;
-                    let v = self.memo_get(at, u32::from(i))?;
-                    self.push(v)?;
-                }
-                op::LONG_BINGET => {
-                    let i = u32::from_le_bytes(self.le()?);
-                    let v = self.memo_get(at, i)?;
-                    self.push(v)?;
+                op::BINGET | op::LONG_BINGET => {
+                    // A run of GETs (a frames list is twenty in a row) is read here, one after
+                    // the other, without going back through the dispatch.
+                    let (mut code, mut at) = (code, at);
+                    loop {
+                        let i = if code == op::BINGET {
+                            u32::from(self.u8()?)
+                        } else {
+                            u32::from_le_bytes(self.le()?)
+                        };
+                        let v = self.memo_get(at, i)?;
+                        self.push(v)?;
+                        match self.bytes.get(self.pos) {
+                            Some(&next @ (op::BINGET | op::LONG_BINGET)) => {
+                                (code, at) = (next, self.pos);
+                                self.op_start = at;
+                                self.pos += 1;
+                            }
+                            _ => break,
+                        }
+                    }
                 }
                 op::GET => {
                     let line = self.line()?;
