@@ -233,15 +233,18 @@ impl Recording {
         }
     }
 
-    /// Adds a stored chunk with each column decoded straight into its series (no [`Chunk`] is
-    /// built): what pushing the chunk [`wire::decode_chunk`] makes does, with the same errors.
-    /// `keys` are the series declared so far; `buffers` are kept between chunks. The times of
+    /// Adds a stored chunk (`n` samples: its times and its columns) with each column decoded
+    /// straight into its series (no [`Chunk`] is built): what pushing the chunk
+    /// [`wire::decode_chunk`] makes does, with the same errors. `keys` are the series declared
+    /// so far; `buffers` are kept between chunks. The times of
     /// chunk after chunk of the same series are gathered and added to their shared column once
     /// the series change, or at [`Recording::finish_chunks`]. After an error the recording holds
     /// part of the chunk (the reader of whole files then gives up on it).
     pub(crate) fn push_wire_chunk(
         &mut self,
-        wire: &wire::WireChunk<'_>,
+        n: u64,
+        times_ns: &wire::WireInts<'_>,
+        columns: &[wire::WireColumn<'_>],
         keys: &[SeriesKey],
         buffers: &mut ChunkBuffers,
     ) -> Result<(), String> {
@@ -253,13 +256,12 @@ impl Recording {
             pending,
             pending_series,
         } = buffers;
-        let n = wire.n;
         times.clear();
-        wire.t
+        times_ns
             .decode_into(n, times)
             .map_err(|err| format!("time column: {err}"))?;
         whole.clear();
-        for (i, wire::WireColumn(id, values, valid)) in wire.c.iter().enumerate() {
+        for (i, wire::WireColumn(id, values, valid)) in columns.iter().enumerate() {
             let key = keys
                 .get(*id as usize)
                 .ok_or_else(|| format!("column {i} refers to series {id}, never declared"))?;

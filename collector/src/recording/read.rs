@@ -62,6 +62,8 @@ pub struct Reader<'a> {
     ended: bool,
     unknown_kinds: Vec<String>,
     series: Vec<SeriesKey>,
+    /// The columns of the chunk read last (kept to be reused).
+    columns: Vec<wire::WireColumn<'a>>,
 }
 
 impl<'a> Reader<'a> {
@@ -89,6 +91,7 @@ impl<'a> Reader<'a> {
             ended: false,
             unknown_kinds: Vec::new(),
             series: Vec::new(),
+            columns: Vec::new(),
         };
         let (kind, body, end) = reader.frame()?;
         let corrupt = |what: String| ReadError::Corrupt {
@@ -127,6 +130,7 @@ impl<'a> Reader<'a> {
             ended: false,
             unknown_kinds: Vec::new(),
             series,
+            columns: Vec::new(),
         }
     }
 
@@ -253,6 +257,21 @@ impl<'a> Reader<'a> {
             return Ok(false);
         }
         let start = self.offset;
+        let corrupt = |what: String| ReadError::Corrupt {
+            offset: start,
+            kind: kind::CHUNK.to_owned(),
+            what,
+        };
+        // A chunk as the writer writes it, read in one pass and without serde (most of a file).
+        if let Some((kind::CHUNK, at)) = self.head()
+            && let Some((n, times, used)) = wire::parse_chunk(&self.bytes[at..], &mut self.columns)
+        {
+            recording
+                .push_wire_chunk(n, &times, &self.columns, &self.series, buffers)
+                .map_err(corrupt)?;
+            self.offset = at + used;
+            return Ok(true);
+        }
         let (kind, body, end) = self.frame()?;
         if kind != kind::CHUNK {
             return Ok(match self.read_next()? {
@@ -267,18 +286,25 @@ impl<'a> Reader<'a> {
                 None => false,
             });
         }
-        let corrupt = |what: String| ReadError::Corrupt {
-            offset: start,
-            kind: kind.to_owned(),
-            what,
-        };
         let wire: WireChunk<'_> =
             rmp_serde::from_slice(body).map_err(|err| corrupt(err.to_string()))?;
         recording
-            .push_wire_chunk(&wire, &self.series, buffers)
+            .push_wire_chunk(wire.n, &wire.t, &wire.c, &self.series, buffers)
             .map_err(corrupt)?;
         self.offset = end;
         Ok(true)
+    }
+
+    /// The kind of the record at the current offset and where its body starts, read without
+    /// walking the body (`None`: not a record's start; [`frame`](Self::frame) says why).
+    fn head(&self) -> Option<(&'a str, usize)> {
+        let bytes: &'a [u8] = self.bytes;
+        let mut rest = bytes.get(self.offset..)?;
+        if rmp::decode::read_array_len(&mut rest).ok()? != 2 {
+            return None;
+        }
+        let (kind, body) = rmp::decode::read_str_from_slice(rest).ok()?;
+        Some((kind, bytes.len() - body.len()))
     }
 
     /// Splits the record at the current offset into its kind and body, and finds its end.

@@ -96,6 +96,75 @@ impl WireInts<'_> {
     }
 }
 
+/// A chunk's body read without serde, as the writer lays it out (`{"n", "t", "c"}`, the keys in
+/// any order, each once; a column `[id, ints, bits or nil]`): the sample count and the times,
+/// the columns into `columns` (cleared first), and how many bytes the body took. `None` for
+/// anything else — a key missing, repeated or unknown, a number or bytes encoded another way,
+/// bytes that end early: serde's reading of the body ([`WireChunk`]) then reads it, or says what
+/// is wrong, so this way accepts nothing that way would not.
+pub fn parse_chunk<'a>(
+    body: &'a [u8],
+    columns: &mut Vec<WireColumn<'a>>,
+) -> Option<(u64, WireInts<'a>, usize)> {
+    let mut rest = body;
+    let rd = &mut rest;
+    columns.clear();
+    let (mut n, mut t, mut c) = (None, None, false);
+    for _ in 0..rmp::decode::read_map_len(rd).ok()? {
+        let (key, after) = rmp::decode::read_str_from_slice(*rd).ok()?;
+        *rd = after;
+        match key {
+            "n" if n.is_none() => n = Some(rmp::decode::read_int::<u64, _>(rd).ok()?),
+            "t" if t.is_none() => t = Some(parse_ints(rd)?),
+            "c" if !c => {
+                c = true;
+                let len = rmp::decode::read_array_len(rd).ok()?;
+                // Each column takes at least 7 bytes: a count beyond that is not believed.
+                columns.reserve((len as usize).min(rd.len() / 7));
+                for _ in 0..len {
+                    if rmp::decode::read_array_len(rd).ok()? != 3 {
+                        return None;
+                    }
+                    let id = rmp::decode::read_int::<u32, _>(rd).ok()?;
+                    let ints = parse_ints(rd)?;
+                    let valid = match rd.first()? {
+                        0xc0 => {
+                            *rd = &rd[1..];
+                            None
+                        }
+                        _ => Some(Cow::Borrowed(parse_bin(rd)?)),
+                    };
+                    columns.push(WireColumn(id, ints, valid));
+                }
+            }
+            _ => return None,
+        }
+    }
+    if !c {
+        return None;
+    }
+    Some((n?, t?, body.len() - rest.len()))
+}
+
+/// `[first, order, scale, data]` as [`parse_chunk`] reads it.
+fn parse_ints<'a>(rd: &mut &'a [u8]) -> Option<WireInts<'a>> {
+    if rmp::decode::read_array_len(rd).ok()? != 4 {
+        return None;
+    }
+    let first = rmp::decode::read_int::<u64, _>(rd).ok()?;
+    let order = rmp::decode::read_int::<u8, _>(rd).ok()?;
+    let scale = rmp::decode::read_int::<u64, _>(rd).ok()?;
+    Some(WireInts(first, order, scale, Cow::Borrowed(parse_bin(rd)?)))
+}
+
+/// MessagePack bin 8/16/32, borrowed.
+fn parse_bin<'a>(rd: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = rmp::decode::read_bin_len(rd).ok()? as usize;
+    let (bytes, after) = rd.split_at_checked(len)?;
+    *rd = after;
+    Some(bytes)
+}
+
 /// Sample times are stored with order 2, values with order 1. `id` gives each column's series id.
 pub fn encode_chunk(chunk: &Chunk, mut id: impl FnMut(&SeriesKey) -> u32) -> WireChunk<'static> {
     WireChunk {
@@ -528,6 +597,93 @@ pub fn value_end(bytes: &[u8], start: usize) -> Result<usize, WalkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A parsed chunk: its count, times, and each column's id, values and whether it has bits.
+    type Parsed = (u64, Vec<u64>, Vec<(u32, Vec<u64>, bool)>);
+
+    /// What [`parse_chunk`] makes of a body, and whether serde reads it.
+    fn both(body: &[u8]) -> (Option<Parsed>, bool) {
+        let mut columns = Vec::new();
+        let parsed = parse_chunk(body, &mut columns).map(|(n, t, used)| {
+            assert_eq!(used, body.len());
+            let columns: Vec<(u32, Vec<u64>, bool)> = columns
+                .iter()
+                .map(|WireColumn(id, ints, valid)| (*id, ints.decode(n).unwrap(), valid.is_some()))
+                .collect();
+            (n, t.decode(n).unwrap(), columns)
+        });
+        let serde: Result<WireChunk<'_>, _> = rmp_serde::from_slice(body);
+        if let (Some((n, t, columns)), Ok(wire)) = (&parsed, &serde) {
+            assert_eq!((*n, t), (wire.n, &wire.t.decode(wire.n).unwrap()));
+            assert_eq!(columns.len(), wire.c.len());
+        }
+        (parsed, serde.is_ok())
+    }
+
+    #[test]
+    fn a_chunk_as_written_is_parsed_as_serde_reads_it_and_anything_else_is_left_to_serde() {
+        let key = |kind| SeriesKey {
+            kind,
+            device: Some(0),
+            pid: None,
+        };
+        let chunk = Chunk {
+            times_ns: vec![10, 20, 35],
+            columns: vec![
+                Column {
+                    series: key(super::super::model::SeriesKind::DeviceUsed),
+                    values: vec![1 << 20, 2 << 20, 3 << 20],
+                    valid: None,
+                },
+                Column {
+                    series: key(super::super::model::SeriesKind::HostRss),
+                    values: vec![7, 0, 9],
+                    valid: Some(vec![true, false, true]),
+                },
+            ],
+        };
+        let wire = encode_chunk(&chunk, |k| {
+            u32::from(k.kind != chunk.columns[0].series.kind)
+        });
+        let body = rmp_serde::to_vec_named(&wire).unwrap();
+        let (parsed, serde_ok) = both(&body);
+        assert!(serde_ok);
+        let (n, times, columns) = parsed.expect("the writer's layout is parsed");
+        assert_eq!((n, times), (3, chunk.times_ns.clone()));
+        assert_eq!(columns.len(), 2);
+        assert_eq!(columns[0], (0, chunk.columns[0].values.clone(), false));
+        assert_eq!((columns[1].0, columns[1].2), (1, true));
+        // Every cut is left to serde (which says it ends early).
+        for cut in 0..body.len() {
+            assert_eq!(both(&body[..cut]), (None, false), "cut at {cut}");
+        }
+        // The keys in another order: parsed. An unknown key, a key twice, the struct as an
+        // array: left to serde, which reads the first and the last and refuses the second.
+        let mut reordered = Vec::new();
+        rmp::encode::write_map_len(&mut reordered, 3).unwrap();
+        for key in ["c", "n", "t"] {
+            rmp::encode::write_str(&mut reordered, key).unwrap();
+            let value = match key {
+                "n" => rmp_serde::to_vec(&wire.n).unwrap(),
+                "t" => rmp_serde::to_vec(&wire.t).unwrap(),
+                _ => rmp_serde::to_vec(&wire.c).unwrap(),
+            };
+            reordered.extend(value);
+        }
+        assert!(both(&reordered).0.is_some());
+        let mut extra = body.clone();
+        extra[0] += 1; // a fixmap of four
+        rmp::encode::write_str(&mut extra, "z").unwrap();
+        rmp::encode::write_nil(&mut extra).unwrap();
+        assert_eq!(both(&extra), (None, true));
+        let mut twice = body.clone();
+        twice[0] += 1;
+        rmp::encode::write_str(&mut twice, "n").unwrap();
+        rmp::encode::write_uint(&mut twice, 3).unwrap();
+        assert_eq!(both(&twice), (None, false));
+        let array = rmp_serde::to_vec(&wire).unwrap();
+        assert_eq!(both(&array), (None, true));
+    }
 
     #[test]
     fn walks_nested_values() {
