@@ -3,7 +3,8 @@
 //! 200 million samples at the default size. Measures the time to the first drawn frame (budget
 //! ≤ 4 s), the bytes held per sample (≤ 12) and the CPU per frame while panning (≤ 8 ms),
 //! natively. `cargo bench -p tidemark-app --bench week` (`WEEK_BENCH_SAMPLES`: the samples, for
-//! a smaller run; `WEEK_BENCH_READ_ONLY`, `WEEK_BENCH_ANALYSIS_ONLY`: only that part, to profile).
+//! a smaller run; `WEEK_BENCH_READ_ONLY`, `WEEK_BENCH_ANALYSIS_ONLY`: only that part, to profile;
+//! `WEEK_BENCH_PAN_ROUNDS`: the panning that many times, to profile it).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -122,15 +123,30 @@ fn main() {
     );
     let duration_s = (instants * SAMPLE_NS) as f64 / 1e9;
     let mut times: Vec<Duration> = Vec::new();
-    for (zoom, frames) in [(1.0, 20), (0.1, 40), (0.001, 40)] {
+    let mut by_zoom = Vec::new();
+    let rounds: usize = std::env::var("WEEK_BENCH_PAN_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let views = [(1.0, 20), (0.1, 40), (0.001, 40)];
+    for (zoom, frames) in views.into_iter().cycle().take(views.len() * rounds) {
         let width = duration_s * zoom;
+        let mut these = Vec::new();
         for f in 0..frames {
             let a = (duration_s - width) * f as f64 / frames as f64;
             if let Some(open) = app.current_run_mut() {
                 open.timeline.request_x = Some((a, a + width));
             }
-            times.push(frame(&ctx, &mut app));
+            these.push(frame(&ctx, &mut app));
         }
+        times.extend(&these);
+        these.sort();
+        by_zoom.push(format!(
+            "{:.0} % of the week: median {:.2} ms, max {:.2}",
+            zoom * 100.0,
+            these[these.len() / 2].as_secs_f64() * 1e3,
+            these.last().map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        ));
     }
     times.sort();
     println!(
@@ -140,6 +156,7 @@ fn main() {
         times[times.len() * 95 / 100].as_secs_f64() * 1e3,
         times.last().map_or(0.0, |d| d.as_secs_f64() * 1e3)
     );
+    println!("  by view: {}", by_zoom.join("; "));
 }
 
 /// The recording as the collector streams it: one chunk a second of 20 instants × 17 series;

@@ -227,9 +227,20 @@ impl LodSeries<'_> {
             };
             let last = (end - 1).div_ceil(size).min(buckets.len());
             let mut walk = ColumnWalk::new(t0, span as u64, columns);
+            // A bucket's first time from the time index when it has it (buckets of 64 samples
+            // and more): reading the times themselves, thousands of samples apart, missed the
+            // cache at every bucket.
+            let index = &self.levels.index;
+            let first_time = |b: usize| {
+                match size % INDEX_STRIDE {
+                    0 => index.get(b * size / INDEX_STRIDE).copied(),
+                    _ => None,
+                }
+                .unwrap_or(times[b * size])
+            };
             for b in (start + 1) / size..last {
                 let (min, max) = buckets.get(b);
-                let c = walk.column(times[b * size]);
+                let c = walk.column(first_time(b));
                 column = match column {
                     Some((cc, lo, hi)) if cc == c => Some((c, lo.min(min), hi.max(max))),
                     Some(done) => {
@@ -395,6 +406,45 @@ mod tests {
         let points = series.visible(10_000_000_000, 10_049_000_000, 800);
         assert_eq!(points.len(), 52);
         assert!(points.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn each_column_draws_the_samples_of_its_own_time_at_every_zoom() {
+        // Samples at irregular times whose value is their time: a column's points must hold
+        // values from about its own stretch of time (a bucket placed in the wrong column, by
+        // a wrong first time, would bring values from far away).
+        let mut t = 0;
+        let times: Vec<u64> = noise(3_000_000, 11)
+            .into_iter()
+            .map(|d| {
+                t += 1 + d % 2_000;
+                t
+            })
+            .collect();
+        let values: Values = times.iter().copied().collect();
+        let levels = Levels::new(&times, &values);
+        let series = LodSeries {
+            times_ns: &times,
+            values: &values,
+            levels: &levels,
+        };
+        let last = times[times.len() - 1];
+        for (t0, t1) in [(0, last), (last / 3, last / 3 + last / 50), (0, last / 7)] {
+            for columns in [97, 800, 1600] {
+                let points = series.visible(t0, t1, columns);
+                let half = (t1 - t0) / (2 * columns as u64);
+                // A column draws the samples (or the buckets of them) that begin in it: none
+                // from before it (but the first, whose bucket may begin before the view);
+                // after it, at most a bucket's width (less than a column).
+                for &(at, v) in &points[1..points.len() - 1] {
+                    let first = at - half <= t0 + 2;
+                    assert!(
+                        (first || v + 2 >= at - half) && v <= at + 3 * half + 2_000,
+                        "{t0}..{t1} in {columns} columns: value {v} drawn at {at}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
