@@ -119,13 +119,19 @@ impl Levels {
 
     /// The first index in `times` (the times the levels were built over) whose time is not
     /// below `t`, as `times.partition_point(|&x| x < t)`.
+    ///
+    /// Times beyond those the index was built over (a series that grew since) are searched
+    /// too, directly.
     pub fn find(&self, times: &[u64], t: u64) -> usize {
         let j = self.index.partition_point(|&x| x < t);
-        if j == 0 {
+        if j == 0 && !self.index.is_empty() {
             return 0;
         }
-        let start = ((j - 1) * INDEX_STRIDE + 1).min(times.len());
-        let end = (j * INDEX_STRIDE).min(times.len());
+        let start = (j.saturating_sub(1) * INDEX_STRIDE + usize::from(j > 0)).min(times.len());
+        let end = match j < self.index.len() {
+            true => (j * INDEX_STRIDE).min(times.len()),
+            false => times.len(),
+        };
         start + times[start..end].partition_point(|&x| x < t)
     }
 
@@ -182,7 +188,11 @@ pub struct LodSeries<'a> {
 impl LodSeries<'_> {
     /// The value at `t_ns`: the last sample at or before it.
     pub fn value_at(&self, t_ns: u64) -> Option<u64> {
-        let i = self.times_ns.partition_point(|&t| t <= t_ns);
+        // The first sample after `t_ns`, found through the time index.
+        let i = match t_ns.checked_add(1) {
+            Some(after) => self.levels.find(self.times_ns, after),
+            None => self.times_ns.len(),
+        };
         i.checked_sub(1).map(|i| self.values.at(i))
     }
 
@@ -206,68 +216,61 @@ impl LodSeries<'_> {
         let mut out = Vec::with_capacity(2 * columns + 2);
         out.push((times[start], self.values.at(start)));
         let span = t1.saturating_sub(t0).max(1) as u128;
-        // Many samples per column: walk the coarsest level whose buckets are at most half a
-        // column wide, in order (each bucket to the column its first sample falls in). Every
-        // sample is in one bucket, so no peak or trough is lost, and the reads are sequential.
+        // Many samples per column: walk the samples, or the coarsest level whose buckets are at
+        // most half a column wide, in order (each sample or bucket to the column its first
+        // sample falls in). Every sample is in one bucket, so no peak or trough is lost, and the
+        // reads are sequential.
         let per_column = (end - start) / columns;
         let (mut level, mut size) = (0, 1);
         while level < self.levels.levels.len() && size * FANOUT * 2 <= per_column {
             level += 1;
             size *= FANOUT;
         }
-        if level > 0 {
-            let buckets = &self.levels.levels[level - 1];
-            let mid = |c: usize| t0 + ((span * (2 * c as u128 + 1)) / (2 * columns as u128)) as u64;
-            let mut column: Option<(usize, u64, u64)> = None;
-            let flush = |out: &mut Vec<(u64, u64)>, (c, min, max): (usize, u64, u64)| {
-                out.push((mid(c), min));
-                if max != min {
-                    out.push((mid(c), max));
-                }
-            };
-            let last = (end - 1).div_ceil(size).min(buckets.len());
-            let mut walk = ColumnWalk::new(t0, span as u64, columns);
-            // A bucket's first time from the time index when it has it (buckets of 64 samples
-            // and more): reading the times themselves, thousands of samples apart, missed the
-            // cache at every bucket.
-            let index = &self.levels.index;
-            let first_time = |b: usize| {
-                match size % INDEX_STRIDE {
-                    0 => index.get(b * size / INDEX_STRIDE).copied(),
-                    _ => None,
-                }
-                .unwrap_or(times[b * size])
-            };
-            for b in (start + 1) / size..last {
-                let (min, max) = buckets.get(b);
-                let c = walk.column(first_time(b));
-                column = match column {
-                    Some((cc, lo, hi)) if cc == c => Some((c, lo.min(min), hi.max(max))),
-                    Some(done) => {
-                        flush(&mut out, done);
-                        Some((c, min, max))
-                    }
-                    None => Some((c, min, max)),
-                };
+        let (buckets, count) = match level {
+            0 => (None, self.values.len()),
+            k => (
+                Some(&self.levels.levels[k - 1]),
+                self.levels.levels[k - 1].len(),
+            ),
+        };
+        let bucket = |b: usize| match buckets {
+            Some(buckets) => buckets.get(b),
+            None => (self.values.at(b), self.values.at(b)),
+        };
+        // A bucket's first time from the time index when it has it (buckets of 64 samples and
+        // more): reading the times themselves, thousands of samples apart, missed the cache at
+        // every bucket.
+        let index = &self.levels.index;
+        let first_time = |b: usize| {
+            match size % INDEX_STRIDE {
+                0 => index.get(b * size / INDEX_STRIDE).copied(),
+                _ => None,
             }
-            if let Some(done) = column {
-                flush(&mut out, done);
+            .unwrap_or(times[b * size])
+        };
+        let mid = |c: usize| t0 + ((span * (2 * c as u128 + 1)) / (2 * columns as u128)) as u64;
+        let flush = |out: &mut Vec<(u64, u64)>, (c, min, max): (usize, u64, u64)| {
+            out.push((mid(c), min));
+            if max != min {
+                out.push((mid(c), max));
             }
-            out.push((times[end - 1], self.values.at(end - 1)));
-            return out;
+        };
+        let mut column: Option<(usize, u64, u64)> = None;
+        let mut walk = ColumnWalk::new(t0, span as u64, columns);
+        for b in (start + 1) / size..(end - 1).div_ceil(size).min(count) {
+            let (min, max) = bucket(b);
+            let c = walk.column(first_time(b));
+            column = match column {
+                Some((cc, lo, hi)) if cc == c => Some((c, lo.min(min), hi.max(max))),
+                Some(done) => {
+                    flush(&mut out, done);
+                    Some((c, min, max))
+                }
+                None => Some((c, min, max)),
+            };
         }
-        let mut lo = start + 1;
-        for c in 0..columns {
-            let edge = t0 + ((span * (c as u128 + 1)) / columns as u128) as u64;
-            let hi = self.levels.find(times, edge).clamp(lo, end - 1);
-            if let Some((min, max)) = self.levels.min_max(self.values, lo, hi) {
-                let mid = t0 + ((span * (2 * c as u128 + 1)) / (2 * columns as u128)) as u64;
-                out.push((mid, min));
-                if max != min {
-                    out.push((mid, max));
-                }
-            }
-            lo = hi;
+        if let Some(done) = column {
+            flush(&mut out, done);
         }
         out.push((times[end - 1], self.values.at(end - 1)));
         out
@@ -345,11 +348,17 @@ mod tests {
             assert_eq!(column.is_narrow(), scale == 1);
             let times: Vec<u64> = (0..values.len() as u64).collect();
             let levels = Levels::new(&times, &column);
+            // Also with levels built over part of the times (a series that grew since), or
+            // none of them.
+            let part = Levels::new(&times[..300], &Values::from(values[..300].to_vec()));
             for t in 0..702 {
+                let expected = times.partition_point(|&x| x < t);
+                assert_eq!(levels.find(&times, t), expected, "{t}");
+                assert_eq!(part.find(&times, t), expected, "{t}, levels over 300 times");
                 assert_eq!(
-                    levels.find(&times, t),
-                    times.partition_point(|&x| x < t),
-                    "{t}"
+                    Levels::default().find(&times, t),
+                    expected,
+                    "{t}, no levels"
                 );
             }
             for lo in (0..700).step_by(7) {
