@@ -1,12 +1,13 @@
 //! Following a recording while the collector writes it: the file is re-read from where the last
 //! read stopped, and what arrived is handed back as the grown recording (the app grows its
-//! curves from it at every poll, and analyses it again when this module says it is due; it
-//! knows nothing of the views).
+//! curves from it at every poll, and analyses it again when this module says it is due, on a
+//! thread of its own that this module keeps; it knows nothing of the views).
 
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use collector::analysis::{Analysis, analyze};
 use collector::recording::{Follower, Recording};
 
 /// How often the file is checked.
@@ -30,6 +31,10 @@ pub struct Follow {
     /// every poll, the verdict and the phase bands with the next analysis).
     last_analysis: Option<Instant>,
     analysis_interval: Duration,
+    /// The analysis running on its own thread, and when it started.
+    analysing: Option<(std::thread::JoinHandle<Analysis>, Instant)>,
+    /// The recording grew since it was last analysed (or since that analysis started).
+    stale: bool,
     last_data: Option<Instant>,
     error: Option<String>,
 }
@@ -44,6 +49,8 @@ impl Follow {
             last_poll: None,
             last_analysis: None,
             analysis_interval: ANALYSIS,
+            analysing: None,
+            stale: false,
             last_data: None,
             error: None,
         }
@@ -114,10 +121,19 @@ impl Follow {
         })
     }
 
-    /// Whether the run grown by the last poll is due to be analysed again.
+    /// Whether the run is due to be analysed again: it grew since its last analysis, and that
+    /// was long enough ago. (Checked at every poll, with data or without: a job that stops
+    /// writing for a while still has what it wrote last analysed.)
     pub fn analysis_due(&self) -> bool {
-        self.last_analysis
-            .is_none_or(|t| t.elapsed() >= self.analysis_interval)
+        self.stale
+            && self
+                .last_analysis
+                .is_none_or(|t| t.elapsed() >= self.analysis_interval)
+    }
+
+    /// The run grew without being analysed again.
+    pub fn grew(&mut self) {
+        self.stale = true;
     }
 
     /// The run was analysed (and its views made) in `took`: the next analysis waits a second,
@@ -125,6 +141,34 @@ impl Follow {
     pub fn analysed_in(&mut self, took: Duration) {
         self.last_analysis = Some(Instant::now());
         self.analysis_interval = ANALYSIS.max(took * 5);
+        self.stale = false;
+    }
+
+    /// Analyses `recording` on a thread of its own (a copy that shares its series), so that
+    /// the frames go on meanwhile; [`Follow::analysis`] hands the result over.
+    pub fn analyse_in_background(&mut self, recording: &Recording) {
+        let copy = recording.clone();
+        self.stale = false;
+        self.analysing = Some((std::thread::spawn(move || analyze(&copy)), Instant::now()));
+    }
+
+    /// Whether an analysis runs on its thread. The recording is not grown meanwhile: growing a
+    /// series that the analysis' copy shares would copy it whole.
+    pub fn analysing(&self) -> bool {
+        self.analysing.is_some()
+    }
+
+    /// The analysis made on its thread, once it is done (`wait`: waited for).
+    pub fn analysis(&mut self, wait: bool) -> Option<Analysis> {
+        if !wait && !self.analysing.as_ref()?.0.is_finished() {
+            return None;
+        }
+        let (thread, started) = self.analysing.take()?;
+        let analysis = thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        self.analysed_in(started.elapsed());
+        Some(analysis)
     }
 
     fn read_more(&mut self) -> std::io::Result<Vec<u8>> {

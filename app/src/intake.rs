@@ -379,13 +379,24 @@ pub(crate) fn drop_hint(ctx: &egui::Context) {
     );
 }
 
-/// One followed file: what arrived goes into its recording, and its run is rebuilt.
+/// One followed file: what arrived goes into its recording, its curves grow, and it is analysed
+/// again when that is due — on a thread of its own, unless `now` or the recording is complete
+/// (then at once): the frames go on meanwhile, and the file is read again once it is done.
 #[cfg(not(target_arch = "wasm32"))]
 fn poll(open: &mut OpenRun, now: bool) {
     let Some(follow) = &mut open.follow else {
         return;
     };
     let run = &mut open.run;
+    if let Some(analysis) = follow.analysis(now) {
+        match run {
+            Ok(run) => run.adopt(analysis),
+            Err(_) => drop(analysis),
+        }
+    }
+    if follow.analysing() {
+        return;
+    }
     // The run stays, its recording lent to the follower to grow.
     let mut kept: Option<Run> = None;
     let taken = || match std::mem::replace(run, Err(String::new())) {
@@ -398,15 +409,25 @@ fn poll(open: &mut OpenRun, now: bool) {
         Err(_) => None,
     };
     let Some(update) = follow.poll(taken, now) else {
+        if follow.analysis_due()
+            && let Ok(run) = run
+        {
+            follow.analyse_in_background(&run.recording);
+        }
         return;
     };
     let started = std::time::Instant::now();
     match (update, kept) {
         (Ok(recording), Some(mut previous)) => {
-            let reanalyse = now || recording.end.is_some() || follow.analysis_due();
-            previous.grow(recording, reanalyse);
-            if reanalyse {
+            let at_once = now || recording.end.is_some();
+            previous.grow(recording, at_once);
+            if at_once {
                 follow.analysed_in(started.elapsed());
+            } else {
+                follow.grew();
+                if follow.analysis_due() {
+                    follow.analyse_in_background(&previous.recording);
+                }
             }
             *run = Ok(previous);
         }

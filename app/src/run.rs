@@ -228,6 +228,16 @@ impl Run {
         self.recording = recording;
     }
 
+    /// Takes an analysis of this run's recording made elsewhere (of the recording as it was a
+    /// moment ago, for a followed file): the views drawn from the analysis are made again, the
+    /// curves kept.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn adopt(&mut self, analysis: Analysis) {
+        let traces = std::mem::take(&mut self.view.traces);
+        self.view = RunView::with_traces(&self.recording, &analysis, traces);
+        self.analysis = analysis;
+    }
+
     /// A folder of per-rank snapshots as one run: the traces on one timeline, each rank judged
     /// on its own, and the ranks' memory side by side.
     pub fn from_rank_folder(mut folder: collector::snapshot::ranks::RankFolder) -> Self {

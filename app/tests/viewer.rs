@@ -189,6 +189,69 @@ fn a_followed_file_is_shown_as_it_grows() {
     harness.get_by_label_contains("the recording is complete");
 }
 
+/// While a followed file grows, it is analysed again on a thread of its own (the frames go on
+/// meanwhile), and what that analysis found is what the run shows once it is done: the
+/// analysis of everything read.
+#[test]
+fn a_growing_file_is_analysed_again_beside_the_frames() {
+    let bytes = std::fs::read(corpus("eval_keeps_predictions.msgpack")).unwrap();
+    // Everything but the end record: the job still runs.
+    let mut reader = collector::recording::Reader::new(&bytes).unwrap();
+    let mut before_end = reader.offset();
+    while let Some(record) = reader.read_next().unwrap() {
+        if matches!(record, collector::recording::Record::End(_)) {
+            break;
+        }
+        before_end = reader.offset();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.msgpack");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let half = before_end / 2;
+    file.write_all(&bytes[..half]).unwrap();
+    file.flush().unwrap();
+
+    let mut app = TidemarkApp::empty();
+    app.follow_path(&path);
+    let mut harness = harness(app);
+    harness.run_steps(2);
+    let first = harness.state().runs()[0]
+        .run
+        .as_ref()
+        .unwrap()
+        .analysis
+        .clone();
+    file.write_all(&bytes[half..before_end]).unwrap();
+    file.flush().unwrap();
+    let whole = collector::recording::read_recording(&bytes[..before_end]).unwrap();
+    // Polls every 250 ms, analyses at most every second: give it time, however busy the machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        harness.run_steps(1);
+        let run = harness.state().runs()[0].run.as_ref().unwrap();
+        if run.recording.sample_count() == whole.sample_count()
+            && run.analysis == collector::analysis::analyze(&run.recording)
+        {
+            assert_ne!(run.analysis, first, "the analysis is of the grown file");
+            assert!(run.recording.end.is_none());
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the grown file's analysis never arrived: {} of {} samples read, the analysis {}",
+            run.recording.sample_count(),
+            whole.sample_count(),
+            if run.analysis == first {
+                "the first"
+            } else {
+                "another"
+            }
+        );
+    }
+    harness.get_by_label_contains("following: last data");
+}
+
 /// Ticking Follow for a recording that is already open re-reads it from its header (it used to
 /// stop with "corrupt unknown record at byte 0"); a snapshot cannot be followed.
 #[test]
