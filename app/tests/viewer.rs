@@ -154,20 +154,32 @@ fn recent_files_remember_what_was_opened() {
     assert!(recent[1].ends_with("healthy.msgpack"));
 }
 
-#[test]
-fn a_followed_file_is_shown_as_it_grows() {
-    let bytes = std::fs::read(corpus("eval_keeps_predictions.msgpack")).unwrap();
+/// A file that holds `start` (in a folder that lives as long as the first value), still open
+/// for writing, and the app following it after its first two frames.
+fn following(
+    start: &[u8],
+) -> (
+    tempfile::TempDir,
+    std::fs::File,
+    Harness<'static, TidemarkApp>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("live.msgpack");
     let mut file = std::fs::File::create(&path).unwrap();
-    let half = bytes.len() / 2;
-    file.write_all(&bytes[..half]).unwrap();
+    file.write_all(start).unwrap();
     file.flush().unwrap();
-
     let mut app = TidemarkApp::empty();
     app.follow_path(&path);
     let mut harness = harness(app);
     harness.run_steps(2);
+    (dir, file, harness)
+}
+
+#[test]
+fn a_followed_file_is_shown_as_it_grows() {
+    let bytes = std::fs::read(corpus("eval_keeps_predictions.msgpack")).unwrap();
+    let half = bytes.len() / 2;
+    let (_dir, mut file, mut harness) = following(&bytes[..half]);
     let samples = |h: &Harness<'_, TidemarkApp>| {
         h.state().runs()[0]
             .run
@@ -204,17 +216,8 @@ fn a_growing_file_is_analysed_again_beside_the_frames() {
         }
         before_end = reader.offset();
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("live.msgpack");
-    let mut file = std::fs::File::create(&path).unwrap();
     let half = before_end / 2;
-    file.write_all(&bytes[..half]).unwrap();
-    file.flush().unwrap();
-
-    let mut app = TidemarkApp::empty();
-    app.follow_path(&path);
-    let mut harness = harness(app);
-    harness.run_steps(2);
+    let (_dir, mut file, mut harness) = following(&bytes[..half]);
     let first = harness.state().runs()[0]
         .run
         .as_ref()
