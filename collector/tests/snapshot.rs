@@ -189,7 +189,8 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
     let entries: Vec<serde_json::Value> = snapshot
         .entries
         .iter()
-        .map(|e| {
+        .enumerate()
+        .map(|(i, e)| {
             serde_json::json!([
                 e.device,
                 e.action.name(&snapshot),
@@ -198,7 +199,8 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
                 snapshot.stream(e).to_string(),
                 e.time_us,
                 snapshot.stack(e.stack).count(),
-                fnv(&snapshot, e.stack)
+                fnv(&snapshot, e.stack),
+                snapshot.entries.device_free(i).to_string()
             ])
         })
         .collect();
@@ -209,7 +211,7 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
     {
         assert_eq!(
             ours, theirs,
-            "{name}: trace entry {i} [device, action, addr, size, stream, time_us, frames, digest]"
+            "{name}: trace entry {i} [device, action, addr, size, stream, time_us, frames, digest, device_free]"
         );
     }
     let live: BTreeMap<String, u64> = snapshot
@@ -353,9 +355,10 @@ fn shared_objects_read_the_same_wherever_they_appear() {
     let plain = |s: &Snapshot| -> Vec<Plain> {
         s.entries
             .iter()
-            .map(|e| {
+            .enumerate()
+            .map(|(i, e)| {
                 let action = e.action.name(s).to_owned();
-                let (t, a, z, f) = (e.time_us, e.addr, e.size, e.device_free);
+                let (t, a, z, f) = (e.time_us, e.addr, e.size, s.entries.device_free(i));
                 (t, a, z, f, e.stack, e.device, action, s.stream(e))
             })
             .collect()
@@ -370,8 +373,18 @@ fn shared_objects_read_the_same_wherever_they_appear() {
     assert_eq!(s.annotations.len(), 3000);
     assert!(s.entries.iter().all(|e| s.stream(e) == 0x55D5_1E6F_0A00));
     assert!(s.entries.iter().any(|e| e.action == Action::SegmentMap));
-    let oom = s.entries.iter().find(|e| e.action == Action::Oom).unwrap();
-    assert_eq!((oom.addr, oom.device_free), (0, 3 << 20));
+    let at = s
+        .entries
+        .iter()
+        .position(|e| e.action == Action::Oom)
+        .unwrap();
+    let oom = &s.entries[at];
+    assert_eq!((oom.addr, s.entries.device_free(at)), (0, 3 << 20));
+    assert_eq!(
+        s.entries.device_free(at + 1),
+        0,
+        "only the OOM entry names it"
+    );
     assert_eq!(oom.stack, s.segments[0].blocks[0].stack);
     assert!(s.entries.iter().any(|e| e.time_us == 0));
     // The segments alone, as `pickle.dump(torch.cuda.memory_snapshot())` writes them.
@@ -531,8 +544,12 @@ fn every_protocol_reads_the_same() {
     );
     // Both devices, every action, an OOM with what was free.
     assert_eq!(s.devices, 2);
-    let oom = s.entries.iter().find(|e| e.action == Action::Oom).unwrap();
-    assert_eq!(oom.device_free, 5 << 20);
+    let at = s
+        .entries
+        .iter()
+        .position(|e| e.action == Action::Oom)
+        .unwrap();
+    assert_eq!(s.entries.device_free(at), 5 << 20);
     let recording = s.to_recording();
     assert_eq!(recording.ooms.len(), 2);
     assert_eq!(recording.ooms[0].free_bytes, Some(5 << 20));

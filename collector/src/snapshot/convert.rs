@@ -143,23 +143,24 @@ impl Snapshot {
         // Exactly as many as there will be: for millions, a vector that grows by copying (or
         // is reserved for every entry) costs a browser tab hundreds of megabytes.
         recording.allocator.reserve_exact(self.reading_count());
-        for e in &self.entries {
+        for (i, e) in self.entries.iter().enumerate() {
             let l = level.entry(e.device).or_default();
             if e.action == Action::Oom {
+                let free = self.entries.device_free(i);
                 recording.push(Record::Oom(Oom {
                     t_ns: t_ns(e.time_us),
                     device: Some(e.device),
                     rank: None,
                     tried_bytes: Some(e.size),
                     capacity_bytes: None,
-                    free_bytes: Some(e.device_free),
+                    free_bytes: Some(free),
                     allocated_bytes: u64::try_from(l.0).ok(),
                     reserved_unallocated_bytes: u64::try_from(l.1 - l.0).ok(),
                     process_bytes: None,
                     other_processes_bytes: None,
                     message: format!(
                         "out of memory on cuda:{}: tried to allocate {} bytes with {} bytes free",
-                        e.device, e.size, e.device_free
+                        e.device, e.size, free
                     ),
                 }));
                 continue;

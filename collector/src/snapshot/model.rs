@@ -88,7 +88,8 @@ impl Action {
     }
 }
 
-/// One entry of a device's allocator trace: 48 bytes, since a snapshot may hold millions.
+/// One entry of a device's allocator trace: 40 bytes, since a snapshot may hold millions (an
+/// out-of-memory entry's `device_free` is kept beside them: [`Entries::device_free`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TraceEntry {
     /// When, in microseconds since the Unix epoch (0 when the snapshot has no times).
@@ -97,8 +98,6 @@ pub struct TraceEntry {
     pub addr: u64,
     /// Bytes.
     pub size: u64,
-    /// For OOMs: the bytes free on the device.
-    pub device_free: u64,
     /// The stack (index into the snapshot's stacks; 0 is empty).
     pub stack: u32,
     /// The device.
@@ -118,8 +117,8 @@ impl TraceEntry {
     }
 }
 
-// A snapshot may hold millions of trace entries: keep each at 48 bytes.
-const _: () = assert!(std::mem::size_of::<TraceEntry>() == 48);
+// A snapshot may hold millions of trace entries: keep each at 40 bytes.
+const _: () = assert!(std::mem::size_of::<TraceEntry>() == 40);
 
 /// The state of a block inside a segment when the snapshot was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +188,8 @@ pub struct Annotation {
 pub struct Entries {
     blocks: Vec<Vec<TraceEntry>>,
     len: usize,
+    /// `device_free` of the entries that have one (out-of-memory entries), by entry, in order.
+    device_free: Vec<(u32, u64)>,
 }
 
 /// Entries per block (3 MiB).
@@ -223,6 +224,28 @@ impl Entries {
         self.len += 1;
     }
 
+    /// Adds one at the end, with the bytes free on the device that it names (an out-of-memory
+    /// entry's `device_free`; 0: none).
+    pub fn push_with_free(&mut self, entry: TraceEntry, device_free: u64) {
+        if device_free != 0
+            && let Ok(i) = u32::try_from(self.len)
+        {
+            self.device_free.push((i, device_free));
+        }
+        self.push(entry);
+    }
+
+    /// The bytes free on the device that entry `i` names (`device_free`, which PyTorch writes
+    /// in out-of-memory entries); 0 when it names none.
+    pub fn device_free(&self, i: usize) -> u64 {
+        let Ok(i) = u32::try_from(i) else {
+            return 0;
+        };
+        self.device_free
+            .binary_search_by_key(&i, |&(e, _)| e)
+            .map_or(0, |at| self.device_free[at].1)
+    }
+
     /// Entry `i`.
     pub fn get(&self, i: usize) -> Option<&TraceEntry> {
         self.blocks.get(i / ENTRY_BLOCK)?.get(i % ENTRY_BLOCK)
@@ -254,6 +277,7 @@ impl Entries {
             block.shrink_to_fit();
         }
         self.blocks.shrink_to_fit();
+        self.device_free.shrink_to_fit();
     }
 }
 

@@ -3,7 +3,7 @@
 //! read out of what it built.
 
 use super::pickle::{self, Machine, Value};
-use super::{Annotation, Block, BlockState, Segment, Snapshot, SnapshotError, TraceEntry};
+use super::{Annotation, Block, BlockState, Entries, Segment, Snapshot, SnapshotError, TraceEntry};
 use crate::format::count;
 
 /// Reads a snapshot pickle held in memory.
@@ -351,14 +351,14 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
                 lists.next();
             }
         }
-        entries = listed
-            .iter()
-            .filter_map(|&(e, device)| {
-                entries
-                    .get(e as usize)
-                    .map(|entry| TraceEntry { device, ..*entry })
-            })
-            .collect();
+        let mut traces = Entries::new();
+        for &(e, device) in &listed {
+            if let Some(entry) = entries.get(e as usize) {
+                let free = entries.device_free(e as usize);
+                traces.push_with_free(TraceEntry { device, ..*entry }, free);
+            }
+        }
+        entries = traces;
     }
     entries.shrink_to_fit();
     Ok(Snapshot {

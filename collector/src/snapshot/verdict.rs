@@ -131,16 +131,15 @@ impl SnapshotVerdict {
         let live = index.at(i64::MAX, None);
         let suspects = snapshot.leak_suspects_among(&live);
         let top_sites = sites(snapshot, &live);
-        let taken_at_oom = snapshot
-            .entries
-            .iter()
+        let entries = &snapshot.entries;
+        let taken_at_oom = (0..entries.len())
             .rev()
-            .find(|e| e.action == Action::Oom)
-            .map(|e| OomAtSnapshot {
-                device: e.device,
-                requested_bytes: e.size,
-                device_free_bytes: e.device_free,
-                time_us: e.time_us,
+            .find(|&i| entries[i].action == Action::Oom)
+            .map(|i| OomAtSnapshot {
+                device: entries[i].device,
+                requested_bytes: entries[i].size,
+                device_free_bytes: entries.device_free(i),
+                time_us: entries[i].time_us,
             });
         let legacy_snapshot_entry = snapshot
             .entries

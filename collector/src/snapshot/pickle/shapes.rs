@@ -187,7 +187,6 @@ impl Machine<'_> {
             time_us,
             addr,
             size,
-            device_free,
             stack,
             device: 0,
             metadata,
@@ -196,7 +195,7 @@ impl Machine<'_> {
         };
         let id = u32::try_from(self.entries.len())
             .map_err(|_| self.err(at, "too many trace entries"))?;
-        self.entries.push(entry);
+        self.entries.push_with_free(entry, device_free);
         if let Some(Value::Obj(list)) = frames {
             self.replace(list, usize::MAX, Value::Stack(stack));
         }

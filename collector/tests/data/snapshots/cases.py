@@ -382,7 +382,8 @@ def facts(path):
     for device, trace in enumerate(s.get("device_traces", [])):
         for e in trace:
             entries.append([device, e["action"], str(e.get("addr", 0)), e.get("size", 0), str(e.get("stream", 0)),
-                            e.get("time_us", 0), len(e.get("frames", [])), fnv(e.get("frames"))])
+                            e.get("time_us", 0), len(e.get("frames", [])), fnv(e.get("frames")),
+                            str(e.get("device_free") or 0)])
     return {
         "file": str(path),
         "block_list": blocks,
