@@ -50,7 +50,7 @@ pub enum Action {
     /// Out of memory: `size` was asked for, `device_free` was free.
     Oom,
     /// An action this reader does not know: its place among the snapshot's unknown action names
-    /// (one byte, so that a trace entry stays 48 bytes).
+    /// (one byte, so that a trace entry stays 40 bytes).
     Other(u8),
 }
 
