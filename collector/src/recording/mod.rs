@@ -236,10 +236,10 @@ impl Recording {
     /// Adds a stored chunk (`n` samples: its times and its columns) with each column decoded
     /// straight into its series (no [`Chunk`] is built): what pushing the chunk
     /// [`wire::decode_chunk`] makes does, with the same errors. `keys` are the series declared
-    /// so far; `buffers` are kept between chunks. The times of
-    /// chunk after chunk of the same series are gathered and added to their shared column once
-    /// the series change, or at [`Recording::finish_chunks`]. After an error the recording holds
-    /// part of the chunk (the reader of whole files then gives up on it).
+    /// so far; `buffers` are kept between chunks. The times of chunk after chunk of the same
+    /// series are gathered and added to their shared column once the series change, or at
+    /// [`Recording::finish_chunks`]. After an error the recording holds part of the chunk (the
+    /// reader of whole files then gives up on it).
     pub(crate) fn push_wire_chunk(
         &mut self,
         n: u64,

@@ -112,11 +112,10 @@ impl SnapshotVerdict {
         let ((recording, analysis), index) = std::thread::scope(|scope| {
             let index = scope.spawn(|| LiveIndex::new(snapshot));
             let trace = trace();
-            // A panic in the sweep is a bug: sweep again here, where it shows.
-            (
-                trace,
-                index.join().unwrap_or_else(|_| LiveIndex::new(snapshot)),
-            )
+            let index = index
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (trace, index)
         });
         #[cfg(target_arch = "wasm32")]
         let ((recording, analysis), index) = (trace(), LiveIndex::new(snapshot));

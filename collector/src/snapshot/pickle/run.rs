@@ -572,6 +572,10 @@ impl Machine<'_> {
             held.extend(pairs(&self.stack[from..]));
         }
         self.stack.truncate(from);
+        if empty {
+            // Its items were judged just above: neither a frame nor a trace entry.
+            return Ok(());
+        }
         self.finished_dict(at, index)
     }
 }

@@ -128,19 +128,22 @@ impl Machine<'_> {
         let Some(Value::Str(action)) = key(K_ACTION) else {
             return Ok(None);
         };
+        let wrong = |what: &str, v: Value, kind: &str| {
+            self.err(
+                at,
+                format!(
+                    "trace entry {}: {what} is {}, not {kind}",
+                    self.entries.len(),
+                    v.describe(&self.strings)
+                ),
+            )
+        };
         let number = |k: u32, what: &str| -> Result<u64, SnapshotError> {
             match key(k) {
                 None | Some(Value::None) => Ok(0),
-                Some(v) => v.as_u64().ok_or_else(|| {
-                    self.err(
-                        at,
-                        format!(
-                            "trace entry {}: {what} is {}, not a non-negative 64-bit integer",
-                            self.entries.len(),
-                            v.describe(&self.strings)
-                        ),
-                    )
-                }),
+                Some(v) => v
+                    .as_u64()
+                    .ok_or_else(|| wrong(what, v, "a non-negative 64-bit integer")),
             }
         };
         let addr = number(K_ADDR, "addr")?;
@@ -149,16 +152,9 @@ impl Machine<'_> {
         let device_free = number(K_DEVICE_FREE, "device_free")?;
         let time_us = match key(K_TIME_US) {
             None | Some(Value::None) => 0,
-            Some(v) => v.as_i64().ok_or_else(|| {
-                self.err(
-                    at,
-                    format!(
-                        "trace entry {}: time_us is {}, not a 64-bit integer",
-                        self.entries.len(),
-                        v.describe(&self.strings)
-                    ),
-                )
-            })?,
+            Some(v) => v
+                .as_i64()
+                .ok_or_else(|| wrong("time_us", v, "a 64-bit integer"))?,
         };
         let metadata = match key(K_USER_METADATA) {
             Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => {
