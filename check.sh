@@ -3,8 +3,9 @@
 # a real window, the wheels in a clean virtual environment, the web build in a real browser.
 # Sets up what it needs on first use: the system packages (as root; otherwise it prints the one
 # apt-get line and exits 2), the wasm32 target, a Python virtual environment (.venv) with the
-# packages the tests use, and trunk + wasm-bindgen-cli at the versions Trunk.toml names.
+# packages the tests use at the versions scripts/python-constraints.txt pins, and trunk + wasm-bindgen-cli at the versions Trunk.toml names.
 # Usage: ./check.sh [--quick]   (--quick: skip the web build and its browser test)
+# TIDEMARK_PYTHON=/path/to/python ./check.sh runs the suite with that interpreter's packages.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -23,21 +24,37 @@ step "toolchain: wasm32 target, rustfmt, clippy"
 rustup target add wasm32-unknown-unknown >/dev/null
 rustup component add rustfmt clippy >/dev/null
 
-step "python environment (.venv): msgpack, torch, lightning, transformers, selenium, pillow"
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv || fail "cannot create .venv (is python3-venv installed?)"
+step "python environment: the versions scripts/python-constraints.txt pins"
+if [ -n "${TIDEMARK_PYTHON:-}" ]; then
+  # The user's own interpreter, as it is: how the suite runs against other versions.
+  "$TIDEMARK_PYTHON" - <<'PY' || fail "TIDEMARK_PYTHON=$TIDEMARK_PYTHON cannot import msgpack, torch, selenium and PIL"
+import msgpack, torch, selenium, PIL
+from importlib.metadata import version
+print("TIDEMARK_PYTHON: torch", version("torch"), "(not the pinned versions: installing nothing)")
+PY
+else
+  status=0
+  scripts/python-env.sh || status=$?
+  [ "$status" = 0 ] || exit "$status"
+  export TIDEMARK_PYTHON="$PWD/.venv/bin/python"
+  # A pin this machine cannot install is named, with the way around it, and exits 2.
+  scratch=$(mktemp -d)
+  printf 'msgpack==0.0.999\n' >"$scratch/pins.txt"
+  status=0
+  TIDEMARK_VENV="$scratch/venv" TIDEMARK_CONSTRAINTS="$scratch/pins.txt" scripts/python-env.sh msgpack \
+    >"$scratch/out" 2>&1 || status=$?
+  { [ "$status" = 2 ] && grep -q "msgpack==0.0.999 cannot be installed" "$scratch/out" \
+    && grep -q "TIDEMARK_PYTHON=" "$scratch/out"; } \
+    || { cat "$scratch/out"; fail "scripts/python-env.sh on a pin that cannot be installed (exit $status)"; }
+  rm -rf "$scratch"
+  echo "a pin that cannot be installed: named, exit 2"
 fi
-.venv/bin/python -c 'import msgpack' 2>/dev/null || .venv/bin/pip install --quiet msgpack \
-  || fail "pip install msgpack"
-.venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/pip install --quiet torch \
-  || fail "pip install torch"
-.venv/bin/python -c 'import selenium, PIL' 2>/dev/null || .venv/bin/pip install --quiet selenium pillow \
-  || fail "pip install selenium pillow"
-# Training code others wrote, for the framework tests (collector/tests/cli/frameworks.rs).
-.venv/bin/python -c 'import lightning, transformers, accelerate' 2>/dev/null \
-  || .venv/bin/pip install --quiet lightning transformers accelerate \
-  || fail "pip install lightning transformers accelerate"
-export TIDEMARK_PYTHON="$PWD/.venv/bin/python"
+# The README names the versions the suite proves: the pins.
+for package in torch lightning transformers; do
+  pinned=$(grep -m1 "^$package==" scripts/python-constraints.txt | cut -d= -f3)
+  grep -qi "$package $pinned" README.md \
+    || fail "README.md does not say the suite proves $package $pinned (scripts/python-constraints.txt)"
+done
 
 step "cargo fmt --check"
 cargo fmt --all -- --check || fail "formatting: run cargo fmt --all"

@@ -84,7 +84,7 @@ pub fn run(args: RecordArgs) -> ExitCode {
             Ok(channel) => Some(Arc::new(channel)),
             Err(err) => {
                 eprintln!(
-                    "collector: the probe is not available ({err}); recording without it (a job that imports tidemark needs it installed: pip install tidemark)"
+                    "collector: the probe is not available ({err}); recording without it (a job that imports tidemark needs it installed: pip install tidemark-torch)"
                 );
                 notes.push(format!("probe not available: {err}"));
                 None

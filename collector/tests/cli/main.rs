@@ -7,6 +7,7 @@ mod gpu;
 mod holders;
 mod jobs;
 mod lifecycle;
+mod loops;
 mod oom;
 mod pictures;
 mod probe;
@@ -76,6 +77,20 @@ pub fn begins(recording: &Recording, phase: &Phase) -> Vec<collector::recording:
 
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts that `measured` bytes are `exact` bytes within what the allocator and the kernels add
+/// around a tensor of known size: ±15 % or ±1 MiB, whichever is larger. A job kept exactly
+/// `exact` bytes, but PyTorch's CPU kernels choose their scratch buffers by the CPU's features
+/// and glibc rounds and pads, so what the C heap or the allocator shows moves by up to a MiB from
+/// one machine to the next.
+pub fn assert_near(measured: f64, exact: f64, what: &str) {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let margin = (0.15 * exact.abs()).max(MIB);
+    assert!(
+        (measured - exact).abs() <= margin,
+        "{what}: measured {measured:.0} B, the job kept {exact:.0} B (± {margin:.0} B allowed)"
+    );
 }
 
 /// `collector report FILE`: its text.
