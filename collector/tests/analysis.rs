@@ -698,3 +698,223 @@ fn a_heap_read_at_most_edges_still_attributes_the_phases() {
         analysis.phases
     );
 }
+
+/// A host recording of `steps` identical steps: each edge of `step` is (phase, edge, what the C
+/// heap changed by since the edge before), read by the probe at every edge; 8 MiB of parameters
+/// and `gradients` (MiB at each step's start, and at the end of the step before) as the probe's
+/// categories report them.
+fn heap_steps(
+    steps: u64,
+    gradients: (f64, f64),
+    step: &[(Phase, collector::recording::Edge, f64)],
+) -> Recording {
+    use collector::recording::{Origin, Record};
+    let origin = Origin { pid: 7, rank: None };
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    let mut heap = 300.0 * MIB as f64;
+    // The collector's own samples of resident memory, at each edge.
+    let (mut times, mut rss) = (Vec::new(), Vec::new());
+    let mib = |m: f64| (m * MIB as f64) as u64;
+    for s in 0..steps {
+        recording.push(Record::Categories(collector::recording::Categories {
+            t_ns: s * 100_000_000,
+            origin,
+            step: Some(s),
+            device: None,
+            parameters: 8 * MIB,
+            gradients: mib(if s == 0 { 0.0 } else { gradients.0 }),
+            gradients_at_last_end: (s > 0).then(|| mib(gradients.1)),
+            optimizer_state: Vec::new(),
+            total: None,
+        }));
+        for (k, (phase, edge, delta)) in step.iter().enumerate() {
+            heap += delta * MIB as f64;
+            let t_ns = s * 100_000_000 + k as u64 * 5_000_000;
+            let mut e = tidemark_tests::edge(t_ns, *edge, phase.clone(), Some(s), origin);
+            e.host_heap = Some(heap as u64);
+            e.host_rss = Some(heap as u64 + 400 * MIB);
+            recording.push(Record::Phase(e));
+            times.push(t_ns);
+            rss.push(heap as u64 + 400 * MIB);
+        }
+    }
+    recording.push(Record::Chunk(collector::recording::Chunk {
+        times_ns: times,
+        columns: vec![collector::recording::Column {
+            series: collector::recording::SeriesKey::new(collector::recording::SeriesKind::HostRss),
+            values: rss,
+            valid: None,
+        }],
+    }));
+    recording
+}
+
+/// The phase the leak is put in, and what each phase retains per occurrence, in MiB.
+fn leak_phase(analysis: &collector::analysis::Analysis) -> (Option<Phase>, Vec<(Phase, f64)>) {
+    let leak = analysis
+        .finding(FindingKind::Leak)
+        .unwrap_or_else(|| panic!("no leak: {:#?}", analysis.findings));
+    let retained = analysis
+        .phases
+        .iter()
+        .map(|p| (p.phase.clone(), p.retained_mean_bytes / MIB as f64))
+        .collect();
+    (leak.phase.clone(), retained)
+}
+
+/// `out = model(x); opt.zero_grad(); loss.backward(); opt.step()`: the 8 MiB of gradients are
+/// freed between forward and backward and made again by backward. The 2 MiB the forward keeps a
+/// step are the forward's, not hidden behind the gradients freed and charged to the backward.
+#[test]
+fn gradients_freed_between_forward_and_backward_are_the_backwards_to_make_again() {
+    use collector::recording::Edge::{Begin, End};
+    let recording = heap_steps(
+        60,
+        (8.0, 8.0),
+        &[
+            (Phase::Forward, Begin, 0.0),
+            (Phase::Forward, End, 2.5), // 0.5 MiB of activations, 2 MiB kept
+            (Phase::Backward, Begin, -8.0), // zero_grad(set_to_none=True)
+            (Phase::Backward, End, 7.5), // the gradients again, the activations freed
+            (Phase::Optimizer, Begin, 0.0),
+            (Phase::Optimizer, End, 0.0),
+        ],
+    );
+    let analysis = analyze(&recording);
+    let (phase, retained) = leak_phase(&analysis);
+    assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
+    let forward = retained
+        .iter()
+        .find(|(p, _)| *p == Phase::Forward)
+        .unwrap()
+        .1;
+    assert!((forward - 2.0).abs() < 0.01, "{retained:?}");
+    let backward = analysis
+        .phases
+        .iter()
+        .find(|p| p.phase == Phase::Backward)
+        .unwrap();
+    // Its net: the activations given back; the gradients it made replace those freed for it.
+    assert!(
+        (backward.net_mean_bytes / MIB as f64 + 0.5).abs() < 0.01,
+        "{backward:#?}"
+    );
+    // The gradients are freed in every step, before the backward: not kept.
+    assert!(
+        analysis
+            .freed_before_backward
+            .is_some_and(|f| (f / MIB as f64 - 8.0).abs() < 0.01),
+        "{:?}",
+        analysis.freed_before_backward
+    );
+}
+
+/// The same loop with an eval pass after the optimizer that keeps its logits.
+#[test]
+fn an_eval_leak_is_not_blamed_on_the_backward_that_makes_the_freed_gradients_again() {
+    use collector::recording::Edge::{Begin, End};
+    let recording = heap_steps(
+        60,
+        (8.0, 8.0),
+        &[
+            (Phase::Forward, Begin, 0.0),
+            (Phase::Forward, End, 0.5),
+            (Phase::Backward, Begin, -8.0),
+            (Phase::Backward, End, 7.5),
+            (Phase::Optimizer, Begin, 0.0),
+            (Phase::Optimizer, End, 0.0),
+            (Phase::Eval, Begin, 0.0),
+            (Phase::Eval, End, 2.0),
+        ],
+    );
+    let (phase, retained) = leak_phase(&analyze(&recording));
+    assert_eq!(phase, Some(Phase::Eval), "{retained:?}");
+}
+
+/// `optimizer.step(closure)` with LBFGS (two closure calls a step): the closure clears the
+/// gradients and runs forward and backward; between the calls the optimizer makes 24 MiB of its
+/// own (a flat copy of the gradients, a direction) and frees them when it returns. The forward
+/// keeps 2 MiB each time: the leak is the forward's, not the closure's.
+#[test]
+fn an_optimizers_own_temporaries_around_its_closure_do_not_hide_what_forward_keeps() {
+    use collector::recording::Edge::{Begin, End};
+    // The categories are read at the first forward, after the closure cleared the gradients:
+    // none there, 8 MiB at the end of the step before; the memory did not fall between the
+    // steps, so those 8 MiB are not given back twice.
+    let recording = heap_steps(
+        60,
+        (0.0, 8.0),
+        &[
+            (Phase::Optimizer, Begin, 0.0),
+            (Phase::Forward, Begin, -8.0), // the closure's zero_grad
+            (Phase::Forward, End, 2.5),
+            (Phase::Backward, Begin, 0.0), // the loss, computed in the closure
+            (Phase::Backward, End, 7.5),
+            (Phase::Forward, Begin, 16.0), // +24 of the optimizer's own, −8 zero_grad
+            (Phase::Forward, End, 2.5),
+            (Phase::Backward, Begin, 0.0),
+            (Phase::Backward, End, 7.5),
+            (Phase::Optimizer, End, -24.0),
+        ],
+    );
+    let (phase, retained) = leak_phase(&analyze(&recording));
+    assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
+    let forward = retained
+        .iter()
+        .find(|(p, _)| *p == Phase::Forward)
+        .unwrap()
+        .1;
+    assert!((forward - 2.0).abs() < 0.01, "{retained:?}");
+}
+
+/// `opt.zero_grad()` at the top of the loop frees the gradients between the steps, and
+/// `zero_grad(set_to_none=False)` keeps them: only the second is told its gradients are kept.
+#[test]
+fn gradients_are_kept_only_where_the_loop_does_not_free_them() {
+    use collector::recording::Edge::{Begin, End};
+    let kept = |recording: &Recording| {
+        let analysis = analyze(recording);
+        let (phase, retained) = leak_phase(&analysis);
+        assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
+        analysis.finding(FindingKind::GradientsKept).is_some()
+    };
+    let top = heap_steps(
+        60,
+        (0.0, 8.0),
+        &[
+            (Phase::Forward, Begin, -8.0), // zero_grad before the forward
+            (Phase::Forward, End, 2.5),
+            (Phase::Backward, Begin, 0.0),
+            (Phase::Backward, End, 7.5),
+            (Phase::Optimizer, Begin, 0.0),
+            (Phase::Optimizer, End, 0.0),
+        ],
+    );
+    assert!(!kept(&top));
+    let between = heap_steps(
+        60,
+        (8.0, 8.0),
+        &[
+            (Phase::Forward, Begin, 0.0),
+            (Phase::Forward, End, 2.5),
+            (Phase::Backward, Begin, -8.0), // zero_grad after the forward
+            (Phase::Backward, End, 7.5),
+            (Phase::Optimizer, Begin, 0.0),
+            (Phase::Optimizer, End, 0.0),
+        ],
+    );
+    assert!(!kept(&between));
+    let in_place = heap_steps(
+        60,
+        (8.0, 8.0),
+        &[
+            (Phase::Forward, Begin, 0.0),
+            (Phase::Forward, End, 2.5),
+            (Phase::Backward, Begin, 0.0), // zeroed in place: nothing freed
+            (Phase::Backward, End, -0.5),
+            (Phase::Optimizer, Begin, 0.0),
+            (Phase::Optimizer, End, 0.0),
+        ],
+    );
+    assert!(kept(&in_place));
+}

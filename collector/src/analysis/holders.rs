@@ -296,7 +296,12 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
     let mut findings = Vec::new();
     for stats in &analysis.categories {
         findings.extend(state_growth(stats, analysis.basis));
-        findings.extend(gradients_kept(stats, analysis.basis));
+        // What the basis saw freed before the backward is about the basis' own memory.
+        let on_basis = basis_stats
+            .as_ref()
+            .is_some_and(|b| b.device == stats.device);
+        let freed = analysis.freed_before_backward.filter(|_| on_basis);
+        findings.extend(gradients_kept(stats, analysis.basis, freed));
     }
     let basis = analysis.basis;
     let holders = analysis.holders.clone();
@@ -476,10 +481,20 @@ fn state_growth(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
     })
 }
 
-/// Gradients allocated at most step starts (`zero_grad(set_to_none=False)`, or no `zero_grad`
-/// before the forward): flat, not a leak, but it holds the memory of a second copy of the
-/// parameters through the forward.
-fn gradients_kept(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
+/// Gradients allocated at most step starts and never freed in the step before the backward
+/// makes them again (`zero_grad(set_to_none=False)`, or no `zero_grad` at all): flat, not a
+/// leak, but it holds the memory of a second copy of the parameters through the forward.
+///
+/// Gradients alive at the step's start are not enough: the most common loop calls
+/// `zero_grad(set_to_none=True)` between the forward and the backward, so they are alive through
+/// the forward and freed before the backward. `freed_before_backward` is what the step freed
+/// there (the median over the steps, on the same memory as `stats`); when it holds half the
+/// gradients or more, they are freed, not kept.
+fn gradients_kept(
+    stats: &CategoryStats,
+    basis: Basis,
+    freed_before_backward: Option<f64>,
+) -> Option<Finding> {
     let g = &stats.gradients;
     let p = &stats.parameters;
     if stats.steps < 3
@@ -487,6 +502,7 @@ fn gradients_kept(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
         || p.median_bytes == 0
         || (g.median_bytes as f64) < 0.5 * p.median_bytes as f64
         || (g.median_bytes as f64) < MIB
+        || freed_before_backward.is_some_and(|f| f >= 0.5 * g.median_bytes as f64)
     {
         return None;
     }

@@ -295,6 +295,10 @@ pub struct Analysis {
     /// (`None` where unknown).
     #[serde(skip)]
     pub retained: Vec<Option<f64>>,
+    /// The median over the steps of what was freed before the backward inside the step, outside
+    /// the forward and eval phases (gradients freed after the forward; not reported).
+    #[serde(skip)]
+    pub freed_before_backward: Option<f64>,
 }
 
 impl Analysis {
@@ -578,7 +582,12 @@ fn analyze_one(recording: &Recording) -> Analysis {
         occurrences.first().map(|o| o.pid),
         attribution == Attribution::Allocator,
     );
-    let (phase_stats, retained, between_phases) = phases::stats(
+    let phases::Accounts {
+        stats: phase_stats,
+        retained,
+        between: between_phases,
+        freed_before_backward,
+    } = phases::stats(
         &occurrences,
         &step_starts,
         &allocator,
@@ -611,6 +620,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         occurrences: Default::default(),
         step_starts: Vec::new(),
         retained: Vec::new(),
+        freed_before_backward,
     };
     rules::judge(
         recording,
@@ -642,7 +652,9 @@ struct HostAtEdges {
 }
 
 /// The C heap when the probe read it at every edge of the training process and it holds at least
-/// half of the resident growth; else the resident memory at the edges (the growth is then outside
+/// a quarter of the resident growth (what malloc holds is exact, where resident memory also grows
+/// by the holes freed chunks leave in the heap: an LBFGS job's heap grows half as much as its
+/// resident memory, and the heap names the phase that kept it); else the resident memory at the edges (the growth is then outside
 /// `malloc`: `mmap`, or Python's small-object arenas), saying so. `None` without such numbers.
 fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<HostAtEdges> {
     let pid = occurrences.first()?.pid;
@@ -676,7 +688,7 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
     };
     match (heap, rss) {
         (Some(heap), Some(rss))
-            if growth(&rss) > 16.0 * MIB && growth(&heap) < growth(&rss) / 2.0 =>
+            if growth(&rss) > 16.0 * MIB && growth(&heap) < growth(&rss) / 4.0 =>
         {
             Some(HostAtEdges {
                 attribution: Attribution::HostRssAtEdges,

@@ -443,12 +443,22 @@ fn retained(
         while j < occurrences.len() && step_of(occurrences[j].begin_ns) == step {
             j += 1;
         }
-        // The gradients freed before the next step were given back at this step's backward.
+        // The gradients freed before the next step were given back at this step's backward:
+        // as much of them as memory fell between the steps (a closure that clears them after
+        // its step began frees them inside the step, where they are credited to the backward
+        // that makes them again: `credit_frees_to_backward`).
+        let last_end = (i..j).rev().find_map(|k| levels[k]).map(|l| l.end);
+        let next_begin = levels.get(j).copied().flatten().map(|l| l.begin);
+        let fell = match (last_end, next_begin) {
+            (Some(end), Some(begin)) => (end - begin).max(0.0),
+            _ => f64::INFINITY,
+        };
         let freed = starts
             .get(step + 1)
             .and_then(|s| freed_gradients.get(&s.step))
             .copied()
-            .unwrap_or(0.0);
+            .unwrap_or(0.0)
+            .min(fell);
         let last_backward = (i..j)
             .rev()
             .find(|&k| occurrences[k].phase == Phase::Backward);
@@ -483,6 +493,117 @@ fn retained(
     out
 }
 
+/// Memory freed before a backward and after its step began (or after the backward before it),
+/// outside the forward and eval phases: between phases (`optimizer.zero_grad()` between forward
+/// and backward, the most common loop order; a `p.grad = None` loop) or inside an optimizer's
+/// closure (LBFGS, Lightning) or a phase of the job's own. What is freed there is, in a training
+/// loop, the gradients the backward is about to make again; counted where it happens, it hides
+/// what the phases before kept behind the gradients freed, and charges the backward with making
+/// them. It is credited back: the levels from where it was freed until that backward begins
+/// are read as if it were still there, so the backward gives it back and the phases before it
+/// keep what they kept. A step's first level (its start) is never moved.
+///
+/// Also returns, for each step with a backward, what was credited in it.
+fn credit_frees_to_backward(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    levels: &[Option<Levels>],
+) -> (Vec<Option<Levels>>, Vec<f64>) {
+    let mut out = levels.to_vec();
+    let mut per_step: Vec<(usize, f64)> = Vec::new();
+    let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
+    let frees_outside = |phase: &Phase| matches!(phase, Phase::Custom(_));
+    // The occurrences with levels since the last backward (or the step's start), and how much
+    // had been freed outside the phases before each of their edges: (index, freed before its
+    // begin, freed before its end). Moving a free later raises every level after it.
+    let mut pending: Vec<(usize, f64, f64)> = Vec::new();
+    let mut freed = 0.0;
+    let mut last: Option<(usize, f64)> = None; // (step, end level)
+    for (k, o) in occurrences.iter().enumerate() {
+        let Some(l) = levels[k] else { continue };
+        let step = step_of(o.begin_ns);
+        match last {
+            Some((s, end)) if s == step => freed += (end - l.begin).max(0.0),
+            _ => {
+                pending.clear();
+                freed = 0.0;
+            }
+        }
+        let freed_at_begin = freed;
+        if frees_outside(&o.phase) {
+            freed += (l.begin - l.end).max(0.0);
+        }
+        if o.phase == Phase::Backward {
+            match per_step.last_mut() {
+                Some((s, sum)) if *s == step => *sum += freed,
+                _ => per_step.push((step, freed)),
+            }
+            if freed > 0.0 {
+                for &(i, at_begin, at_end) in &pending {
+                    if let Some(p) = out[i].as_mut() {
+                        p.begin += at_begin;
+                        p.end += at_end;
+                    }
+                }
+                if let Some(b) = out[k].as_mut() {
+                    b.begin += freed;
+                }
+            }
+            pending.clear();
+            freed = 0.0;
+        } else {
+            pending.push((k, freed_at_begin, freed));
+        }
+        last = Some((step, l.end));
+    }
+    (out, per_step.into_iter().map(|(_, freed)| freed).collect())
+}
+
+/// An optimizer step that runs a closure (LBFGS; Lightning's `training_step`) makes its own
+/// temporaries in the closure's gaps (a flat copy of the gradients, a search direction) and frees
+/// them when it returns, after the closure's forward and backward ran. Counted where they
+/// happen, that free lowers the floor under the forward and backward, which then seem to keep
+/// nothing. It is credited back to the pieces of the same optimizer step that rose, the latest
+/// first, up to what each rose: the levels from that piece's end to the last piece's begin are
+/// read as if it had been freed there.
+fn credit_optimizer_temporaries(occurrences: &[Occurrence], levels: &mut [Option<Levels>]) {
+    for last in 0..occurrences.len() {
+        let o = &occurrences[last];
+        let (Some(whole), Phase::Optimizer) = (o.piece_of, &o.phase) else {
+            continue;
+        };
+        let Some(l) = levels[last] else { continue };
+        let mut freed = (l.begin - l.end).max(0.0);
+        let mut k = last;
+        while freed > 0.0 && k > 0 {
+            k -= 1;
+            let piece = &occurrences[k];
+            if piece.begin_ns < whole {
+                break;
+            }
+            if piece.piece_of != Some(whole) {
+                continue;
+            }
+            let Some(p) = levels[k] else { continue };
+            let take = (p.end - p.begin).max(0.0).min(freed);
+            if take <= 0.0 {
+                continue;
+            }
+            freed -= take;
+            if let Some(p) = levels[k].as_mut() {
+                p.end -= take;
+            }
+            for between in levels[k + 1..last].iter_mut().flatten() {
+                between.begin -= take;
+                between.end -= take;
+            }
+            if let Some(l) = levels[last].as_mut() {
+                l.begin -= take;
+            }
+        }
+    }
+}
+
 /// Of the growth from the first phase's begin to the last one's end, the share that happened
 /// between phases (from one phase's end to the next one's begin); `None` without growth. The
 /// sum telescopes, so noise in the levels cancels out.
@@ -494,10 +615,6 @@ fn between_share(levels: &[Option<Levels>]) -> Option<f64> {
     (total > 0.0).then(|| between / total)
 }
 
-/// Attribution per phase, from the allocator numbers at the edges when there are any, else from
-/// `fallback` (a sorted series: host or device memory sampled at the edges); what each
-/// occurrence retained, in the order of `occurrences`; and the share of the growth that came
-/// between the phases.
 /// The memory phases are attributed with when the allocator's numbers do not cover them.
 #[derive(Clone, Copy)]
 pub struct Attributed<'a> {
@@ -508,20 +625,40 @@ pub struct Attributed<'a> {
     pub at_edges: bool,
 }
 
+/// What [`stats`] finds.
+pub struct Accounts {
+    /// Per phase.
+    pub stats: Vec<PhaseStats>,
+    /// What each occurrence retained, in the order of the occurrences.
+    pub retained: Vec<Option<f64>>,
+    /// The share of the growth that came between the phases.
+    pub between: Option<f64>,
+    /// The median, over the steps with a backward, of what was freed in the step before it
+    /// outside the forward and eval phases (gradients freed after the forward); `None` without
+    /// a backward.
+    pub freed_before_backward: Option<f64>,
+}
+
+/// Attribution per phase, from the allocator numbers at the edges when there are any, else from
+/// `fallback` (a sorted series: host or device memory sampled at the edges).
 pub fn stats(
     occurrences: &[Occurrence],
     starts: &[StepStart],
     allocator: &AllocatorIndex<'_>,
     fallback: Option<Attributed<'_>>,
     freed_gradients: &BTreeMap<u64, f64>,
-) -> (Vec<PhaseStats>, Vec<Option<f64>>, Option<f64>) {
+) -> Accounts {
     let mut cursors = (0, 0);
     let levels: Vec<Option<Levels>> = occurrences
         .iter()
         .map(|o| levels(o, allocator, &mut cursors, fallback))
         .collect();
-    let retained = retained(occurrences, starts, &levels, freed_gradients);
-    let between = between_share(&levels);
+    // Net and retained from the levels with frees outside the phases credited back; the
+    // watermark from the levels as they were (what the phase really needed on top of them).
+    let (mut credited, freed_in_steps) = credit_frees_to_backward(occurrences, starts, &levels);
+    credit_optimizer_temporaries(occurrences, &mut credited);
+    let retained = retained(occurrences, starts, &credited, freed_gradients);
+    let between = between_share(&credited);
     #[derive(Default)]
     struct Acc {
         net: Vec<f64>,
@@ -533,8 +670,13 @@ pub fn stats(
     // A handful of phases: a short list, with the last one used checked first.
     let mut per_phase: Vec<(&Phase, Acc)> = Vec::new();
     let mut last = 0;
-    for ((o, l), r) in occurrences.iter().zip(&levels).zip(&retained) {
-        if let Some(l) = l {
+    for (((o, l), c), r) in occurrences
+        .iter()
+        .zip(&levels)
+        .zip(&credited)
+        .zip(&retained)
+    {
+        if let (Some(l), Some(c)) = (l, c) {
             if per_phase.get(last).is_none_or(|(p, _)| *p != &o.phase) {
                 last = match per_phase.iter().position(|(p, _)| *p == &o.phase) {
                     Some(i) => i,
@@ -550,14 +692,14 @@ pub fn stats(
             match (same_whole, acc.net.last_mut(), acc.watermark.last_mut()) {
                 // Another piece of the same occurrence: one occurrence in the statistics.
                 (true, Some(net), Some(watermark)) => {
-                    *net += l.end - l.begin;
+                    *net += c.end - c.begin;
                     *watermark = watermark.max(l.peak - l.begin);
                     if let (Some(r), Some(sum)) = (r, acc.retained.last_mut()) {
                         *sum += *r;
                     }
                 }
                 _ => {
-                    acc.net.push(l.end - l.begin);
+                    acc.net.push(c.end - c.begin);
                     acc.watermark.push(l.peak - l.begin);
                     if let Some(r) = r {
                         acc.retained.push(*r);
@@ -590,5 +732,15 @@ pub fn stats(
             }
         })
         .collect();
-    (stats, retained, between)
+    let mut freed = freed_in_steps;
+    let freed_before_backward = (!freed.is_empty()).then(|| {
+        let mid = freed.len() / 2;
+        *freed.select_nth_unstable_by(mid, f64::total_cmp).1
+    });
+    Accounts {
+        stats,
+        retained,
+        between,
+        freed_before_backward,
+    }
 }
