@@ -742,7 +742,7 @@ fn events(recording: &Recording, analysis: &Analysis) -> Vec<Event> {
                 .iter()
                 .find(|v| v.t_ns == oom.t_ns)
                 .map_or(String::new(), |v| {
-                    let mut why = format!("\ncause: {}", v.cause.describe());
+                    let mut why = format!("\ncause: {}", v.cause_name());
                     if let Some(first) = v.evidence.first() {
                         why.push_str(&format!(" — {first}"));
                     }

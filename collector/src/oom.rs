@@ -1,14 +1,19 @@
 //! Parses PyTorch's CUDA out-of-memory messages, in every form PyTorch has printed them.
 //!
 //! - the sentence form (PyTorch ≥ 2.1): "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a
-//!   total capacity of 79.15 GiB of which 1.27 GiB is free. … Of the allocated memory 76.50 GiB is
-//!   allocated by PyTorch, and 120.00 MiB is reserved by PyTorch but unallocated." (2.1 wrote
-//!   "capacty");
-//! - the parenthesised form (before 2.1): "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0;
+//!   total capacity of 79.15 GiB of which 1.27 GiB is free. Process 4242 has 1.20 GiB memory in
+//!   use. Including non-PyTorch memory, this process has 77.86 GiB memory in use. Of the allocated
+//!   memory 76.50 GiB is allocated by PyTorch, and 120.00 MiB is reserved by PyTorch but
+//!   unallocated." (2.1 wrote "capacty"; since 2.4 "… allocated by PyTorch, with 0 bytes allocated
+//!   in private pools (e.g., CUDA Graphs), and …"; ROCm builds say "HIP out of memory");
+//! - the parenthesised form (1.4 to 2.0): "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0;
 //!   7.79 GiB total capacity; 6.49 GiB already allocated; 3.56 MiB free; 6.56 GiB reserved in total
-//!   by PyTorch)";
-//! - either with a `[rankN]:` prefix (torchrun);
-//! - "CUDA error: out of memory" (from the CUDA runtime, no numbers).
+//!   by PyTorch)", with "14.20 GiB allowed;" before the reserved total under a memory fraction;
+//! - the first parenthesised form (1.0 to 1.3): "… 6.64 GiB already allocated; 21.00 MiB free;
+//!   150.86 MiB cached)", where "cached" is the cache's unallocated part;
+//! - any of them with a `[rankN]:` prefix (torchrun);
+//! - "CUDA error: out of memory" (from the CUDA runtime) and, before 1.0, "cuda runtime error (2) :
+//!   out of memory": no numbers.
 
 use std::sync::OnceLock;
 
@@ -31,6 +36,8 @@ struct Patterns {
     allocated_old: Regex,
     free_old: Regex,
     reserved_old: Regex,
+    cached_old: Regex,
+    allowed_old: Regex,
     this_process: Regex,
     other_process: Regex,
 }
@@ -55,6 +62,8 @@ fn patterns() -> &'static Patterns {
             allocated_old: re(r"SIZE already allocated"),
             free_old: re(r"SIZE free"),
             reserved_old: re(r"SIZE reserved in total by PyTorch"),
+            cached_old: re(r"SIZE cached\)"),
+            allowed_old: re(r"SIZE allowed;"),
             this_process: re(r"this process has SIZE memory in use"),
             other_process: re(r"Process [0-9]+ has SIZE memory in use"),
         }
@@ -91,9 +100,19 @@ fn index(re: &Regex, line: &str) -> Option<u32> {
     re.captures(line)?.get(1)?.as_str().parse().ok()
 }
 
-/// Whether a line of stderr reports a CUDA out-of-memory error.
+/// Whether a line of stderr reports a CUDA (or ROCm) out-of-memory error.
 pub fn is_oom_line(line: &str) -> bool {
-    line.contains("CUDA out of memory") || line.contains("CUDA error: out of memory")
+    line.contains("CUDA out of memory")
+        || line.contains("CUDA error: out of memory")
+        || line.contains("HIP out of memory")
+        || line.contains("HIP error: out of memory")
+        || line.contains("cuda runtime error (2) : out of memory")
+}
+
+/// The limit a memory fraction (`torch.cuda.set_per_process_memory_fraction`) puts on PyTorch's
+/// cache, from the parenthesised form's "… allowed;" (the sentence form does not print it).
+pub fn allowed_bytes(message: &str) -> Option<u64> {
+    size(&patterns().allowed_old, message)
 }
 
 /// Parses one line of the job's stderr; `None` when it is not an out-of-memory message.
@@ -126,7 +145,8 @@ pub fn parse_oom_line(line: &str, t_ns: u64) -> Option<Oom> {
         let reserved = size(&p.reserved_old, line);
         oom.reserved_unallocated_bytes = reserved
             .zip(oom.allocated_bytes)
-            .map(|(reserved, allocated)| reserved.saturating_sub(allocated));
+            .map(|(reserved, allocated)| reserved.saturating_sub(allocated))
+            .or_else(|| size(&p.cached_old, line));
     }
     Some(oom)
 }
@@ -200,6 +220,62 @@ mod tests {
         let oom = parse_oom_line(line, 0).unwrap();
         assert_eq!(oom.free_bytes, bytes(19.75 * MIB));
         assert_eq!(oom.capacity_bytes, bytes(15.78 * GIB));
+        assert_eq!(allowed_bytes(line), bytes(14.2 * GIB));
+        assert_eq!(
+            allowed_bytes(
+                "RuntimeError: CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 15.78 GiB total capacity; 14.08 GiB already allocated; 19.75 MiB free; 14.48 GiB reserved in total by PyTorch)"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn parenthesised_form_with_zero_bytes_free() {
+        let line = "RuntimeError: CUDA out of memory. Tried to allocate 64.00 MiB (GPU 0; 4.00 GiB total capacity; 3.35 GiB already allocated; 0 bytes free; 3.41 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.";
+        let oom = parse_oom_line(line, 0).unwrap();
+        assert_eq!(oom.free_bytes, Some(0));
+        assert_eq!(oom.tried_bytes, bytes(64.0 * MIB));
+    }
+
+    /// PyTorch 1.0 to 1.3: "cached" is what the cache holds beyond the allocated bytes.
+    #[test]
+    fn first_parenthesised_form_with_cached() {
+        let line = "RuntimeError: CUDA out of memory. Tried to allocate 32.00 MiB (GPU 0; 7.79 GiB total capacity; 6.64 GiB already allocated; 21.00 MiB free; 150.86 MiB cached)";
+        let oom = parse_oom_line(line, 0).unwrap();
+        assert_eq!(oom.device, Some(0));
+        assert_eq!(oom.tried_bytes, bytes(32.0 * MIB));
+        assert_eq!(oom.capacity_bytes, bytes(7.79 * GIB));
+        assert_eq!(oom.allocated_bytes, bytes(6.64 * GIB));
+        assert_eq!(oom.free_bytes, bytes(21.0 * MIB));
+        assert_eq!(oom.reserved_unallocated_bytes, bytes(150.86 * MIB));
+    }
+
+    /// PyTorch ≥ 2.4 names the private pools (CUDA Graphs) inside the allocated bytes.
+    #[test]
+    fn sentence_form_with_private_pools() {
+        let line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 572.00 MiB. GPU 0 has a total capacity of 39.49 GiB of which 321.31 MiB is free. Including non-PyTorch memory, this process has 37.46 GiB memory in use. Of the allocated memory 36.04 GiB is allocated by PyTorch, with 1.00 GiB allocated in private pools (e.g., CUDA Graphs), and 321.37 MiB is reserved by PyTorch but unallocated.";
+        let oom = parse_oom_line(line, 0).unwrap();
+        assert_eq!(oom.allocated_bytes, bytes(36.04 * GIB));
+        assert_eq!(oom.reserved_unallocated_bytes, bytes(321.37 * MIB));
+        assert_eq!(oom.process_bytes, bytes(37.46 * GIB));
+    }
+
+    #[test]
+    fn rocm_builds_say_hip() {
+        let line = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.88 GiB. GPU 0 has a total capacity of 23.98 GiB of which 1.70 GiB is free. Of the allocated memory 21.65 GiB is allocated by PyTorch, and 279.78 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+        let oom = parse_oom_line(line, 0).unwrap();
+        assert_eq!(oom.tried_bytes, bytes(1.88 * GIB));
+        assert_eq!(oom.capacity_bytes, bytes(23.98 * GIB));
+        assert_eq!(oom.allocated_bytes, bytes(21.65 * GIB));
+        assert!(parse_oom_line("RuntimeError: HIP error: out of memory", 0).is_some());
+    }
+
+    #[test]
+    fn before_1_0_the_runtime_error_has_no_numbers() {
+        let line = "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/generic/THCStorage.cu:58";
+        let oom = parse_oom_line(line, 0).unwrap();
+        assert_eq!(oom.tried_bytes, None);
+        assert_eq!(oom.device, None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::format::{format_bytes, format_duration};
 
-pub use self::ending::{Ending, OomCause, OomVerdict};
+pub use self::ending::{CONTEXT_ALLOWANCE_BYTES, Contribution, Ending, OomCause, OomVerdict};
 pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair};
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::ranks::RankSummary;

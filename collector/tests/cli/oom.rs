@@ -1,15 +1,33 @@
-//! The job that died: real jobs under the collector print PyTorch's out-of-memory message (in
-//! each form PyTorch has printed it) after the allocator situation each cause needs — a rising
-//! baseline, a phase that spikes, a large cache of unusable pieces, others' memory — and the
-//! verdict, the JSON and `collector check` name the cause with its numbers. CUDA cannot run here:
-//! the jobs' `torch` is a stand-in module whose `torch.cuda` reports scripted `memory_stats`.
+//! The job that died: real jobs under the collector print PyTorch's out-of-memory message, in
+//! every form PyTorch has printed it (1.0's "cached", 1.4's "reserved in total", 2.1's sentence
+//! with its "capacty", 2.2's, 2.4's with private pools, ROCm's "HIP"), after the allocator
+//! situation each cause needs — a rising baseline, a phase that spikes, a large cache of unusable
+//! pieces, memory outside PyTorch's cache — and the verdict, the JSON and `collector check` name
+//! the cause with the numbers that decided it, whatever the form. CUDA cannot run here: the
+//! jobs' `torch` is a stand-in module whose `torch.cuda` reports scripted `memory_stats`.
 
-use collector::analysis::{FindingKind, OomCause, analyze};
+use collector::analysis::{CONTEXT_ALLOWANCE_BYTES, FindingKind, OomCause, OomVerdict, analyze};
 use collector::recording::Phase;
 
 use crate::{Job, stderr};
 
 const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// The forms, in the order `die_in_every_form` prints them.
+const FORMS: [&str; 6] = [
+    "cached",
+    "reserved",
+    "capacty",
+    "sentence",
+    "private_pools",
+    "hip",
+];
+
+/// Whether a form lists the processes on the device (the sentence forms of CUDA builds).
+fn lists_processes(form: &str) -> bool {
+    matches!(form, "capacty" | "sentence" | "private_pools")
+}
 
 /// A stand-in `torch` whose allocator numbers the job sets, and a training loop with manual
 /// phases: each step starts at `base(i)` bytes allocated, forward adds `peak(i)` at its peak and
@@ -52,6 +70,42 @@ def die(message):
     print('  File "train.py", line 42, in <module>', file=sys.stderr)
     print(message, file=sys.stderr)
     sys.exit(1)
+
+def size(b):
+    """PyTorch's format_size."""
+    if b <= 1024:
+        return "%d bytes" % b
+    if b <= MIB:
+        return "%.2f KiB" % (b / 1024)
+    if b <= GIB:
+        return "%.2f MiB" % (b / MIB)
+    return "%.2f GiB" % (b / GIB)
+
+FORMS = ["cached", "reserved", "capacty", "sentence", "private_pools", "hip"]
+
+def message(form, tried, capacity, free, allocated, unallocated, process, others=(), prefix=""):
+    t, c, f, a, u = map(size, (tried, capacity, free, allocated, unallocated))
+    this = "".join("Process %d has %s memory in use. " % (4242 + i, size(o)) for i, o in enumerate(others))
+    this += "Including non-PyTorch memory, this process has %s memory in use. " % size(process)
+    if form == "cached":  # 1.0 to 1.3
+        text = f"RuntimeError: CUDA out of memory. Tried to allocate {t} (GPU 0; {c} total capacity; {a} already allocated; {f} free; {u} cached)"
+    elif form == "reserved":  # 1.4 to 2.0
+        r = size(allocated + unallocated)
+        text = f"RuntimeError: CUDA out of memory. Tried to allocate {t} (GPU 0; {c} total capacity; {a} already allocated; {f} free; {r} reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
+    elif form == "capacty":  # 2.1
+        text = f"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate {t}. GPU 0 has a total capacty of {c} of which {f} is free. {this}Of the allocated memory {a} is allocated by PyTorch, and {u} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
+    elif form == "sentence":  # 2.2, 2.3
+        text = f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {t}. GPU 0 has a total capacity of {c} of which {f} is free. {this}Of the allocated memory {a} is allocated by PyTorch, and {u} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    elif form == "private_pools":  # 2.4 on
+        text = f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {t}. GPU 0 has a total capacity of {c} of which {f} is free. {this}Of the allocated memory {a} is allocated by PyTorch, with 0 bytes allocated in private pools (e.g., CUDA Graphs), and {u} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    else:  # ROCm
+        text = f"torch.OutOfMemoryError: HIP out of memory. Tried to allocate {t}. GPU 0 has a total capacity of {c} of which {f} is free. Of the allocated memory {a} is allocated by PyTorch, and {u} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    return prefix + text
+
+def die_in_every_form(**numbers):
+    for form in FORMS[:-1]:
+        print(message(form, **numbers), file=sys.stderr)
+    die(message(FORMS[-1], **numbers))
 "#;
 
 fn oom_job(body: &str) -> Job {
@@ -67,6 +121,26 @@ fn run(job: &Job) -> (collector::analysis::Analysis, String) {
     (analysis, crate::report(&job.out()))
 }
 
+/// The verdicts of the job's out-of-memory errors, one per form.
+fn per_form(analysis: &collector::analysis::Analysis) -> Vec<(&'static str, &OomVerdict)> {
+    assert_eq!(analysis.ooms.len(), FORMS.len(), "{:#?}", analysis.ooms);
+    FORMS.into_iter().zip(&analysis.ooms).collect()
+}
+
+/// The bytes of the part that stands for `cause` (0 when there is none).
+fn part(v: &OomVerdict, cause: OomCause) -> u64 {
+    v.contributions
+        .iter()
+        .find(|c| c.cause == cause)
+        .map_or(0, |c| c.bytes)
+}
+
+/// The message rounds each number to two decimals of its unit (a GiB figure is up to 5 MiB off),
+/// and a part is computed from up to four of them.
+fn near(value: u64, expected: u64) -> bool {
+    value.abs_diff(expected) <= 20 * MIB
+}
+
 fn verdict_line(report: &str) -> &str {
     report
         .lines()
@@ -76,30 +150,71 @@ fn verdict_line(report: &str) -> &str {
 }
 
 #[test]
-fn a_leak_that_reaches_capacity_is_a_leak_driven_oom() {
+fn a_leak_that_reaches_capacity_is_a_leak_driven_oom_in_every_form() {
     let job = oom_job(
         r#"
 train(30, lambda i: 2 * GIB + i * 400 * MIB, lambda i: GIB)
-die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 15.25 GiB memory in use. Of the allocated memory 14.00 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.")
+die_in_every_form(tried=GIB, capacity=15 * GIB + 788 * MIB, free=300 * MIB, allocated=14 * GIB,
+                  unallocated=200 * MIB, process=15 * GIB + 256 * MIB)
 "#,
     );
     let (analysis, report) = run(&job);
-    let oom = &analysis.ooms[0];
-    assert_eq!(oom.cause, OomCause::Leak, "{oom:#?}");
-    assert_eq!(oom.step, Some(29));
-    assert_eq!(oom.device, Some(0));
-    assert_eq!(oom.requested_bytes, Some(GIB));
-    assert_eq!(oom.allocated_bytes, Some(14 * GIB));
-    // 15.25 GiB in use by the process, 14.2 GiB of it PyTorch's.
-    let outside = oom.outside_pytorch_bytes.unwrap() as f64 / GIB as f64;
-    assert!((outside - 1.05).abs() < 0.01, "{outside}");
+    // Allocated at step 29's start, 26 steps of 400 MiB above step 3's (the trend's first point).
+    let base = 2 * GIB + 29 * 400 * MIB;
+    let outside = 15 * GIB + 788 * MIB - 300 * MIB - 14 * GIB - 200 * MIB;
+    for (form, oom) in per_form(&analysis) {
+        assert_eq!(oom.cause, OomCause::Leak, "{form}: {oom:#?}");
+        assert_eq!(oom.step, Some(29));
+        assert_eq!(oom.device, Some(0));
+        assert_eq!(oom.requested_bytes, Some(GIB));
+        assert_eq!(oom.allocated_bytes, Some(14 * GIB));
+        assert!(
+            near(oom.shortfall_bytes.unwrap(), 724 * MIB),
+            "{form}: {oom:#?}"
+        );
+        assert_eq!(oom.contributions[0].cause, OomCause::Leak, "{form}");
+        assert_eq!(part(oom, OomCause::Leak), 26 * 400 * MIB, "{form}");
+        assert!(
+            near(part(oom, OomCause::Peak), 14 * GIB - base),
+            "{form}: {oom:#?}"
+        );
+        assert!(near(oom.outside_cache_bytes.unwrap(), outside), "{form}");
+        assert!(
+            near(
+                part(oom, OomCause::OtherMemory),
+                outside - CONTEXT_ALLOWANCE_BYTES
+            ),
+            "{form}: {oom:#?}"
+        );
+        assert!(
+            near(part(oom, OomCause::Fragmentation), 200 * MIB),
+            "{form}"
+        );
+        if lists_processes(form) {
+            // 15.25 GiB in use by the process, 14.2 GiB of it PyTorch's.
+            let own = oom.outside_pytorch_bytes.unwrap();
+            assert!(
+                near(own, 15 * GIB + 256 * MIB - 14 * GIB - 200 * MIB),
+                "{own}"
+            );
+        }
+    }
     assert_eq!(analysis.findings[0].kind, FindingKind::Oom);
     let first = verdict_line(&report);
     assert!(
         first.contains("Out of memory (leak-driven)") && first.contains("step 29"),
         "{report}"
     );
-    assert!(report.contains("never fell back"), "{report}");
+    assert!(
+        report.contains(
+            "never fell back: 10.2 GiB from step 3 to step 29, 14.4× the 724 MiB missing"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("what took the room, largest first"),
+        "{report}"
+    );
     assert!(
         report.contains("empty_cache()` does not cure a leak"),
         "{report}"
@@ -112,6 +227,9 @@ die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU
     assert_eq!(ooms[0]["cause"], "leak");
     assert_eq!(ooms[0]["requested_bytes"], GIB);
     assert_eq!(ooms[0]["step"], 29);
+    assert_eq!(ooms[0]["contributions"][0]["cause"], "leak");
+    assert_eq!(ooms[0]["contributions"][0]["bytes"], 26 * 400 * MIB);
+    assert!(ooms[0]["shortfall_bytes"].as_u64().is_some());
     assert_eq!(json["analysis"]["findings"][0]["kind"], "oom");
     assert_eq!(json["analysis"]["ending"]["exit_code"], 1);
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
@@ -124,43 +242,75 @@ die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU
 }
 
 #[test]
-fn a_flat_baseline_and_a_spiking_forward_is_a_peak_driven_oom() {
-    // The form before PyTorch 2.1, in step 20's forward.
+fn a_flat_baseline_and_a_spiking_forward_is_a_peak_driven_oom_in_every_form() {
+    // In step 20's forward, 5.5 GiB above the step's start.
     let job = oom_job(
         r#"
 train(20, lambda i: 4 * GIB, lambda i: 2 * GIB)
 tidemark.step(20)
 with tidemark.phase("forward"):
-    state["allocated"] = 9 * GIB
-die("RuntimeError: CUDA out of memory. Tried to allocate 6.00 GiB (GPU 0; 15.78 GiB total capacity; 9.50 GiB already allocated; 5.20 GiB free; 9.80 GiB reserved in total by PyTorch)")
+    state["allocated"] = 9 * GIB + 512 * MIB
+die_in_every_form(tried=6 * GIB, capacity=15 * GIB + 800 * MIB, free=5 * GIB + 205 * MIB,
+                  allocated=9 * GIB + 512 * MIB, unallocated=300 * MIB, process=10 * GIB + 512 * MIB)
 "#,
     );
     let (analysis, report) = run(&job);
-    let oom = &analysis.ooms[0];
-    assert_eq!(oom.cause, OomCause::Peak, "{oom:#?}");
-    assert_eq!(oom.phase, Some(Phase::Forward));
-    assert_eq!(oom.step, Some(20));
     assert!(analysis.finding(FindingKind::Leak).is_none());
+    for (form, oom) in per_form(&analysis) {
+        assert_eq!(oom.cause, OomCause::Peak, "{form}: {oom:#?}");
+        assert_eq!(oom.phase, Some(Phase::Forward));
+        assert_eq!(oom.step, Some(20));
+        assert_eq!(oom.contributions[0].cause, OomCause::Peak, "{form}");
+        assert!(
+            near(part(oom, OomCause::Peak), 5 * GIB + 512 * MIB),
+            "{form}: {oom:#?}"
+        );
+        assert!(near(oom.shortfall_bytes.unwrap(), 819 * MIB), "{form}");
+        assert_eq!(part(oom, OomCause::Leak), 0, "{form}");
+        // Outside the cache 806 MiB, less a context's 512 MiB; 300 MiB of unusable pieces.
+        assert!(
+            near(part(oom, OomCause::OtherMemory), 294 * MIB),
+            "{form}: {oom:#?}"
+        );
+        assert!(
+            near(part(oom, OomCause::Fragmentation), 300 * MIB),
+            "{form}"
+        );
+    }
     let first = verdict_line(&report);
     assert!(first.contains("Out of memory (peak-driven)"), "{report}");
     assert!(first.contains("in forward"), "{report}");
     assert!(
-        report.contains("the peak of forward does not fit: 819 MiB short"),
+        report.contains("the peak of forward does not fit: 819 MiB short (forward held 5.50 GiB above the step's start"),
         "{report}"
     );
     assert!(report.contains("gradient accumulation"), "{report}");
 }
 
 #[test]
-fn a_cache_of_unusable_pieces_is_fragmentation() {
+fn a_cache_of_unusable_pieces_larger_than_the_rest_is_fragmentation_in_every_form() {
     let job = oom_job(
         r#"
-train(15, lambda i: 6 * GIB, lambda i: GIB)
-die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 22.50 GiB memory in use. Of the allocated memory 18.20 GiB is allocated by PyTorch, and 3.40 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+train(15, lambda i: 17 * GIB, lambda i: GIB)
+die_in_every_form(tried=2 * GIB, capacity=23 * GIB + 655 * MIB, free=GIB + 100 * MIB,
+                  allocated=18 * GIB + 200 * MIB, unallocated=3 * GIB + 410 * MIB,
+                  process=22 * GIB + 400 * MIB)
 "#,
     );
     let (analysis, report) = run(&job);
-    assert_eq!(analysis.ooms[0].cause, OomCause::Fragmentation);
+    for (form, oom) in per_form(&analysis) {
+        assert_eq!(oom.cause, OomCause::Fragmentation, "{form}: {oom:#?}");
+        assert!(
+            near(part(oom, OomCause::Fragmentation), 3 * GIB + 410 * MIB),
+            "{form}"
+        );
+        // The phase's transient, the next largest: 18.2 GiB at the error, 17 GiB at the step's start.
+        assert!(
+            near(part(oom, OomCause::Peak), GIB + 200 * MIB),
+            "{form}: {oom:#?}"
+        );
+        assert!(near(oom.shortfall_bytes.unwrap(), 922 * MIB), "{form}");
+    }
     assert!(
         verdict_line(&report).contains("Out of memory (fragmentation)"),
         "{report}"
@@ -175,20 +325,44 @@ die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU
 }
 
 #[test]
-fn memory_held_by_other_processes_is_someone_elses() {
+fn memory_outside_the_cache_is_the_cause_in_every_form() {
     let job = oom_job(
         r#"
-train(15, lambda i: 3 * GIB, lambda i: GIB)
-die("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which 1.00 GiB is free. Process 4242 has 12.00 GiB memory in use. Process 4343 has 2.50 GiB memory in use. Including non-PyTorch memory, this process has 8.10 GiB memory in use. Of the allocated memory 7.50 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.")
+train(15, lambda i: 7 * GIB, lambda i: GIB)
+die_in_every_form(tried=2 * GIB, capacity=23 * GIB + 655 * MIB, free=GIB,
+                  allocated=7 * GIB + 512 * MIB, unallocated=100 * MIB, process=8 * GIB + 100 * MIB,
+                  others=(12 * GIB, 2 * GIB + 512 * MIB), prefix="[rank0]: ")
 "#,
     );
     let (analysis, report) = run(&job);
-    let oom = &analysis.ooms[0];
-    assert_eq!(oom.cause, OomCause::OtherMemory, "{oom:#?}");
-    assert_eq!(oom.rank, Some(0));
-    assert_eq!(oom.other_processes_bytes, Some(14 * GIB + GIB / 2));
+    let outside = 23 * GIB + 655 * MIB - GIB - 7 * GIB - 512 * MIB - 100 * MIB;
+    for (form, oom) in per_form(&analysis) {
+        assert_eq!(oom.cause, OomCause::OtherMemory, "{form}: {oom:#?}");
+        assert_eq!(oom.rank, Some(0));
+        assert!(near(oom.outside_cache_bytes.unwrap(), outside), "{form}");
+        assert!(
+            near(
+                part(oom, OomCause::OtherMemory),
+                outside - CONTEXT_ALLOWANCE_BYTES
+            ),
+            "{form}: {oom:#?}"
+        );
+        assert!(
+            near(part(oom, OomCause::Peak), 512 * MIB),
+            "{form}: {oom:#?}"
+        );
+        if lists_processes(form) {
+            assert_eq!(oom.other_processes_bytes, Some(14 * GIB + GIB / 2));
+            assert_eq!(oom.cause_name(), "someone else's memory");
+        }
+    }
+    // The forms before 2.1 do not say whose it is (NVML would, where the job runs on a GPU).
     assert!(
-        verdict_line(&report).contains("Out of memory (someone else's memory)"),
+        report.contains("Out of memory (someone else's memory)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("15.0 GiB of the device was held outside PyTorch's cache"),
         "{report}"
     );
     assert!(report.contains("nvidia-smi"), "{report}");
