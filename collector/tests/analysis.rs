@@ -918,3 +918,106 @@ fn gradients_are_kept_only_where_the_loop_does_not_free_them() {
     );
     assert!(kept(&in_place));
 }
+
+/// Resident memory that rises 2 MiB a step while the C heap in use stays flat and the census
+/// finds no holder that grew: the report's own evidence says nothing the job allocates grows, so
+/// the rise is a question (Python's arenas, memory kept after it was freed), not a leak in a
+/// phase. With a holder that grew, it is a leak again.
+#[test]
+fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
+    use collector::recording::{Categories, Census, Edge, Holder, Origin, Record};
+    let build = |holder_grows: bool| {
+        let origin = Origin { pid: 7, rank: None };
+        let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+        let (mut times, mut rss) = (Vec::new(), Vec::new());
+        for s in 0..60u64 {
+            let heap = 200 * MIB + s % 3 * 64 * 1024;
+            recording.push(Record::Categories(Categories {
+                t_ns: s * 100_000_000,
+                origin,
+                step: Some(s),
+                parameters: 8 * MIB,
+                total: Some(heap),
+                ..Categories::default()
+            }));
+            for (k, (phase, edge)) in [
+                (Phase::Forward, Edge::Begin),
+                (Phase::Forward, Edge::End),
+                (Phase::Backward, Edge::Begin),
+                (Phase::Backward, Edge::End),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let t_ns = s * 100_000_000 + k as u64 * 5_000_000;
+                let resident = 600 * MIB + s * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
+                let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(s), origin);
+                e.host_heap = Some(heap + if k == 1 { MIB } else { 0 });
+                e.host_rss = Some(resident);
+                recording.push(Record::Phase(e));
+                times.push(t_ns);
+                rss.push(resident);
+            }
+            if s == 16 || s == 59 {
+                let bytes = if holder_grows { s * 2 * MIB } else { 4 * MIB };
+                recording.push(Record::Census(Census {
+                    t_ns: s * 100_000_000 + 1,
+                    origin,
+                    step: Some(s),
+                    reason: "step".to_owned(),
+                    holders: vec![Holder {
+                        key: "__main__.buffer".to_owned(),
+                        name: "__main__.buffer".to_owned(),
+                        what: "list, a global of __main__".to_owned(),
+                        tensors: 4,
+                        bytes,
+                        ..Holder::default()
+                    }],
+                    tensors: 4,
+                    bytes,
+                    ..Census::default()
+                }));
+            }
+        }
+        recording.push(Record::Chunk(collector::recording::Chunk {
+            times_ns: times,
+            columns: vec![collector::recording::Column {
+                series: collector::recording::SeriesKey::new(
+                    collector::recording::SeriesKind::HostRss,
+                ),
+                values: rss,
+                valid: None,
+            }],
+        }));
+        analyze(&recording)
+    };
+    let flat = build(false);
+    assert!(
+        flat.finding(FindingKind::Leak).is_none(),
+        "{:#?}",
+        flat.findings
+    );
+    let question = flat
+        .finding(FindingKind::ResidentGrowth)
+        .unwrap_or_else(|| panic!("{:#?}", flat.findings));
+    assert!(
+        question
+            .title
+            .starts_with("Host memory rises 2.00 MiB/step, but nothing the job allocates grows"),
+        "{}",
+        question.title
+    );
+    assert_eq!(question.phase, None);
+    assert_eq!(collector::analysis::headline(&flat).1, None);
+
+    let held = build(true);
+    assert!(held.finding(FindingKind::ResidentGrowth).is_none());
+    let leak = held
+        .finding(FindingKind::Leak)
+        .unwrap_or_else(|| panic!("{:#?}", held.findings));
+    assert!(
+        leak.title.ends_with("held by __main__.buffer"),
+        "{}",
+        leak.title
+    );
+}

@@ -312,6 +312,9 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
         .find(|f| f.kind == FindingKind::Leak)
     {
         let mut in_state = None;
+        // What the categories grow a step (all from the same total): the census counts tensor
+        // bytes, as they do, where resident memory may grow faster than what is allocated.
+        let mut categories_rate = None;
         if let Some(stats) = &basis_stats {
             leak.evidence.push(category_evidence(stats));
             let state: f64 = [&stats.parameters, &stats.gradients, &stats.optimizer_state]
@@ -329,6 +332,7 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
             if state > 0.0 && state >= NAMED_SHARE * (state + rest) {
                 in_state = Some((state, state + rest));
             }
+            categories_rate = (state + rest > 0.0).then_some(state + rest);
         }
         if let Some((state, all)) = in_state {
             leak.evidence.push(format!(
@@ -337,7 +341,16 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
                 format_bytes(all)
             ));
         } else {
-            name_holder(leak, basis, &holders, censuses);
+            let named = name_holder(leak, basis, &holders, censuses, categories_rate);
+            // Resident memory that rises while the C heap is flat and no holder grew: the
+            // report's own evidence says nothing the job allocates grows.
+            let heap_flat = basis == Basis::HostRss
+                && censuses.is_some()
+                && categories_rate.is_none()
+                && basis_stats.as_ref().is_some_and(|s| s.rest.is_some());
+            if !named && heap_flat {
+                restate_as_a_question(leak);
+            }
         }
     }
     analysis.findings.extend(findings);
@@ -377,18 +390,40 @@ fn where_(device: Option<u32>) -> String {
     device.map_or_else(|| "host".to_owned(), |d| format!("cuda:{d}"))
 }
 
-/// Names the holder that grew by about the leaked amount, or says that none did.
+/// A rise of resident memory that nothing the job allocates explains, said as the question it is.
+fn restate_as_a_question(leak: &mut Finding) {
+    let rate = format_bytes(leak.growth_per_step_bytes.unwrap_or(0.0));
+    leak.kind = FindingKind::ResidentGrowth;
+    leak.title = format!(
+        "Host memory rises {rate}/step, but nothing the job allocates grows: outside malloc, or kept after it was freed?"
+    );
+    leak.phase = None;
+    leak.evidence
+        .retain(|e| !e.contains("of what the phases keep"));
+    leak.evidence.push("the C heap in use (every tensor on the CPU, and what C code allocates) is flat at each step's start, and no holder the census reached grew: this is not memory the job keeps hold of through malloc".to_owned());
+    leak.hints = vec![
+        "Python objects that pile up (lists of numbers, dicts, strings) live in Python's own arenas, not in the C heap: look for what the loop appends to".to_owned(),
+        "memory freed but kept resident by glibc's arenas (one per thread): `MALLOC_ARENA_MAX=2`, or `ctypes.CDLL(None).malloc_trim(0)` now and then, shows whether it is given back".to_owned(),
+        "memory-mapped files (datasets, `np.memmap`) counted as they are touched for the first time".to_owned(),
+    ];
+}
+
+/// Names the holder that grew by about the leaked amount, or says that none did. The amount is
+/// the categories' growth when they grow (`categories_rate`, a step: what is allocated, as the
+/// census counts it), else the leak's own.
 fn name_holder(
     leak: &mut Finding,
     basis: Basis,
     holders: &[HolderGrowth],
     censuses: Option<(&Census, &Census)>,
-) {
+    categories_rate: Option<f64>,
+) -> bool {
     let Some((from, to)) = censuses else {
-        return;
+        return false;
     };
     let span = to.step.unwrap_or(0).saturating_sub(from.step.unwrap_or(0)) as f64;
-    let leaked = leak.growth_per_step_bytes.unwrap_or(0.0) * span;
+    let rate = categories_rate.unwrap_or(leak.growth_per_step_bytes.unwrap_or(0.0));
+    let leaked = rate * span;
     let on_basis = |h: &&HolderGrowth| match basis {
         Basis::HostRss => h.device.is_none(),
         _ => h.device.is_some(),
@@ -403,6 +438,7 @@ fn name_holder(
                 format_bytes(leaked)
             ));
             leak.hints.insert(0, holder_hint(h));
+            true
         }
         _ => {
             let mut line = format!(
@@ -422,6 +458,7 @@ fn name_holder(
                 ));
             }
             leak.evidence.push(line);
+            false
         }
     }
 }
@@ -489,7 +526,8 @@ fn state_growth(stats: &CategoryStats, basis: Basis) -> Option<Finding> {
 /// `zero_grad(set_to_none=True)` between the forward and the backward, so they are alive through
 /// the forward and freed before the backward. `freed_before_backward` is what the step freed
 /// there (the median over the steps, on the same memory as `stats`); when it holds half the
-/// gradients or more, they are freed, not kept.
+/// gradients or more, they are freed, not kept. Without it (no backward seen, or the verdict
+/// measures another memory than the one the gradients are in) nothing is claimed.
 fn gradients_kept(
     stats: &CategoryStats,
     basis: Basis,
@@ -502,7 +540,7 @@ fn gradients_kept(
         || p.median_bytes == 0
         || (g.median_bytes as f64) < 0.5 * p.median_bytes as f64
         || (g.median_bytes as f64) < MIB
-        || freed_before_backward.is_some_and(|f| f >= 0.5 * g.median_bytes as f64)
+        || freed_before_backward.is_none_or(|f| f >= 0.5 * g.median_bytes as f64)
     {
         return None;
     }

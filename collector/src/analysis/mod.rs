@@ -133,6 +133,10 @@ pub enum FindingKind {
     Cache,
     /// Gradients stay allocated between steps (zeroed in place, not freed): flat, not a leak.
     GradientsKept,
+    /// Resident memory rises while what the job allocates (the C heap, the census' holders)
+    /// does not: a question, not a verdict (Python objects outside malloc, or memory kept
+    /// resident after it was freed).
+    ResidentGrowth,
     /// Too few steps to judge.
     NotEnoughData,
 }
@@ -153,6 +157,7 @@ impl FindingKind {
             Self::Imbalance => "imbalance",
             Self::Cache => "cache",
             Self::GradientsKept => "gradients_kept",
+            Self::ResidentGrowth => "resident_growth",
             Self::NotEnoughData => "not_enough_data",
         }
     }
@@ -178,7 +183,7 @@ impl FindingKind {
 }
 
 /// Every finding kind.
-pub const ALL_KINDS: [FindingKind; 13] = [
+pub const ALL_KINDS: [FindingKind; 14] = [
     FindingKind::Oom,
     FindingKind::Failed,
     FindingKind::Leak,
@@ -191,6 +196,7 @@ pub const ALL_KINDS: [FindingKind; 13] = [
     FindingKind::Imbalance,
     FindingKind::Cache,
     FindingKind::GradientsKept,
+    FindingKind::ResidentGrowth,
     FindingKind::NotEnoughData,
 ];
 
@@ -410,6 +416,9 @@ pub fn headline(analysis: &Analysis) -> (String, Option<bool>) {
     }
     if let Some(f) = analysis.finding(FindingKind::NotEnoughData) {
         return (format!("Cannot tell yet — {}", f.title), None);
+    }
+    if let Some(f) = analysis.finding(FindingKind::ResidentGrowth) {
+        return (f.title.clone(), None);
     }
     (
         "No leak: memory at the same point of every step does not rise".to_owned(),

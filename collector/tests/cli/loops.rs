@@ -1,0 +1,174 @@
+//! The verdict on one training loop written every way users write it (where the gradients are
+//! cleared, how the step is driven: `collector/tests/data/loops/train.py`) × what it keeps: the
+//! phase named, the holder named, and no explanation the job contradicts. Real torch on CPU,
+//! automatic phases, no tidemark calls; every case runs twice. Then once more on the allocator's
+//! path, the one a GPU job takes: the job's `torch.cuda` reports the C heap in use (where its
+//! tensors are) as allocated bytes, so the probe sends allocator numbers at every edge.
+
+use collector::analysis::{Analysis, FindingKind, analyze};
+use collector::recording::Phase;
+
+use crate::{Job, stderr};
+
+/// Where the loop clears the gradients and how it drives the step (see the script).
+const ORDERS: [&str; 9] = [
+    "top",
+    "between",
+    "end",
+    "in_place",
+    "module",
+    "grad_none",
+    "accumulate",
+    "scaler",
+    "lbfgs",
+];
+
+/// What a job that keeps something must be told: the phase (`None`: between the phases) and
+/// the holder.
+struct Leak {
+    phase: Option<Phase>,
+    holder: &'static str,
+}
+
+/// The findings of one run of `train.py ORDER LEAK`, on the allocator's path or not.
+fn run(order: &str, leak: &str, allocator: bool) -> Analysis {
+    let job = Job::new(include_str!("../data/loops/train.py"));
+    let output = job
+        .command(&[])
+        .args([order, leak])
+        .env("OMP_NUM_THREADS", "1")
+        .env("LOOPS_SCRIPTED_GPU", if allocator { "1" } else { "0" })
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{order} {leak}: {}",
+        stderr(&output)
+    );
+    let recording = job.recording();
+    assert_eq!(
+        recording.allocator.is_empty(),
+        !allocator,
+        "{order} {leak}: allocator numbers"
+    );
+    analyze(&recording)
+}
+
+/// What is wrong with the verdict on a run of `train.py ORDER …`, if anything. On the
+/// allocator's path the holders are not asked for (the census looks for tensors on the device,
+/// and these are on the CPU), nor are the gradients (the probe counts them on the CPU, where the
+/// verdict does not look).
+fn wrong(
+    order: &str,
+    expected: Option<&Leak>,
+    analysis: &Analysis,
+    allocator: bool,
+) -> Option<String> {
+    let titles: Vec<&str> = analysis.findings.iter().map(|f| f.title.as_str()).collect();
+    let found = analysis.finding(FindingKind::Leak);
+    match (expected, found) {
+        (None, Some(found)) => return Some(format!("a leak where none is: {}", found.title)),
+        (Some(_), None) => return Some(format!("no leak found: {titles:?}")),
+        (Some(expected), Some(found)) => {
+            if found.phase != expected.phase {
+                return Some(format!(
+                    "the leak is put in {:?}, not {:?}: {}",
+                    found.phase, expected.phase, found.title
+                ));
+            }
+            if expected.phase.is_none() && !found.title.contains("between phases") {
+                return Some(format!(
+                    "not said to be between the phases: {}",
+                    found.title
+                ));
+            }
+            if !allocator
+                && !found
+                    .title
+                    .ends_with(&format!("held by __main__.{}", expected.holder))
+            {
+                return Some(format!(
+                    "the holder is not {}: {} ({:?})",
+                    expected.holder,
+                    found.title,
+                    analysis.holders.first().map(|h| &h.name)
+                ));
+            }
+        }
+        (None, None) => {}
+    }
+    // The gradients are kept only where the loop zeroes them in place; everywhere else the job
+    // frees them (at the top, between forward and backward, at the end, in the closure).
+    let kept = analysis.finding(FindingKind::GradientsKept).is_some();
+    let truth = order == "in_place" && !allocator;
+    if kept != truth {
+        return Some(format!(
+            "gradients kept: said {kept}, expected {truth}: {titles:?}"
+        ));
+    }
+    None
+}
+
+/// Every order, twice on the host and once on the allocator's path, with `leak` planted; all
+/// failures listed at once.
+fn every_order(leak: &str, expected: Option<Leak>) {
+    let mut failures = Vec::new();
+    for (run_name, allocator) in [("run 1", false), ("run 2", false), ("allocator", true)] {
+        for order in ORDERS {
+            let analysis = run(order, leak, allocator);
+            if let Some(why) = wrong(order, expected.as_ref(), &analysis, allocator) {
+                failures.push(format!("{order} {leak} ({run_name}): {why}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_loop_that_keeps_nothing_has_no_leak_in_any_order() {
+    every_order("none", None);
+}
+
+#[test]
+fn a_forward_hooks_outputs_are_kept_in_forward_in_any_order() {
+    every_order(
+        "forward_hook",
+        Some(Leak {
+            phase: Some(Phase::Forward),
+            holder: "kept",
+        }),
+    );
+}
+
+#[test]
+fn features_kept_on_the_model_are_kept_in_forward_in_any_order() {
+    every_order(
+        "features",
+        Some(Leak {
+            phase: Some(Phase::Forward),
+            holder: "model.features",
+        }),
+    );
+}
+
+#[test]
+fn eval_logits_are_kept_in_eval_in_any_order() {
+    every_order(
+        "eval_logits",
+        Some(Leak {
+            phase: Some(Phase::Eval),
+            holder: "all_logits",
+        }),
+    );
+}
+
+#[test]
+fn batches_kept_by_the_loop_are_kept_between_phases_in_any_order() {
+    every_order(
+        "between",
+        Some(Leak {
+            phase: None,
+            holder: "batches",
+        }),
+    );
+}

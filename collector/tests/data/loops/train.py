@@ -1,0 +1,177 @@
+"""One training loop, written each way PyTorch users write it, with or without a planted leak.
+
+    python train.py ORDER LEAK
+
+ORDER is where the gradients are cleared and how the step is driven:
+  top        zero_grad(set_to_none=True) before the forward
+  between    forward, zero_grad(set_to_none=True), backward, step (the most common order)
+  end        forward, backward, step, zero_grad(set_to_none=True)
+  in_place   forward, zero_grad(set_to_none=False), backward, step (the gradients stay allocated)
+  module     forward, model.zero_grad(), backward, step
+  grad_none  forward, `for p in model.parameters(): p.grad = None`, backward, step
+  accumulate two backwards per optimizer step; zero_grad after the first forward of each
+  scaler     torch.amp.GradScaler around backward and step; zero_grad between
+  lbfgs      torch.optim.LBFGS, the closure clears, runs forward and backward
+LEAK is what the job keeps, about 2 MiB a step, exactly:
+  none         nothing
+  forward_hook a forward hook keeps its output (`kept`)
+  features     the model keeps detached features on itself (`model.features`)
+  eval_logits  an eval pass under torch.no_grad() keeps its logits (`all_logits`)
+  between      the loop keeps each input batch's copy between the phases (`batches`)
+
+No tidemark calls: the phases are automatic. Gradients (8 MiB) outweigh what is kept each step, as
+in real models, so a free of the gradients counted in the wrong place hides the leak.
+
+With LOOPS_SCRIPTED_GPU=1 the job's `torch.cuda` says CUDA is initialised and reports, as the
+allocator's allocated bytes, the C heap in use (glibc's mallinfo2: where these CPU tensors live),
+so the probe's allocator path (the one a GPU job takes) reads the same loop's real memory.
+"""
+import ctypes
+import os
+import sys
+
+import torch
+from torch import nn
+
+if os.environ.get("LOOPS_SCRIPTED_GPU") == "1":
+
+    class _Mallinfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+            )
+        ]
+
+    _mallinfo2 = ctypes.CDLL(None).mallinfo2
+    _mallinfo2.restype = _Mallinfo2
+
+    def _stats(device=None):
+        info = _mallinfo2()
+        in_use = info.uordblks + info.hblkhd
+        return {
+            "allocated_bytes": {"all": {"current": in_use, "peak": in_use}},
+            "reserved_bytes": {"all": {"current": info.arena + info.hblkhd}},
+            "active_bytes": {"all": {"current": in_use}},
+            "inactive_split_bytes": {"all": {"current": 0}},
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
+
+    torch.cuda.is_initialized = lambda: True
+    torch.cuda.is_available = lambda: True
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.memory_stats_as_nested_dict = _stats
+    torch.cuda.reset_peak_memory_stats = lambda device=None: None
+
+ORDER, LEAK = sys.argv[1], sys.argv[2]
+STEPS = 40
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+WIDTH = 1024
+BATCH = 64
+KEEP_ROWS = 512  # 512 × 1024 float32 = 2 MiB a step
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH))
+        self.features = []
+
+    def forward(self, x):
+        hidden = self.body[1](self.body[0](x))
+        if LEAK == "features" and self.training:
+            self.features.append(hidden.detach().repeat(KEEP_ROWS // BATCH, 1))
+        return self.body[2](hidden)
+
+
+model = Net()
+kept = []
+all_logits = []
+batches = []
+if LEAK == "forward_hook":
+    model.body[1].register_forward_hook(
+        lambda module, args, out: kept.append(out.detach().repeat(KEEP_ROWS // BATCH, 1))
+        if module.training
+        else None
+    )
+
+if ORDER == "lbfgs":
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.01, max_iter=2, history_size=2)
+else:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+scaler = torch.amp.GradScaler("cpu") if ORDER == "scaler" else None
+x = torch.randn(BATCH, WIDTH)
+y = torch.randn(BATCH, WIDTH)
+x_eval = torch.randn(KEEP_ROWS, WIDTH)  # its logits: 2 MiB, made inside the eval pass
+
+
+def loss_of(batch):
+    return (model(batch) - y).square().mean()
+
+
+def clear():
+    if ORDER == "in_place":
+        optimizer.zero_grad(set_to_none=False)
+    elif ORDER == "module":
+        model.zero_grad()
+    elif ORDER == "grad_none":
+        for p in model.parameters():
+            p.grad = None
+    else:
+        optimizer.zero_grad(set_to_none=True)
+
+
+def train_step():
+    if ORDER == "top":
+        clear()
+        loss_of(x).backward()
+        optimizer.step()
+    elif ORDER == "end":
+        loss_of(x).backward()
+        optimizer.step()
+        clear()
+    elif ORDER == "accumulate":
+        for micro in range(2):
+            loss = loss_of(x) / 2
+            if micro == 0:
+                clear()
+            loss.backward()
+        optimizer.step()
+    elif ORDER == "scaler":
+        loss = loss_of(x)
+        clear()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    elif ORDER == "lbfgs":
+
+        def closure():
+            clear()
+            loss = loss_of(x)
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+    else:  # between, in_place, module, grad_none
+        loss = loss_of(x)
+        clear()
+        loss.backward()
+        optimizer.step()
+
+
+for step in range(STEPS):
+    model.train()
+    if LEAK == "between":
+        batches.append(x.repeat(KEEP_ROWS // BATCH, 1))
+    train_step()
+    if LEAK == "eval_logits":
+        model.eval()
+        with torch.no_grad():
+            all_logits.append(model(x_eval))
+
+print(len(kept) + len(model.features) + len(all_logits) + len(batches))
