@@ -532,6 +532,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
             "no phases: mark them with tidemark.phase(…) or leave automatic phases on".to_owned(),
         );
     }
+    lacks.extend(phases_not_told_apart(&occurrences));
     if !recording
         .series
         .iter()
@@ -651,6 +652,26 @@ fn analyze_one(recording: &Recording) -> Analysis {
     analysis.step_series.times_ns.shrink_to_fit();
     analysis.step_series.values.shrink_to_fit();
     analysis
+}
+
+/// The phases a training loop has that the recording could not tell apart, said so that no
+/// phase is named for what it did not measure: a loop without an optimizer step (it updates the
+/// weights itself), or without a backward the probe sees (`torch.autograd.grad`).
+fn phases_not_told_apart(occurrences: &[Occurrence]) -> Vec<String> {
+    let has = |phase: Phase| occurrences.iter().any(|o| o.phase == phase);
+    let (forward, backward, optimizer) = (
+        has(Phase::Forward),
+        has(Phase::Backward),
+        has(Phase::Optimizer),
+    );
+    let mut out = Vec::new();
+    if backward && !optimizer {
+        out.push("no optimizer step seen (the job updates its weights itself): each training forward starts a step, and the update's memory is counted between the phases, not as an optimizer's".to_owned());
+    }
+    if forward && optimizer && !backward {
+        out.push("no backward seen (gradients by `torch.autograd.grad`, or a backward the probe does not wrap): the gradients' memory is counted between forward and the optimizer, not as a backward's".to_owned());
+    }
+    out
 }
 
 /// The training process' host memory at its own phase edges, as the probe read it there.

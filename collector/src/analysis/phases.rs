@@ -170,9 +170,22 @@ pub struct StepStart {
 }
 
 /// The start of every step. Without step numbers, every occurrence of the first phase seen
-/// starts a step.
+/// starts a step; so too when every occurrence has the same number while the first phase came
+/// more than once (a loop without an optimizer, whose step the probe never advances: it updates
+/// the weights itself).
 pub fn step_starts(occurrences: &[Occurrence]) -> Vec<StepStart> {
-    let numbered = occurrences.iter().any(|o| o.step.is_some());
+    let first_step = occurrences.iter().find_map(|o| o.step);
+    let one_number = occurrences
+        .iter()
+        .all(|o| o.step.is_none() || o.step == first_step);
+    let repeated = occurrences.first().is_some_and(|f| {
+        occurrences
+            .iter()
+            .filter(|o| o.phase == f.phase)
+            .nth(1)
+            .is_some()
+    });
+    let numbered = first_step.is_some() && !(one_number && repeated);
     let mut starts: Vec<StepStart> = if numbered {
         occurrences
             .iter()

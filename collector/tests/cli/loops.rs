@@ -172,3 +172,52 @@ fn batches_kept_by_the_loop_are_kept_between_phases_in_any_order() {
         }),
     );
 }
+
+/// A loop that updates its weights itself (no optimizer, so the probe never advances the step):
+/// each training forward starts a step, the leak is still the forward's, and the report says
+/// which phases it could not tell apart.
+#[test]
+fn a_loop_without_an_optimizer_counts_its_steps_and_says_what_it_cannot_tell() {
+    let job = Job::new(
+        r#"
+import torch
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
+kept = []
+model[1].register_forward_hook(lambda m, a, out: kept.append(out.detach().repeat(8, 1)))
+x = torch.randn(64, 1024)
+for step in range(40):
+    loss = model(x).square().mean()
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.001 * p.grad
+print(len(kept))
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let analysis = analyze(&job.recording());
+    assert_eq!(
+        analysis.step_series.values.len(),
+        40,
+        "{:?}",
+        analysis.step_series.steps
+    );
+    let leak = analysis
+        .finding(FindingKind::Leak)
+        .unwrap_or_else(|| panic!("{:#?}", analysis.findings));
+    assert_eq!(leak.phase, Some(Phase::Forward), "{}", leak.title);
+    assert!(
+        analysis
+            .lacks
+            .iter()
+            .any(|l| l.starts_with("no optimizer step seen")),
+        "{:#?}",
+        analysis.lacks
+    );
+    assert!(analysis.phases.iter().all(|p| p.phase != Phase::Optimizer));
+}
