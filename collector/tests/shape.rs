@@ -1,6 +1,6 @@
 //! A leak told from settling by its shape, on synthetic step series with known truth: growth that
 //! keeps its pace is a leak at any size above the noise, growth that slows to a plateau is not at
-//! any size.
+//! any size; and the sawtooth's range starts where the job runs, not before its interpreter did.
 
 #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
 
@@ -307,4 +307,57 @@ fn a_slow_gpu_leak_is_found_with_its_projection() {
     let analysis = analyze(&once);
     assert_eq!(analysis.basis, Basis::Allocated);
     assert_eq!(leak_of(&analysis), None, "{:#?}", analysis.findings);
+}
+
+/// Every job's host memory is first sampled before its interpreter started (a few hundred KiB):
+/// the sawtooth's range is that of the running job, not from that first sample.
+#[test]
+fn the_sawtooth_range_starts_where_the_job_runs() {
+    let levels = host_levels(60, 1, |_| 0.0);
+    let analysis = analyze(&host_recording(&levels, 400 * MIB));
+    let cache = analysis
+        .finding(FindingKind::Cache)
+        .unwrap_or_else(|| panic!("{:#?}", analysis.findings));
+    let lowest = levels.iter().min().unwrap();
+    let highest = levels.iter().max().unwrap() + 400 * MIB;
+    assert_eq!(
+        cache.evidence[0],
+        format!(
+            "between {} and {}; the lowest point of each step does not rise",
+            collector::format::format_bytes(*lowest as f64),
+            collector::format::format_bytes(highest as f64)
+        )
+    );
+}
+
+/// Without the probe (no phase edges), the samples of the warm-up are left out the same way.
+#[test]
+fn without_the_probe_the_sawtooth_range_starts_after_the_warm_up() {
+    let mut recording = Recording::new(tidemark_tests::header(&["./train"]));
+    let times: Vec<u64> = (0..2000u64).map(|i| i * 50_000_000).collect();
+    let values: Vec<u64> = (0..2000u64)
+        .map(|i| match i {
+            0 => 188 * KIB,
+            1..=9 => i * 30 * MIB,
+            _ => 300 * MIB + (i % 10) * 40 * MIB,
+        })
+        .collect();
+    recording.push(Record::Chunk(Chunk {
+        times_ns: times,
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values,
+            valid: None,
+        }],
+    }));
+    let analysis = analyze(&recording);
+    assert!(!analysis.by_step);
+    let cache = analysis
+        .finding(FindingKind::Cache)
+        .unwrap_or_else(|| panic!("{:#?}", analysis.findings));
+    assert!(
+        cache.evidence[0].starts_with("between 300 MiB and 660 MiB;"),
+        "{}",
+        cache.evidence[0]
+    );
 }

@@ -127,7 +127,7 @@ pub(super) fn judge(
     } else if analysis.finding(FindingKind::Leak).is_none()
         && let Some(series) = fallback
     {
-        sawtooth(series, analysis);
+        sawtooth(recording, series, analysis);
     }
     peak_creep(analysis);
     devices_rules(recording, allocator, analysis);
@@ -401,9 +401,29 @@ fn cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis) {
     }
 }
 
+/// Where a sawtooth's samples begin: at the probe's first record (a phase edge or an allocator
+/// reading), or without the probe after the warm-up's tenth of the samples. The samples before it
+/// were taken while the job started (the first, before its interpreter ran, holds a few hundred
+/// KiB): they are no swing of the running job.
+fn running_from(recording: &Recording, series: &Series) -> usize {
+    let readings = &recording.allocator;
+    let probe = recording
+        .phases
+        .iter()
+        .map(|e| e.t_ns)
+        .chain((0..readings.len()).map(|i| readings.t_ns(i)))
+        .min();
+    match probe {
+        Some(t_ns) => series.times_ns.partition_point(|&s| s < t_ns),
+        None => series.values.len() / 10,
+    }
+}
+
 /// Without allocator numbers: a series that rises within steps and falls back is the cache.
-fn sawtooth(series: &Series, analysis: &mut Analysis) {
-    let (Some(min), Some(max)) = (series.values.iter().min(), series.values.iter().max()) else {
+fn sawtooth(recording: &Recording, series: &Series, analysis: &mut Analysis) {
+    let from = running_from(recording, series);
+    let running = series.values.range(from..series.values.len());
+    let (Some(min), Some(max)) = (running.clone().min(), running.max()) else {
         return;
     };
     let swing = (max - min) as f64;
