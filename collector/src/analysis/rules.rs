@@ -2,13 +2,39 @@
 //! adds the finding of its kind with the numbers that fired it ([`judge`] runs them in order).
 
 use super::phases::{self, PhaseStats};
-use super::trend::{self, Trend};
+use super::trend::{self, Shape, Trend};
 use super::{
     ALPHA, Analysis, Basis, Finding, FindingKind, GIB, GROWTH_FLOOR_BYTES, MIB, MIN_STEPS,
     Projection, StepSeries,
 };
 use crate::format::{format_bytes, format_duration};
 use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
+
+/// A leak's slope over the second half of the steps after warm-up is at least this share of its
+/// slope over the first half (and of the trend): a steady leak keeps all of it, noise moves it by a
+/// few tenths; settling keeps a small fraction (a rise that decays with a time constant of a tenth
+/// of the run keeps 1 %, one of a fifth 11 %, one of a third 26 %).
+const KEEPS_PACE: f64 = 0.35;
+
+/// Host memory of a Python process (and a device's, its caches filling) can settle for tens of
+/// steps, slowly enough to look like a slow leak until it stops: a DDP rank's resident memory
+/// crept 6 to 14 MiB over 30 healthy steps, then stayed flat for the next 170. A run of fewer steps
+/// than this cannot show that shape, so there only a rise of [`SHORT_RUN_RATE`] or more is a leak.
+const SHORT_RUN_STEPS: usize = 100;
+
+/// In a run too short to show its shape, the least pace of a host or device leak: twice the
+/// fastest settling seen (520 KiB/step over those 30 steps).
+const SHORT_RUN_RATE: f64 = MIB;
+
+/// The least growth over the run that is called a leak. Allocated bytes are exact: a steady rise
+/// of a MiB is real, and slower ones cost a GiB only after a thousand runs as long. Host and device
+/// memory move by pages, arenas and other processes: a few MiB either way mean nothing.
+fn growth_floor(basis: Basis) -> f64 {
+    match basis {
+        Basis::Allocated => MIB,
+        Basis::DeviceUsed | Basis::HostRss => GROWTH_FLOOR_BYTES,
+    }
+}
 
 /// `fallback` is the sorted device or host series `analyze` found (none with allocator numbers).
 pub(super) fn judge(
@@ -47,41 +73,50 @@ pub(super) fn judge(
     // Skip the warm-up: the first tenth of the steps (caches filling, lazy initialisation).
     let warmup = (n / 10).max(1);
     let trend = trend::trend(&steps[warmup..], &values[warmup..]);
-    // A plateau after warm-up: the last third sits no higher than the middle third, where a
-    // sustained leak puts it a third of the run's growth higher.
-    let third = n / 3;
-    let middle = median_u64(
-        analysis.step_series.values[third..2 * third]
-            .iter()
-            .copied(),
-    )
-    .unwrap_or(0) as f64;
-    let last =
-        median_u64(analysis.step_series.values[n - third..].iter().copied()).unwrap_or(0) as f64;
+    let shape = trend::shape(&steps[warmup..], &values[warmup..]);
     if let Some(t) = &trend {
-        // Host memory settles for a while in a Python process (arenas, buffers, caches): there
-        // a leak must also grow by a tenth of where it started; allocated bytes are exact.
-        let settling = if basis == Basis::HostRss {
-            0.1 * t.start_bytes
-        } else {
-            0.0
-        };
-        let floor = GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes).max(settling);
-        let plateau = last - middle < 0.35 * t.slope_per_step * third as f64;
-        let falls_back = t.end_bytes <= t.start_bytes + t.noise_bytes.max(MIB);
-        if t.rises(ALPHA) && t.growth_bytes >= floor && !plateau && !falls_back {
+        // A leak keeps its pace; memory that settles (arenas, buffers and caches filling in a
+        // Python process, a DDP rank's buckets) grows ever slower to a plateau, at any size.
+        let steady = shape
+            .as_ref()
+            .filter(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE));
+        let floor = growth_floor(basis).max(3.0 * t.noise_bytes);
+        let short = analysis.by_step && basis != Basis::Allocated && n < SHORT_RUN_STEPS;
+        let fast_enough = !short || t.slope_per_step >= SHORT_RUN_RATE;
+        let falls_back =
+            t.end_bytes <= t.start_bytes + t.noise_bytes.max(growth_floor(basis) / 8.0);
+        if let Some(shape) = steady
+            && t.rises(ALPHA)
+            && t.growth_bytes >= floor
+            && fast_enough
+            && !falls_back
+        {
+            analysis.projection = projection(recording, allocator, analysis, t);
             analysis.findings.push(leak_finding(
                 basis,
                 unit,
                 t,
+                shape,
                 &analysis.step_series,
                 &analysis.phases,
                 analysis.between_phases,
+                analysis.projection.as_ref(),
             ));
-            analysis.projection = projection(recording, allocator, analysis, t);
             if analysis.projection.is_none() && basis != Basis::HostRss {
                 analysis.lacks.push("no device capacity: the device's total memory was not recorded (NVML), so there is no projection to an out-of-memory error".to_owned());
             }
+        } else if steady.is_some()
+            && t.rises(ALPHA)
+            && t.growth_bytes >= floor
+            && !fast_enough
+            && !falls_back
+        {
+            analysis.lacks.push(format!(
+                "enough steps to tell a slow rise from settling: {} rose {}/step without slowing over {}, and settles for tens of steps, so a rise this slow is called a leak over {SHORT_RUN_STEPS} steps or more",
+                basis.name(),
+                format_bytes(t.slope_per_step),
+                crate::format::count(n, unit)
+            ));
         }
     }
     analysis.trend = trend;
@@ -92,19 +127,22 @@ pub(super) fn judge(
     } else if analysis.finding(FindingKind::Leak).is_none()
         && let Some(series) = fallback
     {
-        sawtooth(series, analysis);
+        sawtooth(recording, series, analysis);
     }
     peak_creep(analysis);
     devices_rules(recording, allocator, analysis);
 }
 
+#[allow(clippy::too_many_arguments)] // The numbers a leak's evidence states, each its own.
 fn leak_finding(
     basis: Basis,
     unit: &str,
     t: &Trend,
+    shape: &Shape,
     series: &StepSeries,
     phases: &[PhaseStats],
     between_phases: Option<f64>,
+    projection: Option<&Projection>,
 ) -> Finding {
     let first = series.values.first().copied().unwrap_or(0) as f64;
     let last = series.values.last().copied().unwrap_or(0) as f64;
@@ -122,7 +160,12 @@ fn leak_finding(
             t.p_value,
             format_bytes(t.noise_bytes)
         ),
-        "it never falls back: a staircase, not the allocator's sawtooth".to_owned(),
+        format!(
+            "it does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first (memory that settles slows to a plateau), and it never falls back",
+            format_bytes(shape.second_per_step),
+            format_bytes(shape.first_per_step)
+        ),
+        cost(unit, t.slope_per_step, series, projection),
     ];
     let culprit = phases
         .iter()
@@ -182,6 +225,44 @@ fn leak_finding(
         evidence,
         hints,
     }
+}
+
+/// What the leak costs at its pace: a GiB every so many steps (and how long that takes at the
+/// recorded pace), and the step at which the device is full when its capacity is known.
+fn cost(
+    unit: &str,
+    slope_per_step: f64,
+    series: &StepSeries,
+    projection: Option<&Projection>,
+) -> String {
+    let per_gib = (GIB / slope_per_step).ceil();
+    let span_steps = match (series.steps.first(), series.steps.last()) {
+        (Some(first), Some(last)) => last.saturating_sub(*first) as f64,
+        _ => 0.0,
+    };
+    let span_ns = match (series.times_ns.first(), series.times_ns.last()) {
+        (Some(first), Some(last)) => last.saturating_sub(*first) as f64,
+        _ => 0.0,
+    };
+    let mut text = format!(
+        "at this pace it costs 1 GiB every {}",
+        crate::format::count(per_gib.min(usize::MAX as f64) as usize, unit)
+    );
+    if span_steps > 0.0 && span_ns > 0.0 {
+        text.push_str(&format!(
+            " (about {} at the recorded pace)",
+            format_duration(per_gib * span_ns / span_steps / 1e9)
+        ));
+    }
+    if let Some(p) = projection {
+        text.push_str(&format!(
+            "; the device ({}) is full at {unit} {}, {} after the last recorded",
+            format_bytes(p.capacity_bytes as f64),
+            p.oom_step,
+            crate::format::count(p.oom_step.saturating_sub(p.last_step) as usize, unit)
+        ));
+    }
+    text
 }
 
 pub(super) fn capitalize(text: &str) -> String {
@@ -320,9 +401,29 @@ fn cache(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis) {
     }
 }
 
+/// Where a sawtooth's samples begin: at the probe's first record (a phase edge or an allocator
+/// reading), or without the probe after the warm-up's tenth of the samples. The samples before it
+/// were taken while the job started (the first, before its interpreter ran, holds a few hundred
+/// KiB): they are no swing of the running job.
+fn running_from(recording: &Recording, series: &Series) -> usize {
+    let readings = &recording.allocator;
+    let probe = recording
+        .phases
+        .iter()
+        .map(|e| e.t_ns)
+        .chain((0..readings.len()).map(|i| readings.t_ns(i)))
+        .min();
+    match probe {
+        Some(t_ns) => series.times_ns.partition_point(|&s| s < t_ns),
+        None => series.values.len() / 10,
+    }
+}
+
 /// Without allocator numbers: a series that rises within steps and falls back is the cache.
-fn sawtooth(series: &Series, analysis: &mut Analysis) {
-    let (Some(min), Some(max)) = (series.values.iter().min(), series.values.iter().max()) else {
+fn sawtooth(recording: &Recording, series: &Series, analysis: &mut Analysis) {
+    let from = running_from(recording, series);
+    let running = series.values.range(from..series.values.len());
+    let (Some(min), Some(max)) = (running.clone().min(), running.max()) else {
         return;
     };
     let swing = (max - min) as f64;

@@ -1,4 +1,5 @@
-//! Robust trends: Theil–Sen slope, Mann–Kendall test, and a robust noise estimate.
+//! Robust trends: Theil–Sen slope, Mann–Kendall test, a robust noise estimate, and the shape of a
+//! rise (whether it keeps its pace or slows to a plateau).
 
 use serde::Serialize;
 
@@ -132,6 +133,59 @@ pub fn trend(steps: &[f64], values: &[f64]) -> Option<Trend> {
     })
 }
 
+/// How a rise is shaped: the Theil–Sen slope of the first half of a series and of the second. A
+/// leak keeps its pace from one half to the next; memory that settles (arenas, buffers and caches
+/// filling) grows ever slower to a plateau. Halves rather than thirds: a slope over half the
+/// points holds its pace under noise that moves a third's by half.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    /// The slope of the first half, bytes per step.
+    pub first_per_step: f64,
+    /// The slope of the second half, bytes per step.
+    pub second_per_step: f64,
+}
+
+impl Shape {
+    /// Growth that does not slow: the second half's slope is positive and at least `keep` of the
+    /// first half's and of `slope` (the trend over the whole series). Settling keeps a small
+    /// fraction of its first half's slope, or none.
+    pub fn keeps_pace(&self, slope: f64, keep: f64) -> bool {
+        self.second_per_step > 0.0
+            && self.second_per_step >= keep * slope
+            && self.second_per_step >= keep * self.first_per_step
+    }
+}
+
+/// The Theil–Sen slope (the median of the pairwise slopes) of at most [`MAX_POINTS`] evenly
+/// spaced points; `None` when every step is the same.
+fn theil_sen(steps: &[f64], values: &[f64]) -> Option<f64> {
+    let picked = thin(steps.len().min(values.len()));
+    let mut slopes = Vec::with_capacity(picked.len() * picked.len().saturating_sub(1) / 2);
+    for (k, &i) in picked.iter().enumerate() {
+        for &j in &picked[k + 1..] {
+            let dx = steps[j] - steps[i];
+            if dx != 0.0 {
+                slopes.push((values[j] - values[i]) / dx);
+            }
+        }
+    }
+    (!slopes.is_empty()).then(|| median(&mut slopes))
+}
+
+/// The [`Shape`] of `values` against `steps` (both the same length). `None` with fewer than 3
+/// points a half, or when the steps of a half are all the same.
+pub fn shape(steps: &[f64], values: &[f64]) -> Option<Shape> {
+    let n = steps.len().min(values.len());
+    let half = n / 2;
+    if half < 3 {
+        return None;
+    }
+    Some(Shape {
+        first_per_step: theil_sen(&steps[..half], &values[..half])?,
+        second_per_step: theil_sen(&steps[n - half..n], &values[n - half..n])?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +224,53 @@ mod tests {
     fn the_normal_tail_is_right() {
         assert!((normal_two_sided_p(1.96) - 0.05).abs() < 1e-3);
         assert!((normal_two_sided_p(0.0) - 1.0).abs() < 1e-6);
+    }
+
+    /// A rise that decays to a plateau: 200 units approached with a time constant of a tenth of
+    /// the series.
+    fn settling(x: f64) -> f64 {
+        200.0 * (1.0 - (-x / 10.0).exp())
+    }
+
+    #[test]
+    fn a_steady_rise_keeps_its_pace_and_a_settling_one_does_not() {
+        let x: Vec<f64> = (0..100).map(f64::from).collect();
+        let steady: Vec<f64> = x.iter().map(|x| 5.0 + 2.0 * x).collect();
+        let s = shape(&x, &steady).unwrap();
+        assert!((s.first_per_step - 2.0).abs() < 1e-9, "{s:?}");
+        assert!((s.second_per_step - 2.0).abs() < 1e-9, "{s:?}");
+        assert!(s.keeps_pace(2.0, 0.35));
+
+        let settled: Vec<f64> = x.iter().map(|&x| settling(x)).collect();
+        let t = trend(&x, &settled).unwrap();
+        let s = shape(&x, &settled).unwrap();
+        assert!(s.second_per_step < 0.1 * s.first_per_step, "{s:?}");
+        assert!(!s.keeps_pace(t.slope_per_step, 0.35), "{s:?}");
+
+        // The same rise, then a steady climb of 2 a step: the second half's slope is the climb's.
+        let both: Vec<f64> = x.iter().map(|&x| settling(x) + 2.0 * x).collect();
+        let t = trend(&x, &both).unwrap();
+        let s = shape(&x, &both).unwrap();
+        assert!((s.second_per_step - 2.0).abs() < 0.1, "{s:?}");
+        assert!(s.keeps_pace(t.slope_per_step, 0.35), "{s:?} {t:?}");
+    }
+
+    #[test]
+    fn a_rise_that_starts_late_keeps_its_pace() {
+        let x: Vec<f64> = (0..90).map(f64::from).collect();
+        let late: Vec<f64> = x.iter().map(|&x| 3.0 * (x - 60.0).max(0.0)).collect();
+        let t = trend(&x, &late).unwrap();
+        let s = shape(&x, &late).unwrap();
+        assert_eq!(s.first_per_step, 0.0);
+        assert!(s.keeps_pace(t.slope_per_step, 0.35), "{s:?} {t:?}");
+    }
+
+    #[test]
+    fn too_few_points_give_no_shape() {
+        let x: Vec<f64> = (0..5).map(f64::from).collect();
+        assert_eq!(shape(&x, &x), None);
+        assert!(shape(&x[..0], &x[..0]).is_none());
+        assert_eq!(shape(&[1.0; 8], &[0.0; 8]), None);
     }
 
     #[test]

@@ -309,3 +309,45 @@ fn import_writes_a_recording_that_reports_the_same() {
     );
     assert!(!missing.exists());
 }
+
+/// `collector check` on real jobs under the collector: one that exits 1 and one killed by a
+/// signal fail the check by default, naming how the job ended; one that exits 0 passes; and only
+/// the chosen findings fail when `--fail-on` names them.
+#[test]
+fn check_fails_a_job_that_failed() {
+    let check = |job: &crate::Job, extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+            .arg("check")
+            .arg(job.out())
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output.status.code(), text)
+    };
+    for (script, title) in [
+        (
+            "import sys\nprint('the data is gone', file=sys.stderr)\nsys.exit(1)\n",
+            "FAILED: The job failed: exit status 1",
+        ),
+        (
+            "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n",
+            "FAILED: The job was killed by signal 15",
+        ),
+    ] {
+        let job = crate::Job::new(script);
+        let run = job.run(&[]);
+        assert!(!run.status.success(), "{}", crate::stderr(&run));
+        let (code, text) = check(&job, &[]);
+        assert_eq!(code, Some(1), "{text}");
+        assert!(text.contains(title), "{text}");
+        let (code, text) = check(&job, &["--fail-on", "leak"]);
+        assert_eq!(code, Some(0), "{text}");
+    }
+    let job = crate::Job::new("import sys\nprint('done')\nsys.exit(0)\n");
+    let run = job.run(&[]);
+    assert!(run.status.success(), "{}", crate::stderr(&run));
+    let (code, text) = check(&job, &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.starts_with("collector check: ok"), "{text}");
+}
