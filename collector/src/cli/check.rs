@@ -14,9 +14,11 @@ pub struct CheckArgs {
     pub file: PathBuf,
     /// Findings that fail the check, comma-separated: oom, failed, leak, fragmentation,
     /// peak_creep, capacity_pressure, non_pytorch_memory, other_processes, state_growth,
-    /// imbalance, cache, gradients_kept, not_enough_data. By default a job that failed (exit
-    /// status other than 0, or killed by a signal) fails the check too.
-    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "oom,failed,leak,fragmentation,peak_creep,state_growth", value_parser = parse_kind)]
+    /// imbalance, cache, gradients_kept, resident_growth, not_enough_data. By default a job that
+    /// failed (exit status other than 0, or killed by a signal) fails the check too, and so does
+    /// resident memory that rises steadily while nothing allocated does (the report asks why; the
+    /// job dies of it all the same).
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "oom,failed,leak,fragmentation,peak_creep,state_growth,resident_growth", value_parser = parse_kind)]
     pub fail_on: Vec<FindingKind>,
     /// Tolerated growth per step, e.g. `1MiB/step` or `512KiB`: a finding that grows less passes.
     /// Default: any finding of the kinds above fails.
@@ -113,7 +115,12 @@ mod tests {
     fn a_failed_job_fails_the_check_by_default() {
         use clap::Parser;
         let check = Check::try_parse_from(["check", "run.msgpack"]).unwrap();
-        for kind in [FindingKind::Failed, FindingKind::Oom, FindingKind::Leak] {
+        for kind in [
+            FindingKind::Failed,
+            FindingKind::Oom,
+            FindingKind::Leak,
+            FindingKind::ResidentGrowth,
+        ] {
             assert!(check.args.fail_on.contains(&kind), "{kind:?}");
         }
         assert!(!check.args.fail_on.contains(&FindingKind::Cache));
