@@ -789,16 +789,13 @@ fn gradients_freed_between_forward_and_backward_are_the_backwards_to_make_again(
         .unwrap()
         .1;
     assert!((forward - 2.0).abs() < 0.01, "{retained:?}");
-    let backward = analysis
-        .phases
+    // The backward makes the gradients again and gives back the activations: it keeps nothing.
+    let backward = retained
         .iter()
-        .find(|p| p.phase == Phase::Backward)
-        .unwrap();
-    // Its net: the activations given back; the gradients it made replace those freed for it.
-    assert!(
-        (backward.net_mean_bytes / MIB as f64 + 0.5).abs() < 0.01,
-        "{backward:#?}"
-    );
+        .find(|(p, _)| *p == Phase::Backward)
+        .unwrap()
+        .1;
+    assert!(backward.abs() < 0.01, "{retained:?}");
     // The gradients are freed in every step, before the backward: not kept.
     assert!(
         analysis
@@ -1020,4 +1017,30 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
         "{}",
         leak.title
     );
+}
+
+/// `batches.append(x.repeat(…))` before `opt.zero_grad()` at the top of the loop: between the
+/// steps the loop keeps 2 MiB and frees the 8 MiB of gradients, so memory falls 6 MiB there.
+/// The gradients freed are the backward's to give back, all 8 MiB of them, and the 2 MiB kept
+/// are between the phases, not the backward's.
+#[test]
+fn what_the_loop_keeps_where_it_frees_the_gradients_is_kept_between_the_phases() {
+    use collector::recording::Edge::{Begin, End};
+    let recording = heap_steps(
+        60,
+        (0.0, 8.0),
+        &[
+            (Phase::Forward, Begin, -6.0),
+            (Phase::Forward, End, 0.5),
+            (Phase::Backward, Begin, 0.0),
+            (Phase::Backward, End, 7.5),
+            (Phase::Optimizer, Begin, 0.0),
+            (Phase::Optimizer, End, 0.0),
+        ],
+    );
+    let analysis = analyze(&recording);
+    let (phase, retained) = leak_phase(&analysis);
+    assert_eq!(phase, None, "{retained:?}");
+    let leak = analysis.finding(FindingKind::Leak).unwrap();
+    assert!(leak.title.contains("between phases"), "{}", leak.title);
 }

@@ -433,22 +433,14 @@ fn levels(
     Some(Levels { begin, end, peak })
 }
 
-/// What each occurrence retains of its step's growth. Within a step, with `floor(x)` the lowest
-/// level from point x to the start of the next step, an occurrence retains
-/// `floor(end) − floor(begin)`: the rise that nothing later in the step gives back.
-///
-/// `freed_gradients` says, by step number, how many bytes of gradients were freed just before
-/// that step started (`zero_grad(set_to_none=True)`, from the probe's categories). Those were
-/// made by the step before's backward: they count as given back at that backward's end, not
-/// as giving back what a later phase (an eval after the optimizer step) kept.
-fn retained(
+/// The steps of `occurrences` (sorted by begin): for each, the range of its occurrences and its
+/// index in `starts`.
+fn steps_of(
     occurrences: &[Occurrence],
     starts: &[StepStart],
-    levels: &[Option<Levels>],
-    freed_gradients: &BTreeMap<u64, f64>,
-) -> Vec<Option<f64>> {
-    let mut out = vec![None; occurrences.len()];
+) -> Vec<(usize, std::ops::Range<usize>)> {
     let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
+    let mut out = Vec::new();
     let mut i = 0;
     while i < occurrences.len() {
         let step = step_of(occurrences[i].begin_ns);
@@ -456,44 +448,72 @@ fn retained(
         while j < occurrences.len() && step_of(occurrences[j].begin_ns) == step {
             j += 1;
         }
-        // The gradients freed before the next step were given back at this step's backward:
-        // as much of them as memory fell between the steps (a closure that clears them after
-        // its step began frees them inside the step, where they are credited to the backward
-        // that makes them again: `credit_frees_to_backward`).
-        let last_end = (i..j).rev().find_map(|k| levels[k]).map(|l| l.end);
-        let next_begin = levels.get(j).copied().flatten().map(|l| l.begin);
-        let fell = match (last_end, next_begin) {
-            (Some(end), Some(begin)) => (end - begin).max(0.0),
-            _ => f64::INFINITY,
-        };
-        let freed = starts
+        out.push((step, i..j));
+        i = j;
+    }
+    out
+}
+
+/// `freed_gradients` says, by step number, how many bytes of gradients were freed just before
+/// that step started (`zero_grad(set_to_none=True)` at the top of the loop, from the probe's
+/// categories). Those were made by the step before's backward: they count as given back at that
+/// backward's end (the levels from there to the step's end are read as if they were freed
+/// then), not as giving back what a later phase (an eval after the optimizer step, a list the
+/// loop appends to before clearing them) kept. What of them the next step freed itself before
+/// its first backward (a closure that clears them after its step began:
+/// `credited_before_backward`, by step index) is credited there, not twice.
+fn credit_gradients_freed_between_steps(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    levels: &mut [Option<Levels>],
+    freed_gradients: &BTreeMap<u64, f64>,
+    credited_before_backward: &Credits,
+) {
+    for (step, range) in steps_of(occurrences, starts) {
+        let next_credited = credited_before_backward
+            .get(&(step + 1))
+            .map_or(0.0, |&(_, first)| first);
+        let freed = (starts
             .get(step + 1)
             .and_then(|s| freed_gradients.get(&s.step))
             .copied()
             .unwrap_or(0.0)
-            .min(fell);
-        let last_backward = (i..j)
+            - next_credited)
+            .max(0.0);
+        let Some(b) = range
+            .clone()
             .rev()
-            .find(|&k| occurrences[k].phase == Phase::Backward);
-        let freed_at = last_backward.filter(|_| freed > 0.0);
-        // An occurrence's levels with those gradients counted as freed (from that backward's
-        // end on).
-        let level = |k: usize| {
-            let mut l = levels[k]?;
-            if let Some(b) = freed_at.filter(|&b| k >= b) {
-                if k > b {
+            .find(|&k| occurrences[k].phase == Phase::Backward)
+            .filter(|_| freed > 0.0)
+        else {
+            continue;
+        };
+        for (k, l) in levels[b..range.end].iter_mut().enumerate() {
+            if let Some(l) = l.as_mut() {
+                if k > 0 {
                     l.begin -= freed;
                 }
                 l.end -= freed;
             }
-            Some(l)
-        };
-        // The level where the next step starts closes this one (the next step's own freed
-        // gradients change its levels only from its backward on).
-        let next_start = levels.get(j).copied().flatten().map(|l| l.begin);
+        }
+    }
+}
+
+/// What each occurrence retains of its step's growth. Within a step, with `floor(x)` the lowest
+/// level from point x to the start of the next step, an occurrence retains
+/// `floor(end) − floor(begin)`: the rise that nothing later in the step gives back.
+fn retained(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    levels: &[Option<Levels>],
+) -> Vec<Option<f64>> {
+    let mut out = vec![None; occurrences.len()];
+    for (_, range) in steps_of(occurrences, starts) {
+        // The level where the next step starts closes this one.
+        let next_start = levels.get(range.end).copied().flatten().map(|l| l.begin);
         let mut floor = next_start.unwrap_or(f64::INFINITY);
-        for k in (i..j).rev() {
-            let Some(l) = level(k) else { continue };
+        for k in range.rev() {
+            let Some(l) = levels[k] else { continue };
             let floor_end = floor.min(l.end);
             let floor_begin = floor_end.min(l.begin);
             if floor_end.is_finite() {
@@ -501,10 +521,12 @@ fn retained(
             }
             floor = floor_begin;
         }
-        i = j;
     }
     out
 }
+
+/// By step index: what was credited to the step's backwards, and what of that to its first.
+type Credits = BTreeMap<usize, (f64, f64)>;
 
 /// Memory freed before a backward and after its step began (or after the backward before it),
 /// outside the forward and eval phases: between phases (`optimizer.zero_grad()` between forward
@@ -516,14 +538,15 @@ fn retained(
 /// are read as if it were still there, so the backward gives it back and the phases before it
 /// keep what they kept. A step's first level (its start) is never moved.
 ///
-/// Also returns, for each step with a backward, what was credited in it.
+/// Also returns, for each step with a backward (by its index in `starts`), what was credited in
+/// it, and what of that before its first backward.
 fn credit_frees_to_backward(
     occurrences: &[Occurrence],
     starts: &[StepStart],
     levels: &[Option<Levels>],
-) -> (Vec<Option<Levels>>, Vec<f64>) {
+) -> (Vec<Option<Levels>>, Credits) {
     let mut out = levels.to_vec();
-    let mut per_step: Vec<(usize, f64)> = Vec::new();
+    let mut per_step = Credits::new();
     let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
     let frees_outside = |phase: &Phase| matches!(phase, Phase::Custom(_));
     // The occurrences with levels since the last backward (or the step's start), and how much
@@ -547,10 +570,10 @@ fn credit_frees_to_backward(
             freed += (l.begin - l.end).max(0.0);
         }
         if o.phase == Phase::Backward {
-            match per_step.last_mut() {
-                Some((s, sum)) if *s == step => *sum += freed,
-                _ => per_step.push((step, freed)),
-            }
+            per_step
+                .entry(step)
+                .and_modify(|(all, _)| *all += freed)
+                .or_insert((freed, freed));
             if freed > 0.0 {
                 for &(i, at_begin, at_end) in &pending {
                     if let Some(p) = out[i].as_mut() {
@@ -569,7 +592,7 @@ fn credit_frees_to_backward(
         }
         last = Some((step, l.end));
     }
-    (out, per_step.into_iter().map(|(_, freed)| freed).collect())
+    (out, per_step)
 }
 
 /// An optimizer step that runs a closure (LBFGS; Lightning's `training_step`) makes its own
@@ -666,11 +689,18 @@ pub fn stats(
         .iter()
         .map(|o| levels(o, allocator, &mut cursors, fallback))
         .collect();
-    // Net and retained from the levels with frees outside the phases credited back; the
-    // watermark from the levels as they were (what the phase really needed on top of them).
+    // Retained and the share between phases from the levels with frees outside the phases
+    // credited back; net and watermark from the levels as they were (what the curves show).
     let (mut credited, freed_in_steps) = credit_frees_to_backward(occurrences, starts, &levels);
     credit_optimizer_temporaries(occurrences, &mut credited);
-    let retained = retained(occurrences, starts, &credited, freed_gradients);
+    credit_gradients_freed_between_steps(
+        occurrences,
+        starts,
+        &mut credited,
+        freed_gradients,
+        &freed_in_steps,
+    );
+    let retained = retained(occurrences, starts, &credited);
     let between = between_share(&credited);
     #[derive(Default)]
     struct Acc {
@@ -683,13 +713,8 @@ pub fn stats(
     // A handful of phases: a short list, with the last one used checked first.
     let mut per_phase: Vec<(&Phase, Acc)> = Vec::new();
     let mut last = 0;
-    for (((o, l), c), r) in occurrences
-        .iter()
-        .zip(&levels)
-        .zip(&credited)
-        .zip(&retained)
-    {
-        if let (Some(l), Some(c)) = (l, c) {
+    for ((o, l), r) in occurrences.iter().zip(&levels).zip(&retained) {
+        if let Some(l) = l {
             if per_phase.get(last).is_none_or(|(p, _)| *p != &o.phase) {
                 last = match per_phase.iter().position(|(p, _)| *p == &o.phase) {
                     Some(i) => i,
@@ -705,14 +730,14 @@ pub fn stats(
             match (same_whole, acc.net.last_mut(), acc.watermark.last_mut()) {
                 // Another piece of the same occurrence: one occurrence in the statistics.
                 (true, Some(net), Some(watermark)) => {
-                    *net += c.end - c.begin;
+                    *net += l.end - l.begin;
                     *watermark = watermark.max(l.peak - l.begin);
                     if let (Some(r), Some(sum)) = (r, acc.retained.last_mut()) {
                         *sum += *r;
                     }
                 }
                 _ => {
-                    acc.net.push(c.end - c.begin);
+                    acc.net.push(l.end - l.begin);
                     acc.watermark.push(l.peak - l.begin);
                     if let Some(r) = r {
                         acc.retained.push(*r);
@@ -745,7 +770,7 @@ pub fn stats(
             }
         })
         .collect();
-    let mut freed = freed_in_steps;
+    let mut freed: Vec<f64> = freed_in_steps.values().map(|&(all, _)| all).collect();
     let freed_before_backward = (!freed.is_empty()).then(|| {
         let mid = freed.len() / 2;
         *freed.select_nth_unstable_by(mid, f64::total_cmp).1
