@@ -67,7 +67,7 @@ if os.environ.get("LOOPS_SCRIPTED_GPU") == "1":
     torch.cuda.reset_peak_memory_stats = lambda device=None: None
 
 ORDER, LEAK = sys.argv[1], sys.argv[2]
-STEPS = 40
+STEPS = 60  # enough for the leak's shape to show in both halves of the run
 torch.manual_seed(0)
 torch.set_num_threads(1)
 
