@@ -68,7 +68,12 @@ fn wrong(
     let found = analysis.finding(FindingKind::Leak);
     match (expected, found) {
         (None, Some(found)) => return Some(format!("a leak where none is: {}", found.title)),
-        (Some(_), None) => return Some(format!("no leak found: {titles:?}")),
+        (Some(_), None) => {
+            return Some(format!(
+                "no leak found: {titles:?}; trend {:?}; lacks {:?}; at step starts {:?}",
+                analysis.trend, analysis.lacks, analysis.step_series.values
+            ));
+        }
         (Some(expected), Some(found)) => {
             if found.phase != expected.phase {
                 return Some(format!(
