@@ -2,6 +2,7 @@
 //! could not be opened, with the state of its views (an [`OpenRun`]).
 
 use collector::analysis::{Analysis, analyze};
+use collector::open::Kind;
 use collector::recording::Recording;
 
 use crate::timeline::TimelineState;
@@ -96,17 +97,21 @@ fn too_many_entries_for_a_tab(name: &str, entries: usize, readings: usize) -> Op
     })
 }
 
-/// A file arriving part by part (a fetch's body, a picked file's stream): a snapshot is read as
-/// its parts come, so the tab never holds its bytes; a recording is gathered and read at the end.
+/// A file arriving part by part (a fetch's body, a picked file's stream): what it is is told
+/// from its first bytes ([`Kind::of`]); a snapshot is read as its parts come, so the tab never
+/// holds its bytes; a recording is gathered and read at the end; anything else is refused at once.
 pub struct Arriving {
     name: String,
     received: u64,
+    /// The file's length when known beforehand (a `Content-Length`, a picked file's size): it is
+    /// refused as too big as soon as its kind is known.
+    expected: Option<u64>,
     reading: Reading,
 }
 
 enum Reading {
-    /// Nothing has arrived yet.
-    Nothing,
+    /// The first bytes, until there are enough to tell the kind.
+    Head(Vec<u8>),
     Snapshot(Box<collector::snapshot::SnapshotReader>),
     Bytes(Vec<u8>),
 }
@@ -117,7 +122,16 @@ impl Arriving {
         Self {
             name: name.to_owned(),
             received: 0,
-            reading: Reading::Nothing,
+            expected: None,
+            reading: Reading::Head(Vec::new()),
+        }
+    }
+
+    /// [`Arriving::new`] of a file known to be `len` bytes long.
+    pub fn expecting(name: &str, len: u64) -> Self {
+        Self {
+            expected: Some(len),
+            ..Self::new(name)
         }
     }
 
@@ -126,19 +140,41 @@ impl Arriving {
         if part.is_empty() {
             return Ok(());
         }
-        if let Reading::Nothing = self.reading {
-            self.reading = if part[0] == 0x80 {
-                Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
-            } else {
-                Reading::Bytes(Vec::new())
-            };
-        }
         self.received += part.len() as u64;
+        let head = match &mut self.reading {
+            Reading::Head(head) => {
+                head.extend_from_slice(part);
+                if head.len() < collector::open::KIND_BYTES {
+                    return Ok(());
+                }
+                Some(std::mem::take(head))
+            }
+            _ => None,
+        };
+        let part = match &head {
+            Some(head) => {
+                self.reading = match Kind::of(head) {
+                    Kind::Snapshot => {
+                        Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
+                    }
+                    Kind::Recording => Reading::Bytes(Vec::new()),
+                    _ => {
+                        let why = collector::open::FormatError::Unknown {
+                            found: collector::open::describe(head),
+                        };
+                        return Err(format!("{}: {why}", self.name));
+                    }
+                };
+                head.as_slice()
+            }
+            None => part,
+        };
         let kind = match self.reading {
             Reading::Snapshot(_) => TabFile::Snapshot,
             _ => TabFile::Recording,
         };
-        if let Some(why) = too_big_for_a_tab(&self.name, self.received, kind) {
+        let len = self.received.max(self.expected.unwrap_or(0));
+        if let Some(why) = too_big_for_a_tab(&self.name, len, kind) {
             return Err(why);
         }
         match &mut self.reading {
@@ -149,7 +185,7 @@ impl Arriving {
                 bytes.extend_from_slice(part);
                 Ok(())
             }
-            Reading::Nothing => Ok(()),
+            Reading::Head(_) => Ok(()),
         }
     }
 
@@ -167,8 +203,8 @@ impl Arriving {
                     Box::new(snapshot),
                 )))
             }
-            Reading::Bytes(bytes) => Run::from_bytes(&self.name, &bytes),
-            Reading::Nothing => Run::from_bytes(&self.name, &[]),
+            // Fewer bytes than tell the kind: the whole file.
+            Reading::Bytes(bytes) | Reading::Head(bytes) => Run::from_bytes(&self.name, &bytes),
         }
     }
 }
@@ -186,6 +222,9 @@ pub struct Run {
     /// When a folder of per-rank snapshots was opened: each rank's file and memory, and the rank
     /// that stands out (the traces are the recording).
     pub rank_folder: Option<collector::snapshot::ranks::RankFolder>,
+    /// What was opened: a recording, a snapshot, a folder of nodes' recordings or of per-rank
+    /// snapshots.
+    pub input: Kind,
 }
 
 impl Run {
@@ -210,6 +249,7 @@ impl Run {
             view,
             snapshot: None,
             rank_folder: None,
+            input: Kind::Recording,
         }
     }
 
@@ -256,7 +296,41 @@ impl Run {
         });
         let mut run = Self::new(recording);
         run.rank_folder = Some(folder);
+        run.input = Kind::RankSnapshots;
         run
+    }
+
+    /// Whatever [`collector::open::open_path`] opened.
+    pub fn from_input(input: collector::open::Input) -> Self {
+        use collector::open::{Input, Opened};
+        match input {
+            Input::Recording(r) => Self::from_opened(Opened::Recording(r)),
+            Input::Snapshot(s) => Self::from_opened(Opened::Snapshot(s)),
+            Input::NodeRecordings { recording, .. } => Self::from_nodes(*recording),
+            Input::RankSnapshots(folder) => Self::from_rank_folder(*folder),
+        }
+    }
+
+    /// Nodes' recordings merged into one run ([`collector::open::read_one_run`]).
+    pub fn from_nodes(recording: Recording) -> Self {
+        let mut run = Self::new(recording);
+        run.input = Kind::NodeRecordings;
+        run
+    }
+
+    /// The verdict in one line, as `collector report` leads with it, and whether it names a
+    /// problem (`Some(true)`), says all is well (`Some(false)`) or cannot tell (`None`): a
+    /// snapshot's own verdict, a folder of per-rank snapshots' (the rank that stands out), or
+    /// the recording's.
+    pub fn headline(&self) -> (String, Option<bool>) {
+        if let Some(view) = &self.snapshot {
+            return (view.verdict.headline.clone(), Some(view.verdict.problem));
+        }
+        if let Some(folder) = &self.rank_folder {
+            let traces = folder.rows.iter().any(|r| r.on_timeline);
+            return folder.headline(traces.then_some(&self.analysis));
+        }
+        collector::analysis::headline(&self.analysis)
     }
 
     /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error
@@ -266,7 +340,7 @@ impl Run {
         if let Some(why) = too_big_for_a_tab(
             name,
             bytes.len() as u64,
-            if bytes.first() == Some(&0x80) {
+            if Kind::of(bytes) == Kind::Snapshot {
                 TabFile::SnapshotHeld
             } else {
                 TabFile::Recording
@@ -290,6 +364,7 @@ impl Run {
         let mut run = Self::new(recording);
         run.snapshot = snapshot.map(|s| crate::blocks::SnapshotView::new(s, &run.analysis));
         if let Some(s) = &run.snapshot {
+            run.input = Kind::Snapshot;
             let v = &mut run.view.verdict;
             v.suspects = s.verdict.suspect_marks(&s.snapshot, &run.recording);
             v.caption
