@@ -528,4 +528,53 @@ mod tests {
             .unwrap_or_default();
         assert!(empty.starts_with("empty.pickle: "), "{empty}");
     }
+
+    /// What arrives is told from its first bytes, whatever its name and however small its
+    /// parts: bytes of no known kind are refused as soon as they tell, with the error their
+    /// whole bytes get; a file whose length is known is refused as too big for its kind once
+    /// its first bytes tell the kind.
+    #[test]
+    fn what_arrives_is_told_from_its_first_bytes() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/data");
+        // A snapshot named like a recording, a byte at a time.
+        let bytes = std::fs::read(root.join("snapshots/mini_snapshot.pickle")).unwrap_or_default();
+        let mut arriving = Arriving::new("snap.msgpack");
+        for b in bytes.chunks(1) {
+            arriving.push(b).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let run = arriving.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.input, Kind::Snapshot);
+        assert!(run.snapshot.is_some());
+        // A recording of fewer bytes than tell the kind: its reader's error.
+        let mut arriving = Arriving::new("cut.msgpack");
+        arriving.push(b"TIDE").unwrap_or_else(|e| panic!("{e}"));
+        let err = arriving.finish().err().unwrap_or_default();
+        assert_eq!(Some(err), Run::from_bytes("cut.msgpack", b"TIDE").err());
+        // A PNG: refused at its eighth byte.
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        let mut arriving = Arriving::new("plot.pickle");
+        let pushed: Vec<bool> = png.chunks(3).map(|p| arriving.push(p).is_ok()).collect();
+        assert_eq!(pushed[..2], [true, true]);
+        assert!(!pushed[2]);
+        let mut arriving = Arriving::new("plot.pickle");
+        let err = png.chunks(3).find_map(|p| arriving.push(p).err());
+        let whole = Run::from_bytes("plot.pickle", png).err();
+        assert_eq!(err, whole);
+        assert!(
+            whole.as_deref().is_some_and(|w| w.starts_with(
+                "plot.pickle: neither a tidemark recording nor a PyTorch memory snapshot: at byte 0 it holds a PNG image"
+            )),
+            "{whole:?}"
+        );
+        // 300 MiB announced: a recording is refused once its first bytes arrive, a snapshot not.
+        let mut arriving = Arriving::expecting("big.msgpack", 300 << 20);
+        assert_eq!(arriving.push(b"TIDEM"), Ok(()));
+        let why = arriving.push(b"ARK").err().unwrap_or_default();
+        assert!(
+            why.starts_with("big.msgpack: this 300 MiB recording"),
+            "{why}"
+        );
+        let mut arriving = Arriving::expecting("big.pickle", 300 << 20);
+        assert_eq!(arriving.push(&bytes[..100]), Ok(()));
+    }
 }

@@ -234,7 +234,7 @@ impl OpenError {
                     ),
                 };
                 format!(
-                    "no tidemark recordings and no per-rank snapshots in the folder (snapshots named like rank0_memory_snapshot.pickle or memory_trace_0.pickle){unranked}"
+                    "no tidemark recordings and no per-rank snapshots in the folder (looked for recordings, which start with TIDEMARK, and PyTorch memory snapshots with a rank in their names, like rank0_memory_snapshot.pickle or memory_trace_0.pickle){unranked}"
                 )
             }
             Self::NoNodeReadable { reasons, .. } => format!(
@@ -319,7 +319,7 @@ fn look(path: &Path) -> Result<Found, OpenError> {
         .filter(|p| p.is_file())
         .collect();
     files.sort();
-    let (mut nodes, mut ranks, mut unranked) = (Vec::new(), Vec::new(), 0);
+    let (mut nodes, mut ranks, mut unranked, mut recordings) = (Vec::new(), Vec::new(), 0, 0);
     for file in files {
         let kind = first_bytes(&file).map_or(Kind::Unknown, |first| Kind::of(&first));
         let named = |ext: &[&str]| {
@@ -330,16 +330,22 @@ fn look(path: &Path) -> Result<Found, OpenError> {
             .file_name()
             .and_then(|n| crate::snapshot::ranks::rank_of(&n.to_string_lossy()));
         match (kind, rank) {
-            // A recording by its bytes, or by its name (then named with why it cannot be read).
-            (Kind::Recording, _) => nodes.push(file),
-            (Kind::Unknown, _) if named(&["msgpack"]) => nodes.push(file),
+            // A recording by its bytes, or by its name (then named with what it is instead).
+            (Kind::Recording, _) => {
+                recordings += 1;
+                nodes.push(file);
+            }
+            _ if named(&["msgpack"]) => nodes.push(file),
             (Kind::Snapshot, Some(rank)) => ranks.push((rank, file)),
             (Kind::Unknown, Some(rank)) if named(&["pickle", "pkl"]) => ranks.push((rank, file)),
             (Kind::Snapshot, None) => unranked += 1,
             _ => {}
         }
     }
-    if !nodes.is_empty() {
+    // Recordings first (the snapshots a `--history` run dumps beside them are not the run);
+    // files named `*.msgpack` that are no recording are named with what they are, unless the
+    // folder holds per-rank snapshots and no recording.
+    if recordings > 0 || (ranks.is_empty() && !nodes.is_empty()) {
         Ok(Found::Nodes(nodes))
     } else if !ranks.is_empty() {
         ranks.sort();
@@ -364,11 +370,13 @@ fn unknown(path: &Path, first: &[u8]) -> OpenError {
 }
 
 /// Opens what is at `path`, as the report and the viewer do: a recording; a PyTorch memory
-/// snapshot (read part by part, see [`stream_snapshot`]); a folder holding recordings (by
-/// their first bytes, or named `*.msgpack`), one collector's file per node, read and merged
-/// into one run ([`read_one_run`]; the files that do not belong are left out and named in its
-/// warnings); else a folder of per-rank snapshots (a snapshot with a rank in its name,
-/// [`crate::snapshot::ranks::rank_of`]; one that cannot be read is a row with its error).
+/// snapshot (read part by part, see [`stream_snapshot`]); a folder holding recordings (told by
+/// their first bytes), one collector's file per node, read and merged into one run
+/// ([`read_one_run`]; a file named `*.msgpack` that is no recording, or of another job, is left
+/// out and named in its warnings); else a folder of per-rank snapshots (a snapshot with a rank
+/// in its name, [`crate::snapshot::ranks::rank_of`]; one that cannot be read is a row with its
+/// error). Anything else is an error naming the file and what its first bytes look like, or the
+/// folder and what was looked for.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn open_path(path: &Path) -> Result<Input, OpenError> {
     let found = look(path)?;
