@@ -39,6 +39,8 @@ pub enum TabFile {
     Snapshot,
     /// A snapshot whose bytes the tab holds whole.
     SnapshotHeld,
+    /// A file whose first bytes have not arrived yet: too big when too big for any kind.
+    Any,
 }
 
 /// Why a file of `len` bytes is too big to open in a browser tab (`None`: it is not). Said
@@ -48,6 +50,7 @@ pub fn too_big_for_a_tab(name: &str, len: u64, kind: TabFile) -> Option<String> 
         TabFile::Recording => (WEB_MAX_RECORDING, "recording"),
         TabFile::Snapshot => (WEB_MAX_SNAPSHOT, "snapshot"),
         TabFile::SnapshotHeld => (WEB_MAX_SNAPSHOT_HELD, "snapshot"),
+        TabFile::Any => (WEB_MAX_SNAPSHOT.max(WEB_MAX_RECORDING), "file"),
     };
     (len > limit).then(|| {
         let how = if kind == TabFile::SnapshotHeld {
@@ -448,6 +451,15 @@ mod tests {
         let why = too_big_for_a_tab("r.msgpack", 300 << 20, TabFile::Recording).unwrap_or_default();
         assert!(
             why.contains("recording") && why.contains("up to 256 MiB"),
+            "{why}"
+        );
+        // Before its first bytes tell what it is: too big for any kind.
+        assert_eq!(too_big_for_a_tab("x", 300 << 20, TabFile::Any), None);
+        let why = too_big_for_a_tab("x.pickle", 3 << 30, TabFile::Any).unwrap_or_default();
+        assert!(
+            why.starts_with(
+                "x.pickle: this 3.00 GiB file is more than a browser tab can open (up to 2.50 GiB"
+            ),
             "{why}"
         );
     }

@@ -51,14 +51,22 @@ pub async fn fetch(url: &str) -> Result<crate::Run, String> {
             response.status_text()
         )));
     }
-    // Said as soon as the first bytes tell what it is, when the server says how big it is:
-    // the rest is not downloaded.
+    // Said from the size the server gives: before downloading anything when it is too big for
+    // any kind of file, else as soon as the first bytes tell what it is (the rest is not
+    // downloaded).
     let length = response
         .headers()
         .get("content-length")
         .ok()
         .flatten()
         .and_then(|l| l.parse::<u64>().ok());
+    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, crate::TabFile::Any)) {
+        // Not downloaded: the browser stops fetching it.
+        if let Some(body) = response.body() {
+            let _ = body.cancel();
+        }
+        return Err(why);
+    }
     let mut arriving = match length {
         Some(len) => crate::Arriving::expecting(url, len),
         None => crate::Arriving::new(url),
