@@ -6,23 +6,13 @@ use collector::recording::Recording;
 
 use crate::run::Run;
 
-/// The verdict in one line, as the report leads with it, and its colour: a snapshot's own
-/// verdict, or the recording's.
+/// The verdict in one line, as the report leads with it ([`Run::headline`]), and its colour.
 pub fn headline(ui: &egui::Ui, run: &Run) -> (String, egui::Color32) {
-    if let Some(view) = &run.snapshot {
-        let color = if view.verdict.problem {
-            ui.visuals().error_fg_color
-        } else {
-            ui.visuals().strong_text_color()
-        };
-        return (view.verdict.headline.clone(), color);
-    }
-    if let Some(line) = run.rank_folder.as_ref().and_then(|f| f.standout.as_ref()) {
-        return (format!("Imbalance: {line}"), ui.visuals().error_fg_color);
-    }
-    let (text, problem) = collector::analysis::headline(&run.analysis);
+    let (text, problem) = run.headline();
     let color = match problem {
         Some(true) => ui.visuals().error_fg_color,
+        // A snapshot's verdict is a finding or a statement of what it holds, never an all-clear.
+        Some(false) if run.snapshot.is_some() => ui.visuals().strong_text_color(),
         Some(false) => crate::style::OK_GREEN,
         None => ui.visuals().warn_fg_color,
     };

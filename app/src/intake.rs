@@ -56,7 +56,7 @@ fn one_run(paths: &[std::path::PathBuf]) -> (String, Result<Run, String>) {
             .map_or(String::new(), |p| p.to_string_lossy().into_owned()),
     };
     let run = collector::open::read_one_run(&files)
-        .map(Run::new)
+        .map(Run::from_nodes)
         .map_err(|reasons| format!("{name}: {}", reasons.join("; ")));
     (name, run)
 }
@@ -73,33 +73,17 @@ fn nodes_of_one_run(paths: &[std::path::PathBuf]) -> bool {
         .is_some_and(|h| collector::recording::are_nodes_of_one_run(&h.iter().collect::<Vec<_>>()))
 }
 
-/// Reads and opens a file; the error names it.
+/// Opens what is at `path` as `collector report` does ([`collector::open::open_path`]): a
+/// recording, a snapshot, a folder of nodes' recordings as one run, a folder of per-rank
+/// snapshots. The error names it.
 #[cfg(not(target_arch = "wasm32"))]
 fn read_path(path: &std::path::Path) -> Result<Run, String> {
-    let name = path.to_string_lossy();
-    // A folder: its recordings (one collector per node) as one run, else its per-rank snapshots
-    // (torchtitan's rank{r}_memory_snapshot.pickle, …).
-    if path.is_dir() {
-        let recordings = collector::open::recordings_in(path)
-            .map_err(|err| format!("{name}: cannot read the folder: {err}"))?;
-        if recordings.is_empty() {
-            return collector::snapshot::ranks::RankFolder::read(path).map(Run::from_rank_folder);
-        }
-        let files: Vec<&std::path::Path> = recordings.iter().map(|p| p.as_path()).collect();
-        return collector::open::read_one_run(&files)
-            .map(Run::new)
-            .map_err(|reasons| format!("{name}: {}", reasons.join("; ")));
-    }
-    use collector::open::OpenError;
-    let opened = collector::open::read_any_file(path).map_err(|err| match err {
-        OpenError::Io { reason, .. } => format!("{name}: cannot read the file: {reason}"),
-        OpenError::Format { reason, .. } => format!("{name}: {reason}"),
-    })?;
-    let mut run = Run::from_opened(opened);
+    let input = collector::open::open_path(path)
+        .map_err(|err| format!("{}: {}", path.to_string_lossy(), err.what()))?;
+    let recording = input.kind() == collector::open::Kind::Recording;
+    let mut run = Run::from_input(input);
     // A recording made with --history opens with the snapshot dumped next to it (at the OOM).
-    if run.snapshot.is_none()
-        && let Some(paired) = collector::open::paired_snapshot(path, &run.recording)
-    {
+    if recording && let Some(paired) = collector::open::paired_snapshot(path, &run.recording) {
         let file = paired.path.to_string_lossy().into_owned();
         match paired.snapshot {
             Ok(snapshot) => {

@@ -2,6 +2,7 @@
 //! could not be opened, with the state of its views (an [`OpenRun`]).
 
 use collector::analysis::{Analysis, analyze};
+use collector::open::Kind;
 use collector::recording::Recording;
 
 use crate::timeline::TimelineState;
@@ -38,6 +39,8 @@ pub enum TabFile {
     Snapshot,
     /// A snapshot whose bytes the tab holds whole.
     SnapshotHeld,
+    /// A file whose first bytes have not arrived yet: too big when too big for any kind.
+    Any,
 }
 
 /// Why a file of `len` bytes is too big to open in a browser tab (`None`: it is not). Said
@@ -47,6 +50,7 @@ pub fn too_big_for_a_tab(name: &str, len: u64, kind: TabFile) -> Option<String> 
         TabFile::Recording => (WEB_MAX_RECORDING, "recording"),
         TabFile::Snapshot => (WEB_MAX_SNAPSHOT, "snapshot"),
         TabFile::SnapshotHeld => (WEB_MAX_SNAPSHOT_HELD, "snapshot"),
+        TabFile::Any => (WEB_MAX_SNAPSHOT.max(WEB_MAX_RECORDING), "file"),
     };
     (len > limit).then(|| {
         let how = if kind == TabFile::SnapshotHeld {
@@ -96,17 +100,21 @@ fn too_many_entries_for_a_tab(name: &str, entries: usize, readings: usize) -> Op
     })
 }
 
-/// A file arriving part by part (a fetch's body, a picked file's stream): a snapshot is read as
-/// its parts come, so the tab never holds its bytes; a recording is gathered and read at the end.
+/// A file arriving part by part (a fetch's body, a picked file's stream): what it is is told
+/// from its first bytes ([`Kind::of`]); a snapshot is read as its parts come, so the tab never
+/// holds its bytes; a recording is gathered and read at the end; anything else is refused at once.
 pub struct Arriving {
     name: String,
     received: u64,
+    /// The file's length when known beforehand (a `Content-Length`, a picked file's size): it is
+    /// refused as too big as soon as its kind is known.
+    expected: Option<u64>,
     reading: Reading,
 }
 
 enum Reading {
-    /// Nothing has arrived yet.
-    Nothing,
+    /// The first bytes, until there are enough to tell the kind.
+    Head(Vec<u8>),
     Snapshot(Box<collector::snapshot::SnapshotReader>),
     Bytes(Vec<u8>),
 }
@@ -117,7 +125,16 @@ impl Arriving {
         Self {
             name: name.to_owned(),
             received: 0,
-            reading: Reading::Nothing,
+            expected: None,
+            reading: Reading::Head(Vec::new()),
+        }
+    }
+
+    /// [`Arriving::new`] of a file known to be `len` bytes long.
+    pub fn expecting(name: &str, len: u64) -> Self {
+        Self {
+            expected: Some(len),
+            ..Self::new(name)
         }
     }
 
@@ -126,19 +143,41 @@ impl Arriving {
         if part.is_empty() {
             return Ok(());
         }
-        if let Reading::Nothing = self.reading {
-            self.reading = if part[0] == 0x80 {
-                Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
-            } else {
-                Reading::Bytes(Vec::new())
-            };
-        }
         self.received += part.len() as u64;
+        let head = match &mut self.reading {
+            Reading::Head(head) => {
+                head.extend_from_slice(part);
+                if head.len() < collector::open::KIND_BYTES {
+                    return Ok(());
+                }
+                Some(std::mem::take(head))
+            }
+            _ => None,
+        };
+        let part = match &head {
+            Some(head) => {
+                self.reading = match Kind::of(head) {
+                    Kind::Snapshot => {
+                        Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
+                    }
+                    Kind::Recording => Reading::Bytes(Vec::new()),
+                    _ => {
+                        let why = collector::open::FormatError::Unknown {
+                            found: collector::open::describe(head),
+                        };
+                        return Err(format!("{}: {why}", self.name));
+                    }
+                };
+                head.as_slice()
+            }
+            None => part,
+        };
         let kind = match self.reading {
             Reading::Snapshot(_) => TabFile::Snapshot,
             _ => TabFile::Recording,
         };
-        if let Some(why) = too_big_for_a_tab(&self.name, self.received, kind) {
+        let len = self.received.max(self.expected.unwrap_or(0));
+        if let Some(why) = too_big_for_a_tab(&self.name, len, kind) {
             return Err(why);
         }
         match &mut self.reading {
@@ -149,7 +188,7 @@ impl Arriving {
                 bytes.extend_from_slice(part);
                 Ok(())
             }
-            Reading::Nothing => Ok(()),
+            Reading::Head(_) => Ok(()),
         }
     }
 
@@ -167,8 +206,8 @@ impl Arriving {
                     Box::new(snapshot),
                 )))
             }
-            Reading::Bytes(bytes) => Run::from_bytes(&self.name, &bytes),
-            Reading::Nothing => Run::from_bytes(&self.name, &[]),
+            // Fewer bytes than tell the kind: the whole file.
+            Reading::Bytes(bytes) | Reading::Head(bytes) => Run::from_bytes(&self.name, &bytes),
         }
     }
 }
@@ -186,6 +225,9 @@ pub struct Run {
     /// When a folder of per-rank snapshots was opened: each rank's file and memory, and the rank
     /// that stands out (the traces are the recording).
     pub rank_folder: Option<collector::snapshot::ranks::RankFolder>,
+    /// What was opened: a recording, a snapshot, a folder of nodes' recordings or of per-rank
+    /// snapshots.
+    pub input: Kind,
 }
 
 impl Run {
@@ -210,6 +252,7 @@ impl Run {
             view,
             snapshot: None,
             rank_folder: None,
+            input: Kind::Recording,
         }
     }
 
@@ -256,7 +299,41 @@ impl Run {
         });
         let mut run = Self::new(recording);
         run.rank_folder = Some(folder);
+        run.input = Kind::RankSnapshots;
         run
+    }
+
+    /// Whatever [`collector::open::open_path`] opened.
+    pub fn from_input(input: collector::open::Input) -> Self {
+        use collector::open::{Input, Opened};
+        match input {
+            Input::Recording(r) => Self::from_opened(Opened::Recording(r)),
+            Input::Snapshot(s) => Self::from_opened(Opened::Snapshot(s)),
+            Input::NodeRecordings { recording, .. } => Self::from_nodes(*recording),
+            Input::RankSnapshots(folder) => Self::from_rank_folder(*folder),
+        }
+    }
+
+    /// Nodes' recordings merged into one run ([`collector::open::read_one_run`]).
+    pub fn from_nodes(recording: Recording) -> Self {
+        let mut run = Self::new(recording);
+        run.input = Kind::NodeRecordings;
+        run
+    }
+
+    /// The verdict in one line, as `collector report` leads with it, and whether it names a
+    /// problem (`Some(true)`), says all is well (`Some(false)`) or cannot tell (`None`): a
+    /// snapshot's own verdict, a folder of per-rank snapshots' (the rank that stands out), or
+    /// the recording's.
+    pub fn headline(&self) -> (String, Option<bool>) {
+        if let Some(view) = &self.snapshot {
+            return (view.verdict.headline.clone(), Some(view.verdict.problem));
+        }
+        if let Some(folder) = &self.rank_folder {
+            let traces = folder.rows.iter().any(|r| r.on_timeline);
+            return folder.headline(traces.then_some(&self.analysis));
+        }
+        collector::analysis::headline(&self.analysis)
     }
 
     /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error
@@ -266,7 +343,7 @@ impl Run {
         if let Some(why) = too_big_for_a_tab(
             name,
             bytes.len() as u64,
-            if bytes.first() == Some(&0x80) {
+            if Kind::of(bytes) == Kind::Snapshot {
                 TabFile::SnapshotHeld
             } else {
                 TabFile::Recording
@@ -290,6 +367,7 @@ impl Run {
         let mut run = Self::new(recording);
         run.snapshot = snapshot.map(|s| crate::blocks::SnapshotView::new(s, &run.analysis));
         if let Some(s) = &run.snapshot {
+            run.input = Kind::Snapshot;
             let v = &mut run.view.verdict;
             v.suspects = s.verdict.suspect_marks(&s.snapshot, &run.recording);
             v.caption
@@ -375,6 +453,15 @@ mod tests {
             why.contains("recording") && why.contains("up to 256 MiB"),
             "{why}"
         );
+        // Before its first bytes tell what it is: too big for any kind.
+        assert_eq!(too_big_for_a_tab("x", 300 << 20, TabFile::Any), None);
+        let why = too_big_for_a_tab("x.pickle", 3 << 30, TabFile::Any).unwrap_or_default();
+        assert!(
+            why.starts_with(
+                "x.pickle: this 3.00 GiB file is more than a browser tab can open (up to 2.50 GiB"
+            ),
+            "{why}"
+        );
     }
 
     /// A file arriving in parts opens as its whole bytes do: a snapshot read as it arrives, a
@@ -452,5 +539,54 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(empty.starts_with("empty.pickle: "), "{empty}");
+    }
+
+    /// What arrives is told from its first bytes, whatever its name and however small its
+    /// parts: bytes of no known kind are refused as soon as they tell, with the error their
+    /// whole bytes get; a file whose length is known is refused as too big for its kind once
+    /// its first bytes tell the kind.
+    #[test]
+    fn what_arrives_is_told_from_its_first_bytes() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/data");
+        // A snapshot named like a recording, a byte at a time.
+        let bytes = std::fs::read(root.join("snapshots/mini_snapshot.pickle")).unwrap_or_default();
+        let mut arriving = Arriving::new("snap.msgpack");
+        for b in bytes.chunks(1) {
+            arriving.push(b).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let run = arriving.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.input, Kind::Snapshot);
+        assert!(run.snapshot.is_some());
+        // A recording of fewer bytes than tell the kind: its reader's error.
+        let mut arriving = Arriving::new("cut.msgpack");
+        arriving.push(b"TIDE").unwrap_or_else(|e| panic!("{e}"));
+        let err = arriving.finish().err().unwrap_or_default();
+        assert_eq!(Some(err), Run::from_bytes("cut.msgpack", b"TIDE").err());
+        // A PNG: refused at its eighth byte.
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        let mut arriving = Arriving::new("plot.pickle");
+        let pushed: Vec<bool> = png.chunks(3).map(|p| arriving.push(p).is_ok()).collect();
+        assert_eq!(pushed[..2], [true, true]);
+        assert!(!pushed[2]);
+        let mut arriving = Arriving::new("plot.pickle");
+        let err = png.chunks(3).find_map(|p| arriving.push(p).err());
+        let whole = Run::from_bytes("plot.pickle", png).err();
+        assert_eq!(err, whole);
+        assert!(
+            whole.as_deref().is_some_and(|w| w.starts_with(
+                "plot.pickle: neither a tidemark recording nor a PyTorch memory snapshot: at byte 0 it holds a PNG image"
+            )),
+            "{whole:?}"
+        );
+        // 300 MiB announced: a recording is refused once its first bytes arrive, a snapshot not.
+        let mut arriving = Arriving::expecting("big.msgpack", 300 << 20);
+        assert_eq!(arriving.push(b"TIDEM"), Ok(()));
+        let why = arriving.push(b"ARK").err().unwrap_or_default();
+        assert!(
+            why.starts_with("big.msgpack: this 300 MiB recording"),
+            "{why}"
+        );
+        let mut arriving = Arriving::expecting("big.pickle", 300 << 20);
+        assert_eq!(arriving.push(&bytes[..100]), Ok(()));
     }
 }

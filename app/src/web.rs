@@ -1,4 +1,5 @@
-//! The browser side: fetching a recording named by `?url=` from the page's own origin.
+//! The browser side: fetching a recording named by `?url=` from the page's own origin, and
+//! reading a picked file as it arrives (what either is, is told from its first bytes).
 
 use eframe::wasm_bindgen::{JsCast as _, JsValue};
 use wasm_bindgen_futures::JsFuture;
@@ -50,26 +51,26 @@ pub async fn fetch(url: &str) -> Result<crate::Run, String> {
             response.status_text()
         )));
     }
-    // Said before downloading it all, when the server says how big it is.
+    // Said from the size the server gives: before downloading anything when it is too big for
+    // any kind of file, else as soon as the first bytes tell what it is (the rest is not
+    // downloaded).
     let length = response
         .headers()
         .get("content-length")
         .ok()
         .flatten()
         .and_then(|l| l.parse::<u64>().ok());
-    let kind = if url.ends_with(".pickle") || url.ends_with(".pkl") {
-        crate::TabFile::Snapshot
-    } else {
-        crate::TabFile::Recording
-    };
-    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, kind)) {
+    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, crate::TabFile::Any)) {
         // Not downloaded: the browser stops fetching it.
         if let Some(body) = response.body() {
             let _ = body.cancel();
         }
         return Err(why);
     }
-    let mut arriving = crate::Arriving::new(url);
+    let mut arriving = match length {
+        Some(len) => crate::Arriving::expecting(url, len),
+        None => crate::Arriving::new(url),
+    };
     if let Some(body) = response.body() {
         read_stream(&body, &mut arriving)
             .await
@@ -81,7 +82,7 @@ pub async fn fetch(url: &str) -> Result<crate::Run, String> {
 /// Opens a file the user picked, as it is read (a snapshot part by part, never held whole).
 pub async fn open_file(file: &web_sys::File) -> Result<crate::Run, String> {
     let name = file.name();
-    let mut arriving = crate::Arriving::new(&name);
+    let mut arriving = crate::Arriving::expecting(&name, file.size() as u64);
     read_stream(&file.stream(), &mut arriving)
         .await
         .map_err(|err| err.unwrap_or_else(|err| format!("{name}: cannot read the file: {err}")))?;

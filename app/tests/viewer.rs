@@ -1038,3 +1038,38 @@ fn a_grown_run_draws_what_the_whole_recording_draws() {
     run.grow(fresh.recording.clone(), true);
     assert_eq!(run.analysis, fresh.analysis, "analysed again when asked");
 }
+
+/// One way in: every kind of input (a recording, a snapshot, a folder of nodes' recordings, a
+/// folder of per-rank snapshots, and what cannot be opened) opens in the viewer as the library
+/// opens it for `collector report` (whose tests check the report against the same answers): the
+/// same kind and the same verdict's headline, or the same error, named.
+#[test]
+fn every_input_opens_as_collector_report_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for sample in tidemark_tests::inputs::samples(dir.path()).unwrap() {
+        let what = sample.what;
+        let mut app = TidemarkApp::empty();
+        app.open_path(&sample.path);
+        let open = &app.runs()[0];
+        match (&open.run, tidemark_tests::inputs::judged(&sample.path)) {
+            (Ok(run), Ok((kind, headline))) => {
+                assert_eq!(Some(kind), sample.kind, "{what}");
+                assert_eq!(run.input, kind, "{what}");
+                assert_eq!(run.headline().0, headline, "{what}");
+            }
+            (Err(message), Err(library)) => {
+                assert_eq!(sample.kind, None, "{what}");
+                assert!(library.starts_with(sample.error), "{what}: {library}");
+                assert_eq!(
+                    message,
+                    &format!("{}: {library}", sample.path.display()),
+                    "{what}"
+                );
+            }
+            (run, library) => panic!(
+                "{what}: the viewer opened it {}, the library {library:?}",
+                if run.is_ok() { "" } else { "not" }
+            ),
+        }
+    }
+}

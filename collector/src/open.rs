@@ -1,12 +1,80 @@
-//! One way in for every kind of file: the kind is told from the first bytes once, here, and
-//! every reader (the report, `check`, `import`, the viewer) opens files through [`read_any`] or
-//! [`read_any_file`].
+//! One way in for every input. What bytes are is told from their first ones by one function,
+//! [`Kind::of`], and every reader goes through it: [`read_any`] for bytes held in memory (a
+//! browser tab), and natively [`open_path`] for a path, which answers a recording, a snapshot, a
+//! folder of nodes' recordings (one run) or a folder of per-rank snapshots, with one error type,
+//! [`OpenError`], that names the file or folder last. The report, `check`, `import` and the
+//! viewer open their inputs here and nowhere else.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::recording::{ReadError, Recording, read_recording};
-use crate::snapshot::{Snapshot, SnapshotError, SnapshotReader, SourceError, read_snapshot};
+use crate::snapshot::ranks::RankFolder;
+use crate::snapshot::{Snapshot, SnapshotError, read_snapshot};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::snapshot::{SnapshotReader, SourceError};
+
+/// What an input is. [`Kind::of`] tells the first three from a file's first bytes; a folder is
+/// one of the other two (see [`open_path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A tidemark recording: it starts with `TIDEMARK` (or is a piece of that, cut short).
+    Recording,
+    /// A PyTorch memory snapshot: a pickle of protocol 2 or later (`0x80`), as
+    /// `torch.cuda.memory._dump_snapshot` writes it. (A `torch.save` zip is not one.)
+    Snapshot,
+    /// Neither.
+    Unknown,
+    /// A folder of nodes' recordings of one run (one collector per node), opened as one run.
+    NodeRecordings,
+    /// A folder of per-rank PyTorch memory snapshots (`rank0_memory_snapshot.pickle`, …).
+    RankSnapshots,
+}
+
+/// How many first bytes [`Kind::of`] needs to tell a file's kind (fewer: the whole file).
+pub const KIND_BYTES: usize = crate::recording::MAGIC.len();
+
+impl Kind {
+    /// What bytes are, from their first [`KIND_BYTES`] (or all of them, when fewer).
+    pub fn of(first: &[u8]) -> Self {
+        let magic = crate::recording::MAGIC;
+        let head = &first[..first.len().min(magic.len())];
+        if !head.is_empty() && head == &magic[..head.len()] {
+            Self::Recording
+        } else if first.first() == Some(&0x80) {
+            Self::Snapshot
+        } else {
+            Self::Unknown
+        }
+    }
+
+    /// The kind in words, for messages: "a tidemark recording", ….
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Recording => "a tidemark recording",
+            Self::Snapshot => "a PyTorch memory snapshot",
+            Self::Unknown => "neither a tidemark recording nor a PyTorch memory snapshot",
+            Self::NodeRecordings => "a folder of nodes' recordings",
+            Self::RankSnapshots => "a folder of per-rank snapshots",
+        }
+    }
+}
+
+/// What a file's first bytes look like, for a message: "the file is empty", "at byte 0 it
+/// holds a PNG image", ….
+pub fn describe(first: &[u8]) -> String {
+    if first.is_empty() {
+        return "the file is empty".to_owned();
+    }
+    if first.starts_with(b"PK\x03\x04") {
+        return "at byte 0 it holds a zip archive (torch.save writes these; a memory snapshot is the pickle torch.cuda.memory._dump_snapshot writes)".to_owned();
+    }
+    format!(
+        "at byte 0 it holds {}",
+        crate::recording::describe_start(first)
+    )
+}
 
 /// What a file turned out to be.
 #[derive(Debug)]
@@ -28,6 +96,45 @@ impl Opened {
     }
 }
 
+/// What a path turned out to be, read ([`open_path`]).
+#[derive(Debug)]
+pub enum Input {
+    /// A tidemark recording.
+    Recording(Box<Recording>),
+    /// A PyTorch memory snapshot.
+    Snapshot(Box<Snapshot>),
+    /// A folder of nodes' recordings, merged into one run ([`read_one_run`]).
+    NodeRecordings {
+        /// The run.
+        recording: Box<Recording>,
+        /// The recordings in the folder, by name (those left out included).
+        files: Vec<PathBuf>,
+    },
+    /// A folder of per-rank snapshots.
+    RankSnapshots(Box<RankFolder>),
+}
+
+impl Input {
+    /// Which kind it is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::Recording(_) => Kind::Recording,
+            Self::Snapshot(_) => Kind::Snapshot,
+            Self::NodeRecordings { .. } => Kind::NodeRecordings,
+            Self::RankSnapshots(_) => Kind::RankSnapshots,
+        }
+    }
+}
+
+impl From<Opened> for Input {
+    fn from(opened: Opened) -> Self {
+        match opened {
+            Opened::Recording(r) => Self::Recording(r),
+            Opened::Snapshot(s) => Self::Snapshot(s),
+        }
+    }
+}
+
 /// Why bytes are not a file tidemark reads.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum FormatError {
@@ -37,13 +144,18 @@ pub enum FormatError {
     /// It looks like a pickle, and is not a readable snapshot.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// Its first bytes are neither a recording's nor a snapshot's.
+    #[error("neither a tidemark recording nor a PyTorch memory snapshot: {found}")]
+    Unknown {
+        /// What the first bytes look like ([`describe`]).
+        found: String,
+    },
 }
 
-/// A file that cannot be opened, and which file it is (named last).
-#[derive(Clone, Debug, thiserror::Error)]
+/// An input that cannot be opened, and which file or folder it is (named last).
+#[derive(Clone, Debug)]
 pub enum OpenError {
     /// The file cannot be opened or read.
-    #[error("cannot read the file ({reason}): {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -51,52 +163,344 @@ pub enum OpenError {
         reason: Arc<std::io::Error>,
     },
     /// The file is neither a readable recording nor a readable snapshot.
-    #[error("{reason}: {}", path.display())]
     Format {
         /// The file.
         path: PathBuf,
         /// What is wrong.
         reason: FormatError,
     },
+    /// The input is of another kind than the one asked for ([`open_expecting`]).
+    Expected {
+        /// The file or folder.
+        path: PathBuf,
+        /// The kind asked for.
+        expected: Kind,
+        /// The kind it is.
+        found: Kind,
+    },
+    /// The folder cannot be listed.
+    Folder {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        reason: Arc<std::io::Error>,
+    },
+    /// The folder holds neither recordings nor per-rank snapshots.
+    NothingInFolder {
+        /// The folder.
+        path: PathBuf,
+        /// Snapshots in it whose names give no rank.
+        unranked: usize,
+    },
+    /// The folder holds nodes' recordings, and none can be read.
+    NoNodeReadable {
+        /// The folder.
+        path: PathBuf,
+        /// Why, file by file.
+        reasons: Vec<String>,
+    },
 }
 
-/// Reads a recording or a PyTorch memory snapshot held in memory.
-pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
-    // A pickle (or a `torch.save` zip, which the snapshot reader names as such).
-    if bytes.first() == Some(&0x80) || bytes.starts_with(b"PK\x03\x04") {
-        return Ok(Opened::Snapshot(Box::new(read_snapshot(bytes)?)));
+impl OpenError {
+    /// The file or folder.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Io { path, .. }
+            | Self::Format { path, .. }
+            | Self::Expected { path, .. }
+            | Self::Folder { path, .. }
+            | Self::NothingInFolder { path, .. }
+            | Self::NoNodeReadable { path, .. } => path,
+        }
     }
-    Ok(Opened::Recording(Box::new(read_recording(bytes)?)))
+
+    /// What is wrong, without the path (a viewer names the file first, in its own words).
+    pub fn what(&self) -> String {
+        match self {
+            Self::Io { reason, .. } => format!("cannot read the file ({reason})"),
+            Self::Format { reason, .. } => reason.to_string(),
+            Self::Expected {
+                expected, found, ..
+            } => format!("{} where {} was expected", found.name(), expected.name()),
+            Self::Folder { reason, .. } => format!("cannot read the folder ({reason})"),
+            Self::NothingInFolder { unranked, .. } => {
+                let unranked = match unranked {
+                    0 => String::new(),
+                    1 => {
+                        "; its one snapshot has no rank in its name: open it on its own".to_owned()
+                    }
+                    n => format!(
+                        "; its {n} snapshots have no rank in their names: open them one by one"
+                    ),
+                };
+                format!(
+                    "no tidemark recordings and no per-rank snapshots in the folder (looked for recordings, which start with TIDEMARK, and PyTorch memory snapshots with a rank in their names, like rank0_memory_snapshot.pickle or memory_trace_0.pickle){unranked}"
+                )
+            }
+            Self::NoNodeReadable { reasons, .. } => format!(
+                "none of the recordings in the folder can be read: {}",
+                reasons.join("; ")
+            ),
+        }
+    }
 }
 
-/// Reads a recording or a PyTorch memory snapshot from a file, opened once. A snapshot is read
-/// part by part ([`stream_snapshot`]): the process holds what the parser found, not the file's
-/// bytes as well (a 2 GB pickle is not held twice).
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what(), self.path().display())
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// Reads a recording or a PyTorch memory snapshot held in memory, as [`Kind::of`] tells.
+pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
+    match Kind::of(bytes) {
+        Kind::Snapshot => Ok(Opened::Snapshot(Box::new(read_snapshot(bytes)?))),
+        Kind::Recording => Ok(Opened::Recording(Box::new(read_recording(bytes)?))),
+        _ => Err(FormatError::Unknown {
+            found: describe(bytes),
+        }),
+    }
+}
+
+/// What is at `path`, told without reading it whole: a file's kind from its first bytes, a
+/// folder's from its files' names and first bytes.
+#[cfg(not(target_arch = "wasm32"))]
+enum Found {
+    /// A file, and its first bytes.
+    File(Kind, Vec<u8>),
+    /// A folder of nodes' recordings: the files.
+    Nodes(Vec<PathBuf>),
+    /// A folder of per-rank snapshots: the files and their ranks.
+    Ranks(Vec<(u32, PathBuf)>),
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Found {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::File(kind, _) => *kind,
+            Self::Nodes(_) => Kind::NodeRecordings,
+            Self::Ranks(_) => Kind::RankSnapshots,
+        }
+    }
+}
+
+/// The first [`KIND_BYTES`] of a file.
+#[cfg(not(target_arch = "wasm32"))]
+fn first_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut first = Vec::with_capacity(KIND_BYTES);
+    std::fs::File::open(path)?
+        .take(KIND_BYTES as u64)
+        .read_to_end(&mut first)?;
+    Ok(first)
+}
+
+/// What is at `path` ([`Found`]).
+#[cfg(not(target_arch = "wasm32"))]
+fn look(path: &Path) -> Result<Found, OpenError> {
+    let io = |err: std::io::Error| OpenError::Io {
+        path: path.to_owned(),
+        reason: Arc::new(err),
+    };
+    if !std::fs::metadata(path).map_err(io)?.is_dir() {
+        let first = first_bytes(path).map_err(io)?;
+        return Ok(Found::File(Kind::of(&first), first));
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|err| OpenError::Folder {
+            path: path.to_owned(),
+            reason: Arc::new(err),
+        })?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let (mut nodes, mut ranks, mut unranked, mut recordings) = (Vec::new(), Vec::new(), 0, 0);
+    for file in files {
+        let kind = first_bytes(&file).map_or(Kind::Unknown, |first| Kind::of(&first));
+        let named = |ext: &[&str]| {
+            file.extension()
+                .is_some_and(|e| ext.iter().any(|x| e.eq_ignore_ascii_case(x)))
+        };
+        let rank = file
+            .file_name()
+            .and_then(|n| crate::snapshot::ranks::rank_of(&n.to_string_lossy()));
+        match (kind, rank) {
+            // A recording by its bytes, or by its name (then named with what it is instead).
+            (Kind::Recording, _) => {
+                recordings += 1;
+                nodes.push(file);
+            }
+            _ if named(&["msgpack"]) => nodes.push(file),
+            (Kind::Snapshot, Some(rank)) => ranks.push((rank, file)),
+            (Kind::Unknown, Some(rank)) if named(&["pickle", "pkl"]) => ranks.push((rank, file)),
+            (Kind::Snapshot, None) => unranked += 1,
+            _ => {}
+        }
+    }
+    // Recordings first (the snapshots a `--history` run dumps beside them are not the run);
+    // files named `*.msgpack` that are no recording are named with what they are, unless the
+    // folder holds per-rank snapshots and no recording.
+    if recordings > 0 || (ranks.is_empty() && !nodes.is_empty()) {
+        Ok(Found::Nodes(nodes))
+    } else if !ranks.is_empty() {
+        ranks.sort();
+        Ok(Found::Ranks(ranks))
+    } else {
+        Err(OpenError::NothingInFolder {
+            path: path.to_owned(),
+            unranked,
+        })
+    }
+}
+
+/// The error of a file whose first bytes are neither a recording's nor a snapshot's.
+#[cfg(not(target_arch = "wasm32"))]
+fn unknown(path: &Path, first: &[u8]) -> OpenError {
+    OpenError::Format {
+        path: path.to_owned(),
+        reason: FormatError::Unknown {
+            found: describe(first),
+        },
+    }
+}
+
+/// Opens what is at `path`, as the report and the viewer do: a recording; a PyTorch memory
+/// snapshot (read part by part, see [`stream_snapshot`]); a folder holding recordings (told by
+/// their first bytes), one collector's file per node, read and merged into one run
+/// ([`read_one_run`]; a file named `*.msgpack` that is no recording, or of another job, is left
+/// out and named in its warnings); else a folder of per-rank snapshots (a snapshot with a rank
+/// in its name, [`crate::snapshot::ranks::rank_of`]; one that cannot be read is a row with its
+/// error). Anything else is an error naming the file and what its first bytes look like, or the
+/// folder and what was looked for.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn open_path(path: &Path) -> Result<Input, OpenError> {
+    let found = look(path)?;
+    read_found(path, found)
+}
+
+/// [`open_path`] when only `expected` will do: another kind is refused before it is read, with
+/// the one message that says what it is and what was expected.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn open_expecting(path: &Path, expected: Kind) -> Result<Input, OpenError> {
+    let found = look(path)?;
+    let kind = found.kind();
+    if kind != expected && kind != Kind::Unknown {
+        return Err(OpenError::Expected {
+            path: path.to_owned(),
+            expected,
+            found: kind,
+        });
+    }
+    read_found(path, found)
+}
+
+/// The PyTorch memory snapshot in `path` ([`open_expecting`]): anything else is refused with
+/// the one message that says what it is.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn open_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
+    match open_expecting(path, Kind::Snapshot)? {
+        Input::Snapshot(s) => Ok(*s),
+        other => Err(OpenError::Expected {
+            path: path.to_owned(),
+            expected: Kind::Snapshot,
+            found: other.kind(),
+        }),
+    }
+}
+
+/// The recording in `path` ([`open_expecting`]): anything else is refused with the one
+/// message that says what it is.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn open_recording(path: &Path) -> Result<Recording, OpenError> {
+    match open_expecting(path, Kind::Recording)? {
+        Input::Recording(r) => Ok(*r),
+        other => Err(OpenError::Expected {
+            path: path.to_owned(),
+            expected: Kind::Recording,
+            found: other.kind(),
+        }),
+    }
+}
+
+/// Reads what [`look`] found.
+#[cfg(not(target_arch = "wasm32"))]
+fn read_found(path: &Path, found: Found) -> Result<Input, OpenError> {
+    match found {
+        Found::File(Kind::Unknown, first) => Err(unknown(path, &first)),
+        Found::File(_, _) => read_any_file(path).map(Input::from),
+        Found::Nodes(files) => {
+            let list: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+            match read_one_run(&list) {
+                Ok(recording) => Ok(Input::NodeRecordings {
+                    recording: Box::new(recording),
+                    files,
+                }),
+                Err(reasons) => Err(OpenError::NoNodeReadable {
+                    path: path.to_owned(),
+                    reasons,
+                }),
+            }
+        }
+        Found::Ranks(files) => {
+            let snapshots = files
+                .into_iter()
+                .map(|(rank, file)| {
+                    let snapshot = open_snapshot(&file).map_err(|err| err.to_string());
+                    (rank, file.display().to_string(), snapshot)
+                })
+                .collect();
+            Ok(Input::RankSnapshots(Box::new(RankFolder::new(
+                path.to_owned(),
+                snapshots,
+            ))))
+        }
+    }
+}
+
+/// Reads a recording or a PyTorch memory snapshot from a file, opened once, as [`Kind::of`]
+/// tells from its first bytes. A snapshot is read part by part ([`stream_snapshot`]): the
+/// process holds what the parser found, not the file's bytes as well (a 2 GB pickle is not held
+/// twice).
+#[cfg(not(target_arch = "wasm32"))]
 pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
     use std::io::{Read as _, Seek as _};
     let io = |err: std::io::Error| OpenError::Io {
         path: path.to_owned(),
         reason: Arc::new(err),
     };
-    // One open: its first byte says whether to stream it or read it.
+    // One open: its first bytes say whether to stream it or read it.
     let mut file = std::fs::File::open(path).map_err(io)?;
-    let mut first = [0u8; 1];
-    let is_pickle = file.read(&mut first).map_err(io)? == 1 && first[0] == 0x80;
+    let mut first = Vec::with_capacity(KIND_BYTES);
+    (&mut file)
+        .take(KIND_BYTES as u64)
+        .read_to_end(&mut first)
+        .map_err(io)?;
     file.rewind().map_err(io)?;
-    if is_pickle {
-        return stream_open_snapshot(file, path).map(|s| Opened::Snapshot(Box::new(s)));
+    match Kind::of(&first) {
+        Kind::Snapshot => stream_open_snapshot(file, path).map(|s| Opened::Snapshot(Box::new(s))),
+        Kind::Recording => {
+            let len = file.metadata().map_err(io)?.len();
+            let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+            file.read_to_end(&mut bytes).map_err(io)?;
+            read_recording(&bytes)
+                .map(|r| Opened::Recording(Box::new(r)))
+                .map_err(|reason| OpenError::Format {
+                    path: path.to_owned(),
+                    reason: reason.into(),
+                })
+        }
+        _ => Err(unknown(path, &first)),
     }
-    let len = file.metadata().map_err(io)?.len();
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.read_to_end(&mut bytes).map_err(io)?;
-    read_any(&bytes).map_err(|reason| OpenError::Format {
-        path: path.to_owned(),
-        reason,
-    })
 }
 
 /// Reads the PyTorch memory snapshot in `path` part by part ([`SnapshotReader`]): the process
 /// holds what the parser found and one window of the file, not the file's bytes as well.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn stream_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
     let file = std::fs::File::open(path).map_err(|err| OpenError::Io {
         path: path.to_owned(),
@@ -106,6 +510,7 @@ pub fn stream_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
 }
 
 /// [`stream_snapshot`] of a file already open, read from where it stands.
+#[cfg(not(target_arch = "wasm32"))]
 fn stream_open_snapshot(mut file: std::fs::File, path: &Path) -> Result<Snapshot, OpenError> {
     let format = |reason: SnapshotError| OpenError::Format {
         path: path.to_owned(),
@@ -144,19 +549,6 @@ pub fn peek_header(path: &Path) -> Option<crate::recording::Header> {
         .map(|r| r.header().clone())
 }
 
-/// The recordings (`*.msgpack`) in a folder, by name: one collector's file per node, to open as
-/// one run.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn recordings_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "msgpack"))
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
 /// A snapshot the probe dumped next to a recording (`collector --history`), read.
 #[derive(Debug)]
 pub struct PairedSnapshot {
@@ -186,16 +578,7 @@ pub fn paired_snapshot(recording_path: &Path, recording: &Recording) -> Option<P
     let path = std::iter::once(written)
         .chain(beside)
         .find(|p| p.is_file())?;
-    let snapshot = match read_any_file(&path) {
-        Ok(Opened::Snapshot(s)) => Ok(*s),
-        Ok(Opened::Recording(_)) => Err(OpenError::Format {
-            path: path.clone(),
-            reason: FormatError::Snapshot(SnapshotError::Schema(
-                "a tidemark recording where a snapshot was expected".to_owned(),
-            )),
-        }),
-        Err(err) => Err(err),
-    };
+    let snapshot = open_snapshot(&path);
     Some(PairedSnapshot {
         path,
         reason: file.reason.clone(),
@@ -213,15 +596,11 @@ pub fn read_one_run(files: &[&Path]) -> Result<Recording, Vec<String>> {
     let mut read = Vec::new();
     let mut warnings = Vec::new();
     for file in files {
-        match read_any_file(file) {
-            Ok(Opened::Recording(r)) => {
-                recordings.push(*r);
+        match open_recording(file) {
+            Ok(r) => {
+                recordings.push(r);
                 read.push(*file);
             }
-            Ok(Opened::Snapshot(_)) => warnings.push(format!(
-                "left out {}: a PyTorch memory snapshot (open it on its own)",
-                file.display()
-            )),
             Err(err) => warnings.push(format!("left out: {err}")),
         }
     }
@@ -243,4 +622,76 @@ pub fn read_one_run(files: &[&Path]) -> Result<Recording, Vec<String>> {
     });
     recording.warnings.extend(warnings);
     Ok(recording)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kind_is_told_from_the_first_bytes() {
+        assert_eq!(Kind::of(b"TIDEMARK\x92"), Kind::Recording);
+        // A recording cut inside its magic is still one (its reader says it is cut short).
+        assert_eq!(Kind::of(b"TIDE"), Kind::Recording);
+        assert_eq!(Kind::of(b"\x80\x04\x95"), Kind::Snapshot);
+        assert_eq!(Kind::of(b"\x80"), Kind::Snapshot);
+        assert_eq!(Kind::of(b""), Kind::Unknown);
+        assert_eq!(Kind::of(b"TIDEMARX"), Kind::Unknown);
+        assert_eq!(Kind::of(b"PK\x03\x04"), Kind::Unknown);
+        assert_eq!(Kind::of(b"\x89PNG\r\n\x1a\n"), Kind::Unknown);
+    }
+
+    #[test]
+    fn bytes_of_no_known_kind_are_said_by_their_start() {
+        let err = |bytes: &[u8]| read_any(bytes).err().map(|e| e.to_string());
+        assert_eq!(
+            err(b"").as_deref(),
+            Some("neither a tidemark recording nor a PyTorch memory snapshot: the file is empty")
+        );
+        assert_eq!(
+            err(b"\x89PNG\r\n\x1a\n").as_deref(),
+            Some(
+                "neither a tidemark recording nor a PyTorch memory snapshot: at byte 0 it holds a PNG image"
+            )
+        );
+        let zip = err(b"PK\x03\x04\x14\0\0\0").unwrap_or_default();
+        assert!(
+            zip.contains("zip archive (torch.save writes these"),
+            "{zip}"
+        );
+        let text = err(b"step,bytes\n").unwrap_or_default();
+        assert!(
+            text.ends_with("the bytes 73 74 65 70 2c 62 79 74"),
+            "{text}"
+        );
+        // A recording or a pickle gets its own reader's error.
+        assert!(matches!(
+            read_any(b"TIDEMARK\x93"),
+            Err(FormatError::Recording(_))
+        ));
+        assert!(matches!(
+            read_any(b"\x80\x04"),
+            Err(FormatError::Snapshot(_))
+        ));
+    }
+
+    #[test]
+    fn one_message_for_an_input_of_another_kind() {
+        let err = |expected, found| {
+            OpenError::Expected {
+                path: PathBuf::from("/data/x"),
+                expected,
+                found,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            err(Kind::Snapshot, Kind::Recording),
+            "a tidemark recording where a PyTorch memory snapshot was expected: /data/x"
+        );
+        assert_eq!(
+            err(Kind::Recording, Kind::Snapshot),
+            "a PyTorch memory snapshot where a tidemark recording was expected: /data/x"
+        );
+    }
 }

@@ -1,11 +1,15 @@
 //! What the tests and benchmarks of both crates build their synthetic recordings from: a header
 //! with one GPU, phase edges, allocator readings, and training steps with allocator numbers at
-//! every edge. (The cross-crate end-to-end tests live in `tests/tests/`.)
+//! every edge; and (`inputs`) one input of every kind a path can hold, with what the library
+//! makes of each. (The cross-crate end-to-end tests live in `tests/tests/`.)
 
 use collector::recording::{
     AllocatorSample, Chunk, Column, Device, Edge, Header, Origin, Phase, PhaseEdge, Record,
     Recording, SeriesKey, SeriesKind,
 };
+
+#[cfg(not(target_arch = "wasm32"))] // Files: native only.
+pub mod inputs;
 
 /// 1 MiB.
 pub const MIB: u64 = 1 << 20;

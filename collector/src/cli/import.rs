@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use collector::open::{Opened, read_any_file};
+use collector::open::open_snapshot;
 use collector::recording::write_file;
 
 /// Arguments of `collector import`.
@@ -19,15 +19,8 @@ pub struct ImportArgs {
 /// `collector import snapshot.pickle --out run.msgpack`: the snapshot's curves, OOMs and phases
 /// as a recording (the frames and blocks stay in the snapshot: open it for those).
 pub fn import(args: &ImportArgs) -> ExitCode {
-    let snapshot = match read_any_file(&args.file) {
-        Ok(Opened::Snapshot(s)) => s,
-        Ok(Opened::Recording(_)) => {
-            eprintln!(
-                "collector: {} is already a tidemark recording; import reads PyTorch memory snapshots",
-                args.file.display()
-            );
-            return ExitCode::from(2);
-        }
+    let snapshot = match open_snapshot(&args.file) {
+        Ok(s) => s,
         Err(err) => {
             eprintln!("collector: {err}");
             return ExitCode::from(2);

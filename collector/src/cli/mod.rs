@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use collector::open::{Opened, read_any_file};
+use collector::open::{Input, open_path};
 use collector::recording::Recording;
 use collector::snapshot::Snapshot;
 
@@ -148,15 +148,26 @@ pub(crate) fn out(text: std::fmt::Arguments<'_>) {
     let _ = std::io::stdout().lock().write_fmt(text);
 }
 
-/// Reads a recording or a snapshot (as a recording, with the snapshot); the error is printed,
-/// and the exit status for an unreadable file returned.
-fn load(file: &Path) -> Result<(Recording, Option<Snapshot>), ExitCode> {
-    read_any_file(file)
-        .map(Opened::into_recording)
-        .map_err(|err| {
-            eprintln!("collector: {err}");
-            ExitCode::from(2)
-        })
+/// Reads what is at `path` ([`open_path`]) as a recording: a snapshot's trace (with the
+/// snapshot), a folder of nodes' recordings as one run, a folder of per-rank snapshots as their
+/// traces on one timeline. The error is printed, and the exit status for an unreadable input
+/// returned.
+fn load(path: &Path) -> Result<(Recording, Option<Snapshot>), ExitCode> {
+    let fail = |err: String| {
+        eprintln!("collector: {err}");
+        ExitCode::from(2)
+    };
+    match open_path(path).map_err(|err| fail(err.to_string()))? {
+        Input::Recording(recording) => Ok((*recording, None)),
+        Input::Snapshot(snapshot) => Ok((snapshot.to_recording(), Some(*snapshot))),
+        Input::NodeRecordings { recording, .. } => Ok((*recording, None)),
+        Input::RankSnapshots(folder) => folder.recording.map(|r| (r, None)).ok_or_else(|| {
+            fail(format!(
+                "no snapshot in the folder has a trace: there is nothing on a timeline to judge (`collector report` compares the ranks): {}",
+                path.display()
+            ))
+        }),
+    }
 }
 
 #[cfg(test)]

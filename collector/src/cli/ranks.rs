@@ -9,27 +9,26 @@ use std::process::ExitCode;
 
 use collector::analysis::analyze;
 use collector::format::format_bytes;
+use collector::open::Kind;
 use collector::snapshot::ranks::{RankFolder, RankSnapshot, short};
 use serde::Serialize;
 
-/// `collector report DIR [--json]`.
-pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
-    let folder = match RankFolder::read(dir) {
-        Ok(folder) => folder,
-        Err(err) => {
-            eprintln!("collector: {err}");
-            return ExitCode::from(2);
-        }
-    };
+/// `collector report DIR [--json]`: the folder as [`collector::open::open_path`] read it.
+pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> ExitCode {
     // The traces on one timeline: each rank judged on its own.
     let analysis = folder.recording.as_ref().map(analyze);
     let rows = &folder.rows;
     let standout = folder.standout.clone();
+    let (headline, problem) = folder.headline(analysis.as_ref());
     if json {
         #[derive(Serialize)]
         struct Folder<'a> {
             schema: u32,
             folder: String,
+            /// `rank_snapshots`.
+            input: Kind,
+            /// The verdict in one line, as the text report and the viewer lead with it.
+            headline: &'a str,
             ranks: &'a [RankSnapshot],
             standout: Option<String>,
             /// Ranks below the highest without a file.
@@ -41,6 +40,8 @@ pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
         let folder = Folder {
             schema: super::report::REPORT_SCHEMA,
             folder: dir.display().to_string(),
+            input: Kind::RankSnapshots,
+            headline: &headline,
             ranks: rows,
             standout,
             missing: &folder.missing,
@@ -63,17 +64,8 @@ pub fn report_folder(dir: &Path, json: bool) -> ExitCode {
         dir.display(),
         rows.len()
     );
-    match &standout {
-        Some(line) => {
-            let _ = writeln!(out, "  ✗ Imbalance: {line}");
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "  • No rank stands out: the peaks are within a fifth of each other"
-            );
-        }
-    }
+    let mark = if problem == Some(true) { '✗' } else { '•' };
+    let _ = writeln!(out, "  {mark} {headline}");
     if !folder.missing.is_empty() {
         let list: Vec<String> = folder.missing.iter().map(u32::to_string).collect();
         let _ = writeln!(

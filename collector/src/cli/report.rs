@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use collector::analysis::{Analysis, FindingKind, analyze};
 use collector::format::{format_bytes, format_duration};
+use collector::open::{Input, Kind, open_path};
 use collector::recording::Recording;
 use collector::snapshot::{Snapshot, SnapshotVerdict};
 use serde::Serialize;
@@ -116,6 +117,10 @@ impl Outputs {
 struct JsonReport<'a> {
     schema: u32,
     file: String,
+    /// What the input is: `recording`, `snapshot`, `node_recordings`.
+    input: Kind,
+    /// The verdict in one line, as the text report and the viewer lead with it.
+    headline: String,
     command: &'a [String],
     host: &'a str,
     duration_s: f64,
@@ -227,41 +232,65 @@ impl SnapshotJson {
 
 /// `collector report FILE [MORE…] [--json]`.
 pub fn report(args: &ReportArgs) -> ExitCode {
+    let fail = |err: &dyn std::fmt::Display| {
+        eprintln!("collector: {err}");
+        ExitCode::from(2)
+    };
+    // A folder is looked into first: per-rank snapshots are reported as a table, without pictures.
+    let mut opened = None;
     if args.more.is_empty() && args.file.is_dir() {
-        if args.svg.is_some() || args.html.is_some() || args.markdown.is_some() {
-            eprintln!(
-                "collector: {}: pictures are drawn for recordings; report a folder of snapshots as text or --json",
-                args.file.display()
-            );
-            return ExitCode::from(2);
+        match open_path(&args.file) {
+            Ok(Input::RankSnapshots(folder)) => {
+                if args.svg.is_some() || args.html.is_some() || args.markdown.is_some() {
+                    eprintln!(
+                        "collector: {}: pictures are drawn for recordings; report a folder of snapshots as text or --json",
+                        args.file.display()
+                    );
+                    return ExitCode::from(2);
+                }
+                return super::ranks::report_folder(&args.file, &folder, args.json);
+            }
+            Ok(input) => opened = Some(input),
+            Err(err) => return fail(&err),
         }
-        return super::ranks::report_folder(&args.file, args.json);
     }
     let outputs = match Outputs::open(args) {
         Ok(outputs) => outputs,
-        Err(err) => {
-            eprintln!("collector: {err}");
-            return ExitCode::from(2);
-        }
+        Err(err) => return fail(&err),
     };
     let loaded = if args.more.is_empty() {
-        load_judged(&args.file)
+        match opened.map_or_else(|| open_path(&args.file), Ok) {
+            Ok(input) => judge(&args.file, input),
+            Err(err) => return fail(&err),
+        }
     } else {
-        load_nodes(&args.file, &args.more).map(|(recording, _)| {
-            let analysis = analyze(&recording);
-            (recording, analysis, None)
-        })
+        match load_nodes(&args.file, &args.more) {
+            Ok(recording) => {
+                let analysis = analyze(&recording);
+                Loaded {
+                    kind: Kind::NodeRecordings,
+                    recording,
+                    analysis,
+                    judged: None,
+                    beside: args.file.clone(),
+                }
+            }
+            Err(code) => return code,
+        }
     };
-    let (recording, analysis, judged) = match loaded {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
+    let Loaded {
+        kind,
+        recording,
+        analysis,
+        judged,
+        beside,
+    } = loaded;
     let (snapshot, verdict) = judged.unzip();
     // A recording made with --history names the snapshots dumped next to it: the one at the OOM
     // says what was alive when the job died.
     let paired = snapshot
         .is_none()
-        .then(|| collector::open::paired_snapshot(&args.file, &recording))
+        .then(|| collector::open::paired_snapshot(&beside, &recording))
         .flatten()
         .map(|paired| {
             let verdict = paired
@@ -285,9 +314,15 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if args.json {
+        let headline = verdict.as_ref().map_or_else(
+            || collector::analysis::headline(&analysis).0,
+            |v| v.headline.clone(),
+        );
         let report = JsonReport {
             schema: REPORT_SCHEMA,
             file: args.file.display().to_string(),
+            input: kind,
+            headline,
             command: &recording.header.command,
             host: &recording.header.host,
             duration_s: recording.duration_ns() as f64 / 1e9,
@@ -344,44 +379,70 @@ pub fn report(args: &ReportArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A recording, its analysis, and the snapshot it was made from with its verdict.
-type Judged = (Recording, Analysis, Option<(Snapshot, SnapshotVerdict)>);
+/// An input read and judged: what it is, its recording (a snapshot's trace, nodes merged) and
+/// that recording's analysis, the snapshot with its verdict, and where a snapshot dumped next to
+/// the recording would be (beside this file).
+struct Loaded {
+    kind: Kind,
+    recording: Recording,
+    analysis: Analysis,
+    judged: Option<(Snapshot, SnapshotVerdict)>,
+    beside: PathBuf,
+}
 
-/// Reads a recording and analyses it; a snapshot is judged as well ([`SnapshotVerdict::judge`]).
-/// The error is printed, and the exit status for an unreadable file returned.
-fn load_judged(file: &Path) -> Result<Judged, ExitCode> {
-    match collector::open::read_any_file(file) {
-        Ok(collector::open::Opened::Snapshot(snapshot)) => {
+/// Analyses what was opened; a snapshot is judged as well ([`SnapshotVerdict::judge`]).
+fn judge(path: &Path, input: Input) -> Loaded {
+    let kind = input.kind();
+    let (recording, beside, snapshot) = match input {
+        Input::Snapshot(snapshot) => {
             let (recording, analysis, verdict) = SnapshotVerdict::judge(&snapshot);
-            Ok((recording, analysis, Some((*snapshot, verdict))))
+            return Loaded {
+                kind,
+                recording,
+                analysis,
+                judged: Some((*snapshot, verdict)),
+                beside: path.to_owned(),
+            };
         }
-        Ok(collector::open::Opened::Recording(recording)) => {
-            let analysis = analyze(&recording);
-            Ok((*recording, analysis, None))
+        Input::Recording(recording) => (*recording, path.to_owned(), None),
+        Input::NodeRecordings { recording, files } => {
+            let first = files.first().cloned().unwrap_or_else(|| path.to_owned());
+            (*recording, first, None)
         }
-        Err(err) => {
-            eprintln!("collector: {err}");
-            Err(ExitCode::from(2))
+        // A folder of per-rank snapshots is reported by `report_folder` before this; here only
+        // when the path became one after it was looked at: its traces.
+        Input::RankSnapshots(mut folder) => {
+            let recording = folder.recording.take().unwrap_or_else(|| {
+                Recording::new(collector::recording::Header::new(
+                    0,
+                    String::new(),
+                    Vec::new(),
+                ))
+            });
+            (recording, path.to_owned(), None)
         }
+    };
+    let analysis = analyze(&recording);
+    Loaded {
+        kind,
+        recording,
+        analysis,
+        judged: snapshot,
+        beside,
     }
 }
 
 /// Several nodes' recordings as one run (see [`collector::open::read_one_run`]).
-fn load_nodes(
-    first: &Path,
-    more: &[PathBuf],
-) -> Result<(Recording, Option<collector::snapshot::Snapshot>), ExitCode> {
+fn load_nodes(first: &Path, more: &[PathBuf]) -> Result<Recording, ExitCode> {
     let files: Vec<&Path> = std::iter::once(first)
         .chain(more.iter().map(PathBuf::as_path))
         .collect();
-    collector::open::read_one_run(&files)
-        .map(|recording| (recording, None))
-        .map_err(|reasons| {
-            for reason in reasons {
-                eprintln!("collector: {reason}");
-            }
-            ExitCode::from(2)
-        })
+    collector::open::read_one_run(&files).map_err(|reasons| {
+        for reason in reasons {
+            eprintln!("collector: {reason}");
+        }
+        ExitCode::from(2)
+    })
 }
 
 /// The text report: the verdict first (a snapshot's own verdict before the trace's), then the

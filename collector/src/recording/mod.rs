@@ -23,6 +23,7 @@ pub use model::{
     FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record,
     SeriesKey, SeriesKind, SnapshotFile,
 };
+pub(crate) use read::describe_start;
 pub use read::{ReadError, Reader};
 pub use values::Values;
 pub use write::Writer;

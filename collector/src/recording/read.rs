@@ -352,7 +352,7 @@ fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
 }
 
 /// Names what a file that is not a recording seems to be.
-fn describe_start(bytes: &[u8]) -> String {
+pub(crate) fn describe_start(bytes: &[u8]) -> String {
     let known: &[(&[u8], &str)] = &[
         (b"\x89PNG", "a PNG image"),
         (b"\x1f\x8b", "gzip data (decompress it first)"),

@@ -26,6 +26,7 @@ pub use model::{
 };
 pub use pickle::Frame;
 pub use query::LiveIndex;
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) use read::SourceError;
 pub use read::{SnapshotReader, read_snapshot};
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

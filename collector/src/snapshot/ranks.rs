@@ -2,7 +2,8 @@
 //! writes them, `memory_trace_{r}.pickle`, anything with `rank{N}` in its name) as one
 //! multi-rank run: each rank's memory at its snapshot and its peak in the trace, side by side,
 //! the rank that stands out, and the traces merged into one recording whose ranks the analysis
-//! judges one by one (the report and the viewer share it).
+//! judges one by one (the report and the viewer share it). The folder is read by
+//! `open::open_path`.
 
 use std::path::PathBuf;
 
@@ -217,55 +218,26 @@ impl RankFolder {
         }
     }
 
-    /// Reads the snapshots in `dir` that name a rank. `Err` when the folder cannot be read or
-    /// holds none; a file that cannot be read is a row with its error.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn read(dir: &std::path::Path) -> Result<Self, String> {
-        let files = rank_files(dir)
-            .map_err(|err| format!("cannot read the folder ({err}): {}", dir.display()))?;
-        if files.is_empty() {
-            return Err(format!(
-                "no per-rank snapshots in {} (files named like rank0_memory_snapshot.pickle or memory_trace_0.pickle)",
-                dir.display()
-            ));
+    /// The folder's verdict in one line, as the report and the viewer lead with it, and whether
+    /// it names a problem: the rank that stands out, else what the traces' analysis (`traces`,
+    /// of [`RankFolder::recording`]) finds wrong, else that no rank stands out.
+    pub fn headline(&self, traces: Option<&crate::analysis::Analysis>) -> (String, Option<bool>) {
+        if let Some(line) = &self.standout {
+            return (format!("Imbalance: {line}"), Some(true));
         }
-        let snapshots = files
-            .into_iter()
-            .map(|(rank, path)| {
-                let snapshot = match crate::open::read_any_file(&path) {
-                    Ok(crate::open::Opened::Snapshot(s)) => Ok(*s),
-                    Ok(crate::open::Opened::Recording(_)) => Err(format!(
-                        "a tidemark recording, not a snapshot: {}",
-                        path.display()
-                    )),
-                    Err(err) => Err(err.to_string()),
-                };
-                (rank, path.display().to_string(), snapshot)
-            })
-            .collect();
-        Ok(Self::new(dir.to_owned(), snapshots))
+        if let Some((line, Some(true))) = traces.map(crate::analysis::headline) {
+            return (line, Some(true));
+        }
+        (
+            "No rank stands out: the peaks are within a fifth of each other".to_owned(),
+            Some(false),
+        )
     }
 }
 
 /// The file's name without its folder.
 pub fn short(file: &str) -> &str {
     file.rsplit(['/', '\\']).next().unwrap_or(file)
-}
-
-/// The snapshots in `dir` that name a rank, by rank then name.
-#[cfg(not(target_arch = "wasm32"))]
-fn rank_files(dir: &std::path::Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
-    let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "pickle" || e == "pkl"))
-        .filter_map(|p| {
-            let rank = rank_of(&p.file_name()?.to_string_lossy())?;
-            Some((rank, p))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
 }
 
 /// The rank whose peak is well above the median of the others', in words.

@@ -34,6 +34,7 @@ pub struct SnapshotReader {
 }
 
 /// What [`SnapshotReader::read_from`] could not do: read its source, or parse what came.
+#[cfg(not(target_arch = "wasm32"))] // Files are read natively only.
 #[derive(Debug)]
 pub(crate) enum SourceError {
     Io(std::io::Error),
@@ -41,6 +42,7 @@ pub(crate) enum SourceError {
 }
 
 /// At least this much is read from a source at a time.
+#[cfg(not(target_arch = "wasm32"))]
 const PART: usize = 1 << 20;
 
 /// The parser runs once this much has arrived.
@@ -85,6 +87,7 @@ impl SnapshotReader {
     /// Reads the next part of the pickle from `source`, as [`push`](Self::push) does with
     /// bytes already read but straight into the reader's buffer (a file is not copied once more
     /// on its way): how many bytes came, 0 at the end of `source`.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn read_from(
         &mut self,
         source: &mut impl std::io::Read,

@@ -5,6 +5,7 @@
 mod frameworks;
 mod gpu;
 mod holders;
+mod inputs;
 mod jobs;
 mod lifecycle;
 mod loops;
