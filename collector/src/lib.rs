@@ -5,6 +5,7 @@
 //! `wasm32-unknown-unknown`, so the web viewer reads recordings with the same code.
 
 pub mod analysis;
+pub mod compare;
 pub mod format;
 pub mod oom;
 pub mod open;

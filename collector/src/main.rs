@@ -2,7 +2,7 @@
 //! PyTorch memory snapshots.
 //!
 //! `collector --out run.msgpack -- python train.py` wraps a job; `collector --out run.msgpack
-//! --pid 1234` attaches to a running one; `collector report|check|import FILE` read files.
+//! --pid 1234` attaches to a running one; `collector report|check|import FILE` read files; `collector diff A B` compares two.
 
 mod cli;
 mod record;

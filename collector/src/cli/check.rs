@@ -1,9 +1,10 @@
 //! `collector check FILE`: a CI gate on the analysis' findings.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use collector::analysis::{FindingKind, analyze};
+use collector::analysis::{Analysis, Finding, FindingKind, analyze};
+use collector::compare::{Gate, GateRow, Threshold};
 
 use super::load;
 
@@ -24,6 +25,34 @@ pub struct CheckArgs {
     /// Default: any finding of the kinds above fails.
     #[arg(long, value_name = "SIZE/step", value_parser = parse_growth)]
     pub max_growth: Option<f64>,
+    /// A recording (or snapshot) of the same job to compare with, e.g. one kept from the main
+    /// branch: the check also fails when FILE's peak per device, a phase's watermark or what it
+    /// retains per step, or the step baseline grew beyond the thresholds below (for snapshots:
+    /// the peak in the trace, and what is alive at the end against --max-baseline-increase).
+    /// Exit 2 when the two cannot be compared (a snapshot and a recording, no device, phase or
+    /// step series in common).
+    #[arg(long, value_name = "BASE")]
+    pub baseline: Option<PathBuf>,
+    /// How much the peak per device may grow over the baseline: a percentage or a size.
+    /// Percentages ignore growth under 1 MiB.
+    #[arg(long, value_name = "LIMIT", default_value = "5%", value_parser = Threshold::parse, requires = "baseline")]
+    pub max_peak_increase: Threshold,
+    /// How much a phase's watermark (what it needs above its start, mean per occurrence) may
+    /// grow over the baseline's.
+    #[arg(long, value_name = "LIMIT", default_value = "10%", value_parser = Threshold::parse, requires = "baseline")]
+    pub max_watermark_increase: Threshold,
+    /// How much the step baseline (the median memory at the same point of every step) may grow
+    /// over the baseline's.
+    #[arg(long, value_name = "LIMIT", default_value = "64MiB", value_parser = Threshold::parse, requires = "baseline")]
+    pub max_baseline_increase: Threshold,
+    /// How much a phase's retained bytes per step (what no later phase of the step gives back:
+    /// a leak's rate) may grow over the baseline's.
+    #[arg(long, value_name = "LIMIT", default_value = "1MiB/step", value_parser = Threshold::parse, requires = "baseline")]
+    pub max_retained_increase: Threshold,
+    /// With --baseline: print the verdict as Markdown, a table of every quantity compared (for
+    /// `>> "$GITHUB_STEP_SUMMARY"`), instead of text.
+    #[arg(long, requires = "baseline")]
+    pub markdown: bool,
 }
 
 fn parse_kind(name: &str) -> Result<FindingKind, String> {
@@ -65,6 +94,9 @@ pub fn parse_growth(text: &str) -> Result<f64, String> {
 
 /// `collector check FILE`: 0 when fine, 1 with the failing findings printed, 2 when unreadable.
 pub fn check(args: &CheckArgs) -> ExitCode {
+    if let Some(base) = &args.baseline {
+        return check_against(args, base);
+    }
     let recording = match load(&args.file) {
         Ok((recording, _)) => recording,
         Err(code) => return code,
@@ -99,6 +131,164 @@ pub fn check(args: &CheckArgs) -> ExitCode {
         }
     }
     ExitCode::from(1)
+}
+
+/// The findings of `analysis` that fail the check under `args`.
+fn failing_findings<'a>(args: &CheckArgs, analysis: &'a Analysis) -> Vec<&'a Finding> {
+    analysis
+        .findings
+        .iter()
+        .filter(|f| args.fail_on.contains(&f.kind))
+        .filter(|f| match (args.max_growth, f.growth_per_step_bytes) {
+            (Some(max), Some(growth)) => growth > max,
+            _ => true,
+        })
+        .collect()
+}
+
+/// `collector check FILE --baseline BASE`: FILE's own findings, and every quantity of FILE
+/// against BASE's; 0 when all pass, 1 when any fails, 2 when either file cannot be read or the
+/// two cannot be compared.
+fn check_against(args: &CheckArgs, base: &Path) -> ExitCode {
+    let (compared, analysis) = match super::diff::compare_files_judged(base, &args.file) {
+        Ok(both) => both,
+        Err(why) => {
+            eprintln!("collector check: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let gate = Gate {
+        peak: args.max_peak_increase,
+        watermark: args.max_watermark_increase,
+        baseline: args.max_baseline_increase,
+        retained: args.max_retained_increase,
+    };
+    let (rows, notes) = match &compared {
+        super::diff::Compared::Recordings { diff, .. } => {
+            (gate.judge_recordings(diff), diff.notes.clone())
+        }
+        super::diff::Compared::Snapshots { diff, .. } => {
+            (gate.judge_snapshots(diff), diff.notes.clone())
+        }
+    };
+    if rows.is_empty() {
+        eprintln!(
+            "collector check: nothing to compare between {} and {}: no peak, phase or step series in both{}",
+            base.display(),
+            args.file.display(),
+            notes.first().map_or(String::new(), |n| format!(" ({n})"))
+        );
+        return ExitCode::from(2);
+    }
+    let findings = failing_findings(args, &analysis);
+    let failed = !findings.is_empty() || rows.iter().any(|r| r.failed);
+    let text = if args.markdown {
+        baseline_markdown(base, &args.file, &rows, &findings, &notes)
+    } else {
+        baseline_text(base, &rows, &findings, &notes)
+    };
+    super::out(format_args!("{text}"));
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The verdict against a baseline as text: what failed, with its numbers, then the count.
+fn baseline_text(base: &Path, rows: &[GateRow], findings: &[&Finding], notes: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for row in rows.iter().filter(|r| r.failed) {
+        let _ = writeln!(out, "collector check: FAILED: {}", row.sentence());
+    }
+    for finding in findings {
+        let _ = writeln!(out, "collector check: FAILED: {}", finding.title);
+        for line in &finding.evidence {
+            let _ = writeln!(out, "    {line}");
+        }
+    }
+    let over = rows.iter().filter(|r| r.failed).count();
+    let _ = writeln!(
+        out,
+        "collector check: {} against the baseline {}: {} of {} quantities within their thresholds{}",
+        if over == 0 && findings.is_empty() {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        base.display(),
+        rows.len() - over,
+        rows.len(),
+        if findings.is_empty() {
+            String::new()
+        } else {
+            format!(", {} failing finding(s)", findings.len())
+        }
+    );
+    for note in notes {
+        let _ = writeln!(out, "    note: {note}");
+    }
+    out
+}
+
+/// The verdict against a baseline as Markdown, for `$GITHUB_STEP_SUMMARY`: every quantity
+/// compared in one table, the failing findings, the notes.
+fn baseline_markdown(
+    base: &Path,
+    run: &Path,
+    rows: &[GateRow],
+    findings: &[&Finding],
+    notes: &[String],
+) -> String {
+    use collector::compare::signed_bytes;
+    use collector::format::format_bytes;
+    use std::fmt::Write as _;
+    let failed = !findings.is_empty() || rows.iter().any(|r| r.failed);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### tidemark check: {}\n\n`{}` against the baseline `{}`.\n",
+        if failed { "FAILED" } else { "passed" },
+        run.display(),
+        base.display()
+    );
+    let _ = writeln!(out, "| | baseline | this run | change | allowed | |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---|");
+    for row in rows {
+        let change = row.run - row.base;
+        let percent = if row.base.abs() > 0.0 {
+            format!(" ({:+.1}%)", 100.0 * change / row.base.abs())
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {}{percent} | {} | {} |",
+            row.what,
+            format_bytes(row.base),
+            format_bytes(row.run),
+            signed_bytes(change),
+            row.threshold,
+            if row.failed { "**FAILED**" } else { "ok" }
+        );
+    }
+    if !findings.is_empty() {
+        let _ = writeln!(out, "\nFindings that fail the check:\n");
+        for finding in findings {
+            let _ = writeln!(out, "- **{}**", finding.title.replace('|', "\\|"));
+            for line in &finding.evidence {
+                let _ = writeln!(out, "  - {line}");
+            }
+        }
+    }
+    if !notes.is_empty() {
+        out.push('\n');
+        for note in notes {
+            let _ = writeln!(out, "- note: {note}");
+        }
+    }
+    out
 }
 
 #[cfg(test)]

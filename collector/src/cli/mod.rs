@@ -1,7 +1,8 @@
 //! The command line: the clap types of every command, and one file per command (`record` is
-//! the [`crate::record`] module; `report`, `check` and `import` are here).
+//! the [`crate::record`] module; `report`, `check`, `diff` and `import` are here).
 
 mod check;
+mod diff;
 mod import;
 mod picture;
 mod ranks;
@@ -50,6 +51,10 @@ enum Command {
     /// Exit 1 when a recording (or snapshot) shows a leak (or other chosen findings), 0 when
     /// not, 2 when it cannot be read. For CI.
     Check(check::CheckArgs),
+    /// Compare two PyTorch memory snapshots (by allocation site, per device) or two recordings
+    /// (per phase, the step baseline and its trend, categories, holders, peaks, OOMs): A, B and
+    /// the change. Exit 2 when they cannot be read or compared.
+    Diff(diff::DiffArgs),
     /// Convert a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`) into a recording:
     /// its allocated and reserved curves, OOMs and phases.
     Import(import::ImportArgs),
@@ -135,6 +140,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Some(Command::Report(args)) => report::report(&args),
         Some(Command::Check(args)) => check::check(&args),
+        Some(Command::Diff(args)) => diff::diff(&args),
         Some(Command::Import(args)) => import::import(&args),
         None => crate::record::run(cli.record),
     }

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
 
+mod compare;
 mod frameworks;
 mod gpu;
 mod holders;

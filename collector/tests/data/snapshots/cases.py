@@ -5,6 +5,11 @@
   python3 cases.py random DIR N SEED writes N random snapshot-shaped pickles with random sharing
   python3 cases.py big FILE N        writes a snapshot of N trace entries with ~20 frames each,
                                      shared the way PyTorch shares them
+  python3 cases.py pair DIR          writes before.pickle and after.pickle: one site grows by
+                                     12 MiB, one is new, one is gone, one stays (for `diff`);
+                                     and other_device.pickle: after's blocks on cuda:1
+  python3 cases.py sites FILE...     prints, per file, the live bytes and blocks per device and
+                                     per allocation site (the first frame of the user's code)
 
 Only the standard library: the files are what torch.cuda.memory._dump_snapshot writes (a dict of
 lists and dicts), made without a GPU.
@@ -437,6 +442,114 @@ def big(path, n):
         pickle.dump(snapshot, f, protocol=4)
 
 
+def pair_snapshot(sites, temporary, device=0):
+    """One device, one 128 MiB segment: each site's blocks (allocated in the trace, alive at the
+    snapshot), then a temporary block allocated and freed last (so the trace's peak is what is
+    alive plus it)."""
+    t = 1_771_267_191_000_000
+    seg = 0x7F00_0000_0000
+    total = 128 * MIB
+    lib = frame("einsum", "/venv/lib/python3.12/site-packages/torch/functional.py", 407)
+    wrapper = frame("__torch_function__", "/work/tensors.py", 10)
+    call = frame("_call_impl", "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", 1750)
+    loop = frame("<module>", "/work/train.py", 12)
+    trace = [{"action": "segment_alloc", "addr": seg, "size": total, "stream": 0, "time_us": t,
+              "frames": []}]
+    blocks = []
+    addr = seg
+    dt = 1
+    for (name, line), count, size in sites:
+        user = frame(name, "/work/train.py", line)
+        frames = CPP + [lib, wrapper, user, call, loop]
+        for _ in range(count):
+            trace.append({"action": "alloc", "addr": addr, "size": size, "stream": 0,
+                          "time_us": t + dt, "frames": frames})
+            blocks.append({"address": addr, "size": size, "requested_size": size,
+                           "state": "active_allocated", "frames": frames})
+            addr += size
+            dt += 1
+    tmp = frames = CPP + [frame("forward", "/work/model.py", 42), loop]
+    for action in ("alloc", "free_requested", "free_completed"):
+        trace.append({"action": action, "addr": addr, "size": temporary, "stream": 0,
+                      "time_us": t + dt, "frames": tmp})
+        dt += 1
+    blocks.append({"address": addr, "size": seg + total - addr, "requested_size": 0,
+                   "state": "inactive", "frames": []})
+    segment = {"device": device, "address": seg, "total_size": total, "allocated_size": addr - seg,
+               "active_size": addr - seg, "requested_size": addr - seg, "stream": 0,
+               "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
+               "frames": [], "blocks": blocks}
+    return {"segments": [segment], "device_traces": [[]] * device + [trace]}
+
+
+def pair(directory):
+    """before: steady 8 MiB, remember 3 MiB, old 2 MiB, a 16 MiB temporary; after: steady
+    8 MiB, remember 15 MiB (+12 MiB), fresh 4 MiB, a 32 MiB temporary."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    before = [(("steady", 20), 2, 4 * MIB), (("remember", 88), 3, MIB), (("old", 50), 1, 2 * MIB)]
+    after = [(("steady", 20), 2, 4 * MIB), (("remember", 88), 5, 3 * MIB), (("fresh", 60), 2, 2 * MIB)]
+    for name, sites, temporary in (("before", before, 16 * MIB), ("after", after, 32 * MIB)):
+        with open(out / f"{name}.pickle", "wb") as f:
+            pickle.dump(pair_snapshot(sites, temporary), f, protocol=4)
+    with open(out / "other_device.pickle", "wb") as f:
+        pickle.dump(pair_snapshot(after, 32 * MIB, device=1), f, protocol=4)
+
+
+CPP_INTERNAL = ("CachingAllocator", "gather_with_cpp")
+
+
+def site(frames):
+    """The allocation site as `collector diff` names it: the first Python frame of the user's
+    code, else the first Python frame, else the first C++ frame outside the allocator."""
+    frames = frames or []
+    python = [f for f in frames if f["filename"].endswith(".py")]
+    shown = python or [
+        f for f in frames
+        if not (any(s in f["name"] for s in CPP_INTERNAL)
+                or f["name"].startswith(("torch::unwind", "torch::CapturedTraceback")))
+    ]
+
+    def internal(f):
+        path = f["filename"].replace("\\", "/")
+        return ("/torch/" in path or path.startswith("torch/") or "site-packages/" in path
+                or "dist-packages/" in path or path.startswith("<frozen")
+                or "__torch_function__" in f["name"] or "__torch_dispatch__" in f["name"])
+
+    pick = next((f for f in shown if f["filename"].endswith(".py") and not internal(f)), None)
+    pick = pick or (shown[0] if shown else None)
+    if pick is None:
+        return "(no frames recorded)"
+    parts = pick["filename"].replace("\\", "/").split("/")
+    short = "/".join(parts[-2:]) if len(parts) >= 2 and parts[-2] else parts[-1]
+    if 0 < pick["line"] < 2**32 and short:
+        return f"{pick['name']} ({short}:{pick['line']})"
+    if short in ("", "??"):
+        return pick["name"]
+    return f"{pick['name']} ({short})"
+
+
+def sites(path):
+    """Live bytes and blocks at the snapshot per device and per site: the segments' blocks that
+    are not inactive, as pickle.load reads them."""
+    with open(path, "rb") as f:
+        snapshot = pickle.load(f)
+    per_device, per_site = {}, {}
+    for segment in snapshot["segments"]:
+        d = str(segment["device"])
+        for block in segment["blocks"]:
+            if block["state"] == "inactive":
+                continue
+            dev = per_device.setdefault(d, [0, 0])
+            dev[0] += block["size"]
+            dev[1] += 1
+            key = f"{d} {site(block.get('frames'))}"
+            one = per_site.setdefault(key, [0, 0])
+            one[0] += block["size"]
+            one[1] += 1
+    return {"devices": per_device, "sites": per_site}
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "generate":
@@ -448,6 +561,11 @@ if __name__ == "__main__":
         generate_random(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif command == "big":
         big(sys.argv[2], int(sys.argv[3]))
+    elif command == "pair":
+        pair(sys.argv[2])
+    elif command == "sites":
+        for p in sys.argv[2:]:
+            print(json.dumps(sites(p)))
     else:
         print(__doc__)
         sys.exit(2)

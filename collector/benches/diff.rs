@@ -1,0 +1,67 @@
+//! `collector diff A B` and `collector check B --baseline A` of two 10 M-sample recordings (the
+//! budget: ≤ 1 s, reading both files included). Runs the real binary on files, as a CI job would.
+//! `cargo bench -p tidemark-collector --bench diff`.
+
+use std::process::Command;
+use std::time::Instant;
+
+fn main() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let a = dir.path().join("main.msgpack");
+    let b = dir.path().join("branch.msgpack");
+    let recording = tidemark_tests::long_run();
+    collector::recording::write_file(&a, &recording).expect("write the recording");
+    collector::recording::write_file(&b, &recording).expect("write the recording");
+    println!(
+        "two recordings of {} samples, {} phase edges, {} allocator readings, {:.0} MB each",
+        recording.sample_count(),
+        recording.phases.len(),
+        recording.allocator.len(),
+        std::fs::metadata(&a).map_or(0, |m| m.len()) as f64 / 1e6
+    );
+    drop(recording);
+    let runs: [(&str, Vec<&std::ffi::OsStr>); 4] = [
+        // For scale: one file read and analysed.
+        ("report (one file)", vec!["report".as_ref(), a.as_os_str()]),
+        ("diff", vec!["diff".as_ref(), a.as_os_str(), b.as_os_str()]),
+        (
+            "diff --json",
+            vec![
+                "diff".as_ref(),
+                a.as_os_str(),
+                b.as_os_str(),
+                "--json".as_ref(),
+            ],
+        ),
+        (
+            "check --baseline",
+            vec![
+                "check".as_ref(),
+                b.as_os_str(),
+                "--baseline".as_ref(),
+                a.as_os_str(),
+            ],
+        ),
+    ];
+    for (name, args) in runs {
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let start = Instant::now();
+            let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+                .args(&args)
+                .output()
+                .expect("run the collector");
+            times.push(start.elapsed().as_secs_f64());
+            assert!(
+                output.status.code().is_some_and(|c| c < 2),
+                "{name}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{name}: {:.2} s median of 3 ({:.2}–{:.2} s; both files read, both analysed; budget ≤ 1 s)",
+            times[1], times[0], times[2]
+        );
+    }
+}

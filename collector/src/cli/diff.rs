@@ -1,0 +1,469 @@
+//! `collector diff A B [--json | --markdown]`: two PyTorch memory snapshots by allocation site and
+//! per device, or two recordings by phase, step baseline, categories, holders, peaks and OOMs —
+//! A, B and the change (see [`collector::compare`]).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use collector::analysis::{Analysis, analyze};
+use collector::compare::{
+    Pair, RecordingDiff, SiteStatus, SnapshotDiff, SnapshotFacts, compare_recordings,
+    compare_snapshots, signed_bytes,
+};
+use collector::format::format_bytes;
+use collector::open::{Opened, read_any_file};
+use serde::Serialize;
+
+/// Arguments of `collector diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The baseline: a recording, or a PyTorch memory snapshot.
+    pub a: PathBuf,
+    /// The file compared with it, of the same kind.
+    pub b: PathBuf,
+    /// Print the comparison as JSON.
+    #[arg(long, conflicts_with = "markdown")]
+    pub json: bool,
+    /// Print the comparison as Markdown (for a pull request or `$GITHUB_STEP_SUMMARY`).
+    #[arg(long)]
+    pub markdown: bool,
+    /// How many allocation sites the text and Markdown list (JSON lists all).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub sites: usize,
+}
+
+/// Two files read and compared.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(super) enum Compared {
+    /// Two snapshots.
+    Snapshots {
+        /// A's path.
+        a: String,
+        /// B's path.
+        b: String,
+        /// The comparison.
+        diff: SnapshotDiff,
+    },
+    /// Two recordings.
+    Recordings {
+        /// A's path.
+        a: String,
+        /// B's path.
+        b: String,
+        /// The comparison.
+        diff: Box<RecordingDiff>,
+    },
+}
+
+/// What a file is, in words.
+fn kind(opened: &Opened) -> &'static str {
+    match opened {
+        Opened::Recording(_) => "a tidemark recording",
+        Opened::Snapshot(_) => "a PyTorch memory snapshot",
+    }
+}
+
+/// Reads both files and compares them; the error says why they cannot be compared (exit 2).
+pub(super) fn compare_files(a: &Path, b: &Path) -> Result<Compared, String> {
+    compare(a, b, false).map(|(compared, _)| compared)
+}
+
+/// [`compare_files`], with the analysis of B (a snapshot's: of its trace as a recording), for
+/// the check's own findings.
+pub(super) fn compare_files_judged(a: &Path, b: &Path) -> Result<(Compared, Analysis), String> {
+    let (compared, analysis) = compare(a, b, true)?;
+    // Both kinds are analysed when asked to.
+    let analysis = analysis.ok_or_else(|| format!("{} was not analysed", b.display()))?;
+    Ok((compared, analysis))
+}
+
+fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Analysis>), String> {
+    let (opened_a, opened_b) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| read_any_file(b));
+        let first = read_any_file(a);
+        let second = other
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (first, second)
+    });
+    let opened_a = opened_a.map_err(|e| e.to_string())?;
+    let opened_b = opened_b.map_err(|e| e.to_string())?;
+    let names = (a.display().to_string(), b.display().to_string());
+    match (opened_a, opened_b) {
+        (Opened::Snapshot(sa), Opened::Snapshot(sb)) => {
+            let (fa, fb) = std::thread::scope(|scope| {
+                let other = scope.spawn(|| SnapshotFacts::of(&sb));
+                let first = SnapshotFacts::of(&sa);
+                let second = other
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (first, second)
+            });
+            let diff = compare_snapshots(&fa, &fb);
+            if let Some(why) = diff.nothing_comparable() {
+                return Err(format!("{} and {}: {why}", names.0, names.1));
+            }
+            let analysis = judge_b.then(|| analyze(&sb.to_recording()));
+            Ok((
+                Compared::Snapshots {
+                    a: names.0,
+                    b: names.1,
+                    diff,
+                },
+                analysis,
+            ))
+        }
+        (Opened::Recording(ra), Opened::Recording(rb)) => {
+            let (aa, ab) = std::thread::scope(|scope| {
+                let other = scope.spawn(|| analyze(&rb));
+                let first = analyze(&ra);
+                let second = other
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (first, second)
+            });
+            let diff = compare_recordings(&ra, &aa, &rb, &ab);
+            if let Some(why) = diff.nothing_comparable() {
+                return Err(format!("{} and {}: {why}", names.0, names.1));
+            }
+            Ok((
+                Compared::Recordings {
+                    a: names.0,
+                    b: names.1,
+                    diff: Box::new(diff),
+                },
+                Some(ab),
+            ))
+        }
+        (x, y) => Err(format!(
+            "cannot compare {} ({}) with {} ({}): compare a snapshot with a snapshot, a recording with a recording (`collector import` turns a snapshot into a recording)",
+            names.0,
+            kind(&x),
+            names.1,
+            kind(&y)
+        )),
+    }
+}
+
+/// `collector diff A B`: 0 with the comparison printed, 2 when the files cannot be read or
+/// compared.
+pub fn diff(args: &DiffArgs) -> ExitCode {
+    let compared = match compare_files(&args.a, &args.b) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("collector diff: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = if args.json {
+        match serde_json::to_string_pretty(&compared) {
+            Ok(json) => json + "\n",
+            Err(err) => {
+                eprintln!("collector diff: {err}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        render(&compared, args.markdown, args.sites)
+    };
+    super::out(format_args!("{text}"));
+    ExitCode::SUCCESS
+}
+
+/// How a row's numbers read.
+#[derive(Clone, Copy)]
+enum Unit {
+    Bytes,
+    PerStep,
+    Count,
+}
+
+fn number(value: Option<f64>, unit: Unit) -> String {
+    match (value, unit) {
+        (None, _) => "—".to_owned(),
+        (Some(v), Unit::Bytes) => format_bytes(v),
+        (Some(v), Unit::PerStep) => format!("{}/step", format_bytes(v)),
+        (Some(v), Unit::Count) => format!("{v:.0}"),
+    }
+}
+
+fn change(pair: &Pair, unit: Unit) -> String {
+    let Some(c) = pair.change else {
+        return "—".to_owned();
+    };
+    let text = match unit {
+        Unit::Bytes => signed_bytes(c),
+        Unit::PerStep => format!("{}/step", signed_bytes(c)),
+        Unit::Count => format!("{c:+.0}"),
+    };
+    match (pair.a, unit) {
+        (Some(a), Unit::Bytes) if a.abs() > 0.0 && c != 0.0 => {
+            format!("{text} ({:+.1}%)", 100.0 * c / a.abs())
+        }
+        _ => text,
+    }
+}
+
+/// A table: a title, its header and rows of cells, as text (aligned columns) or Markdown.
+struct Table {
+    title: String,
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(title: impl Into<String>, header: Vec<&'static str>) -> Self {
+        Self {
+            title: title.into(),
+            header,
+            rows: Vec::new(),
+        }
+    }
+
+    /// A row for a quantity (none when neither side has it).
+    fn quantity(&mut self, label: impl Into<String>, pair: &Pair, unit: Unit) {
+        if pair.a.is_none() && pair.b.is_none() {
+            return;
+        }
+        self.rows.push(vec![
+            label.into(),
+            number(pair.a, unit),
+            number(pair.b, unit),
+            change(pair, unit),
+        ]);
+    }
+
+    fn write(&self, out: &mut String, markdown: bool) {
+        if self.rows.is_empty() {
+            return;
+        }
+        if markdown {
+            let _ = writeln!(out, "**{}**\n", self.title);
+            let _ = writeln!(out, "| {} |", self.header.join(" | "));
+            let _ = writeln!(
+                out,
+                "|{}",
+                self.header
+                    .iter()
+                    .enumerate()
+                    .map(|(i, _)| if i == 0 { "---|" } else { "---:|" })
+                    .collect::<String>()
+            );
+            for row in &self.rows {
+                let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+                let _ = writeln!(out, "| {} |", cells.join(" | "));
+            }
+            out.push('\n');
+            return;
+        }
+        let _ = writeln!(out, "{}:", self.title);
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut text = String::from(" ");
+            for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+                let pad = w.saturating_sub(cell.chars().count());
+                if i == 0 || i + 1 == cells.len() && self.header.len() > 4 {
+                    text.push_str(&format!(" {cell}{}", " ".repeat(pad)));
+                } else {
+                    text.push_str(&format!(" {}{cell}", " ".repeat(pad)));
+                }
+                text.push(' ');
+            }
+            text.trim_end().to_owned()
+        };
+        let header: Vec<String> = self.header.iter().map(|h| (*h).to_owned()).collect();
+        let _ = writeln!(out, "{}", line(&header));
+        for row in &self.rows {
+            let _ = writeln!(out, "{}", line(row));
+        }
+        out.push('\n');
+    }
+}
+
+/// The comparison as text or Markdown.
+pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> String {
+    let mut out = String::new();
+    let (a, b, what) = match compared {
+        Compared::Snapshots { a, b, .. } => (a, b, "PyTorch memory snapshots"),
+        Compared::Recordings { a, b, .. } => (a, b, "recordings"),
+    };
+    if markdown {
+        let _ = writeln!(
+            out,
+            "### tidemark: memory compared\n\nA = `{a}`, B = `{b}` ({what}); change = B − A.\n"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "collector diff: A = {a}, B = {b} ({what}); change = B − A\n"
+        );
+    }
+    let header = vec!["", "A", "B", "change"];
+    let notes = match compared {
+        Compared::Snapshots { diff, .. } => {
+            let mut table = Table::new("per device", header.clone());
+            for d in &diff.devices {
+                let dev = format!("cuda:{}", d.device);
+                table.quantity(format!("{dev} reserved"), &d.reserved, Unit::Bytes);
+                table.quantity(format!("{dev} allocated"), &d.allocated, Unit::Bytes);
+                table.quantity(
+                    format!("{dev} fragmentation (reserved − allocated)"),
+                    &d.fragmentation,
+                    Unit::Bytes,
+                );
+                table.quantity(
+                    format!("{dev} peak allocated in the trace"),
+                    &d.trace_peak,
+                    Unit::Bytes,
+                );
+                table.quantity(format!("{dev} live blocks"), &d.live_blocks, Unit::Count);
+            }
+            table.write(&mut out, markdown);
+            let mut sites = Table::new(
+                format!(
+                    "allocation sites, by the change of their live bytes ({} in all)",
+                    diff.sites.len()
+                ),
+                vec!["change", "A", "B", "blocks A → B", "site"],
+            );
+            for s in diff.sites.iter().take(max_sites) {
+                let tag = match s.status {
+                    SiteStatus::Both => "",
+                    SiteStatus::New => " [new]",
+                    SiteStatus::Gone => " [gone]",
+                };
+                sites.rows.push(vec![
+                    signed_bytes(s.bytes.change.unwrap_or(0.0)),
+                    number(s.bytes.a, Unit::Bytes),
+                    number(s.bytes.b, Unit::Bytes),
+                    format!(
+                        "{} → {}",
+                        number(s.blocks.a, Unit::Count),
+                        number(s.blocks.b, Unit::Count)
+                    ),
+                    format!("cuda:{} {}{tag}", s.device, s.site),
+                ]);
+            }
+            sites.write(&mut out, markdown);
+            if diff.sites.len() > max_sites {
+                let _ = writeln!(
+                    out,
+                    "… and {} more sites (--sites N lists more, --json all)\n",
+                    diff.sites.len() - max_sites
+                );
+            }
+            &diff.notes
+        }
+        Compared::Recordings { diff, .. } => {
+            let mut steps = Table::new(
+                format!(
+                    "the memory at the same point of every step ({})",
+                    if diff.basis[0] == diff.basis[1] {
+                        diff.basis[0].to_owned()
+                    } else {
+                        format!("A: {}, B: {}", diff.basis[0], diff.basis[1])
+                    }
+                ),
+                header.clone(),
+            );
+            steps.quantity("steps (or windows)", &diff.steps, Unit::Count);
+            steps.quantity("baseline (median)", &diff.baseline, Unit::Bytes);
+            steps.quantity("trend (slope)", &diff.slope, Unit::PerStep);
+            steps.write(&mut out, markdown);
+            let mut phases = Table::new("per phase, mean per occurrence", header.clone());
+            for p in &diff.phases {
+                phases.quantity(
+                    format!("{} occurrences", p.phase),
+                    &p.occurrences,
+                    Unit::Count,
+                );
+                phases.quantity(format!("{} net", p.phase), &p.net, Unit::Bytes);
+                phases.quantity(format!("{} watermark", p.phase), &p.watermark, Unit::Bytes);
+                phases.quantity(format!("{} retained", p.phase), &p.retained, Unit::Bytes);
+            }
+            phases.write(&mut out, markdown);
+            let mut peaks = Table::new("peaks", header.clone());
+            for d in &diff.devices {
+                peaks.quantity(
+                    format!("cuda:{} allocated", d.device),
+                    &d.allocated_peak,
+                    Unit::Bytes,
+                );
+                peaks.quantity(
+                    format!("cuda:{} device memory in use", d.device),
+                    &d.device_used_peak,
+                    Unit::Bytes,
+                );
+            }
+            peaks.quantity("host resident memory", &diff.host_peak, Unit::Bytes);
+            peaks.quantity("out-of-memory errors", &diff.ooms, Unit::Count);
+            peaks.write(&mut out, markdown);
+            for (side, causes) in ["A", "B"].iter().zip(&diff.oom_causes) {
+                if !causes.is_empty() {
+                    let _ = writeln!(out, "{side} ran out of memory: {}", causes.join("; "));
+                }
+            }
+            let mut categories = Table::new(
+                "memory by category at the step starts (median)",
+                header.clone(),
+            );
+            for c in &diff.categories {
+                let place = c.device.map_or("host".to_owned(), |d| format!("cuda:{d}"));
+                categories.quantity(format!("{place} parameters"), &c.parameters, Unit::Bytes);
+                categories.quantity(format!("{place} gradients"), &c.gradients, Unit::Bytes);
+                categories.quantity(
+                    format!("{place} optimizer state"),
+                    &c.optimizer_state,
+                    Unit::Bytes,
+                );
+                categories.quantity(format!("{place} the rest"), &c.rest, Unit::Bytes);
+            }
+            categories.write(&mut out, markdown);
+            let mut holders = Table::new(
+                "holders that grew between the first and last census",
+                header.clone(),
+            );
+            for h in &diff.holders {
+                holders.quantity(format!("{} ({})", h.name, h.what), &h.growth, Unit::Bytes);
+            }
+            holders.write(&mut out, markdown);
+            &diff.notes
+        }
+    };
+    for note in notes {
+        let _ = writeln!(out, "{}note: {note}", if markdown { "- " } else { "" });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_read_with_their_sign_and_share() {
+        let pair = Pair::new(Some(100.0 * 1048576.0), Some(150.0 * 1048576.0));
+        assert_eq!(change(&pair, Unit::Bytes), "+50.0 MiB (+50.0%)");
+        assert_eq!(change(&Pair::new(None, Some(1.0)), Unit::Bytes), "—");
+        assert_eq!(change(&Pair::new(Some(3.0), Some(1.0)), Unit::Count), "-2");
+    }
+
+    #[test]
+    fn tables_align_as_text_and_escape_as_markdown() {
+        let mut table = Table::new("t", vec!["", "A", "B", "change"]);
+        table.quantity("x|y", &Pair::new(Some(1.0), Some(2.0)), Unit::Count);
+        let mut md = String::new();
+        table.write(&mut md, true);
+        assert!(md.contains("| x\\|y | 1 | 2 | +1 |"), "{md}");
+        let mut text = String::new();
+        table.write(&mut text, false);
+        assert!(text.contains("x|y  1  2      +1"), "{text}");
+    }
+}

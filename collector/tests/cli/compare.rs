@@ -1,0 +1,450 @@
+//! `collector diff A B` and `collector check RUN --baseline BASE`: a real before/after pair of
+//! PyTorch snapshots against what Python's pickle reads from them, a generated pair whose sites
+//! change by known amounts, and real torch jobs on the CPU recorded twice, with a larger forward
+//! and with a leak.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::{Job, python, stderr};
+
+const MIB: f64 = 1048576.0;
+
+fn collector(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn diff(a: &Path, b: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["diff".as_ref(), a.as_os_str(), b.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    collector(&args)
+}
+
+fn check(run: &Path, base: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "check".as_ref(),
+        run.as_os_str(),
+        "--baseline".as_ref(),
+        base.as_os_str(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    collector(&args)
+}
+
+fn json(output: &Output) -> Value {
+    assert!(output.status.success(), "{}", stderr(output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn cases() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshots/cases.py")
+}
+
+/// Per file, what Python's pickle finds alive per device and per site (`cases.py sites`).
+fn python_sites(files: &[&Path]) -> Vec<Value> {
+    let output = Command::new(python())
+        .arg(cases())
+        .arg("sites")
+        .args(files)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    output
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect()
+}
+
+/// The generated pair (`cases.py pair`).
+fn generated_pair() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new(python())
+        .arg(cases())
+        .arg("pair")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+fn f(value: &Value) -> f64 {
+    value
+        .as_f64()
+        .unwrap_or_else(|| panic!("not a number: {value}"))
+}
+
+#[test]
+fn the_real_fp32_and_bf16_snapshots_differ_as_python_reads_them() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let a = real.join("cs336_large_fw_bw_fp32.pickle");
+    let b = real.join("cs336_large_fw_bw_bf16.pickle");
+    let compared = json(&diff(&a, &b, &["--json"]));
+    assert_eq!(compared["kind"], "snapshots");
+    let truth = python_sites(&[&a, &b]);
+    let devices = compared["diff"]["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    let device = &devices[0];
+    assert_eq!(device["device"], 0);
+    for (side, t) in ["a", "b"].iter().zip(&truth) {
+        let bytes = f(&t["devices"]["0"][0]);
+        let blocks = f(&t["devices"]["0"][1]);
+        assert_eq!(f(&device["live_bytes"][side]), bytes, "{side}");
+        assert_eq!(f(&device["allocated"][side]), bytes, "{side}");
+        assert_eq!(f(&device["live_blocks"][side]), blocks, "{side}");
+    }
+    // bf16 autocast keeps casts beside the fp32 weights: more is alive and reserved.
+    assert!(f(&device["allocated"]["change"]) > 0.0);
+    assert!(f(&device["trace_peak"]["b"]) > f(&device["trace_peak"]["a"]));
+    // Every site, on both sides, is what Python sums over its blocks.
+    let sites = compared["diff"]["sites"].as_array().unwrap();
+    assert_eq!(
+        sites.len(),
+        {
+            let mut keys: std::collections::BTreeSet<&String> =
+                truth[0]["sites"].as_object().unwrap().keys().collect();
+            keys.extend(truth[1]["sites"].as_object().unwrap().keys());
+            keys.len()
+        },
+        "the same sites"
+    );
+    for site in sites {
+        let key = format!("{} {}", site["device"], site["site"].as_str().unwrap());
+        for (side, t) in ["a", "b"].iter().zip(&truth) {
+            let expected = t["sites"].get(&key).map_or(0.0, |v| f(&v[0]));
+            assert_eq!(f(&site["bytes"][side]), expected, "{key} in {side}");
+        }
+    }
+    // The top site: the largest change, and the sum over its blocks on each side.
+    let top = &sites[0];
+    let key = format!("0 {}", top["site"].as_str().unwrap());
+    let sum = |t: &Value| t["sites"].get(&key).map_or(0.0, |v| f(&v[0]));
+    assert_eq!(f(&top["bytes"]["change"]), sum(&truth[1]) - sum(&truth[0]));
+    assert!(
+        sites
+            .iter()
+            .all(|s| f(&s["bytes"]["change"]).abs() <= f(&top["bytes"]["change"]).abs())
+    );
+    // The site is the user's model, not torch's einsum nor einops under it.
+    assert_eq!(top["site"], "forward (cs336_basics/model.py:41)");
+    // And the text says the same.
+    let text = stdout(&diff(&a, &b, &[]));
+    assert!(
+        text.contains("forward (cs336_basics/model.py:41)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fragmentation (reserved − allocated)"),
+        "{text}"
+    );
+    // As a gate, bf16 against fp32 fails on the peak.
+    let gate = check(&b, &a, &[]);
+    assert_eq!(gate.status.code(), Some(1), "{}", stdout(&gate));
+    assert!(
+        stdout(&gate).contains("FAILED: peak allocated in the trace on cuda:0"),
+        "{}",
+        stdout(&gate)
+    );
+}
+
+#[test]
+fn a_generated_pair_shows_each_site_s_known_change() {
+    let dir = generated_pair();
+    let (before, after) = (
+        dir.path().join("before.pickle"),
+        dir.path().join("after.pickle"),
+    );
+    let compared = json(&diff(&before, &after, &["--json"]));
+    let sites = compared["diff"]["sites"].as_array().unwrap();
+    let row = |s: &Value| {
+        (
+            s["site"].as_str().unwrap().to_owned(),
+            s["status"].as_str().unwrap().to_owned(),
+            f(&s["bytes"]["change"]) / MIB,
+            f(&s["blocks"]["a"]),
+            f(&s["blocks"]["b"]),
+        )
+    };
+    let rows: Vec<_> = sites.iter().map(row).collect();
+    // cases.py: remember 3 × 1 MiB → 5 × 3 MiB, fresh 2 × 2 MiB new, old 1 × 2 MiB gone, steady
+    // unchanged; the `__torch_function__` wrapper and torch's einsum under the user's frame are
+    // not the site. Sorted by the size of the change.
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "remember (work/train.py:88)".to_owned(),
+                "both".to_owned(),
+                12.0,
+                3.0,
+                5.0
+            ),
+            (
+                "fresh (work/train.py:60)".to_owned(),
+                "new".to_owned(),
+                4.0,
+                0.0,
+                2.0
+            ),
+            (
+                "old (work/train.py:50)".to_owned(),
+                "gone".to_owned(),
+                -2.0,
+                1.0,
+                0.0
+            ),
+            (
+                "steady (work/train.py:20)".to_owned(),
+                "both".to_owned(),
+                0.0,
+                2.0,
+                2.0
+            ),
+        ]
+    );
+    let device = &compared["diff"]["devices"][0];
+    // Alive: 8 + 3 + 2 = 13 MiB, then 8 + 15 + 4 = 27 MiB; a 16 MiB and a 32 MiB temporary on
+    // top of that are the peaks; one 128 MiB segment.
+    for (field, a, b) in [
+        ("allocated", 13.0, 27.0),
+        ("trace_peak", 29.0, 59.0),
+        ("reserved", 128.0, 128.0),
+        ("fragmentation", 115.0, 101.0),
+    ] {
+        assert_eq!(f(&device[field]["a"]) / MIB, a, "{field}");
+        assert_eq!(f(&device[field]["b"]) / MIB, b, "{field}");
+    }
+    let markdown = stdout(&diff(&before, &after, &["--markdown"]));
+    assert!(
+        markdown.contains(
+            "| +12.0 MiB | 3.00 MiB | 15.0 MiB | 3 → 5 | cuda:0 remember (work/train.py:88) |"
+        ),
+        "{markdown}"
+    );
+    // The gate: the peak doubled (fails); what is alive grew 14 MiB, under 64 MiB (passes).
+    let gate = check(&after, &before, &[]);
+    assert_eq!(gate.status.code(), Some(1), "{}", stdout(&gate));
+    let text = stdout(&gate);
+    assert!(
+        text.contains("FAILED: peak allocated in the trace on cuda:0 grew 29.0 MiB → 59.0 MiB"),
+        "{text}"
+    );
+    assert!(!text.contains("FAILED: alive at the end"), "{text}");
+    let strict = check(&after, &before, &["--max-baseline-increase", "8MiB"]);
+    assert!(
+        stdout(&strict).contains("FAILED: alive at the end on cuda:0 grew 13.0 MiB → 27.0 MiB"),
+        "{}",
+        stdout(&strict)
+    );
+    let same = check(&before, &before, &["--markdown"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(
+        stdout(&same).starts_with("### tidemark check: passed"),
+        "{}",
+        stdout(&same)
+    );
+}
+
+#[test]
+fn files_that_cannot_be_compared_exit_2_saying_why() {
+    let dir = generated_pair();
+    let snapshot = dir.path().join("before.pickle");
+    let recording =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden_v1_3.msgpack");
+    for output in [
+        diff(&snapshot, &recording, &[]),
+        diff(&recording, &snapshot, &["--json"]),
+        check(&snapshot, &recording, &[]),
+    ] {
+        assert_eq!(output.status.code(), Some(2));
+        let err = stderr(&output);
+        assert!(
+            err.contains("before.pickle (a PyTorch memory snapshot)")
+                && err.contains("golden_v1_3.msgpack (a tidemark recording)"),
+            "{err}"
+        );
+        assert!(output.stdout.is_empty());
+    }
+    // The same blocks on another device: nothing in common.
+    let other = diff(&snapshot, &dir.path().join("other_device.pickle"), &[]);
+    assert_eq!(other.status.code(), Some(2));
+    assert!(
+        stderr(&other).contains("no device in common: A holds cuda:0, B holds cuda:1"),
+        "{}",
+        stderr(&other)
+    );
+    // A file that is not there.
+    let missing = diff(&snapshot, &dir.path().join("nope.pickle"), &[]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("nope.pickle"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+/// A small training loop on the CPU whose `torch.cuda` reports the C heap in use (glibc's
+/// `mallinfo2`, where these tensors live) as allocated bytes: the allocator's path a GPU job
+/// takes, with real torch memory. `ROWS` sets the forward's activations (ROWS × 1024 float32),
+/// `KEEP` keeps that many MiB a step, made in the forward.
+const JOB: &str = r#"
+import ctypes, os
+import torch
+from torch import nn
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd",
+        "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+_mallinfo2 = ctypes.CDLL(None).mallinfo2
+_mallinfo2.restype = _Mallinfo2
+
+def _stats(device=None):
+    info = _mallinfo2()
+    in_use = info.uordblks + info.hblkhd
+    return {
+        "allocated_bytes": {"all": {"current": in_use, "peak": in_use}},
+        "reserved_bytes": {"all": {"current": info.arena + info.hblkhd}},
+        "active_bytes": {"all": {"current": in_use}},
+        "inactive_split_bytes": {"all": {"current": 0}},
+        "num_alloc_retries": 0,
+        "num_ooms": 0,
+    }
+
+torch.cuda.is_initialized = lambda: True
+torch.cuda.is_available = lambda: True
+torch.cuda.current_device = lambda: 0
+torch.cuda.device_count = lambda: 1
+torch.cuda.memory_stats_as_nested_dict = _stats
+torch.cuda.reset_peak_memory_stats = lambda device=None: None
+
+ROWS = int(os.environ["ROWS"])
+KEEP = int(os.environ["KEEP"])
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+x = torch.randn(ROWS, 1024)
+kept = []
+
+def forward(batch):
+    out = model(batch)
+    if KEEP:
+        kept.append(torch.ones(KEEP << 18))
+    return out
+
+for step in range(24):
+    optimizer.zero_grad(set_to_none=True)
+    loss = forward(x).square().mean()
+    loss.backward()
+    optimizer.step()
+"#;
+
+/// Records the job with `ROWS` and `KEEP`; the recording's path (in `job`'s folder).
+fn record(job: &Job, name: &str, rows: u32, keep: u32) -> PathBuf {
+    let out = job.path(name);
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--")
+        .arg(python())
+        .arg(job.path("job.py"))
+        .env("ROWS", rows.to_string())
+        .env("KEEP", keep.to_string())
+        .env("OMP_NUM_THREADS", "1")
+        .current_dir(job.dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{name}: {}", stderr(&output));
+    out
+}
+
+#[test]
+fn the_gate_passes_a_rerun_and_fails_a_larger_forward_and_a_leak_naming_the_phase() {
+    let job = Job::new(JOB);
+    // The forward's activations: 1024 rows × 1024 float32 = 4 MiB each; the larger forward's
+    // are three times that.
+    let base = record(&job, "base.msgpack", 1024, 0);
+    let rerun = record(&job, "rerun.msgpack", 1024, 0);
+    let larger = record(&job, "larger.msgpack", 3072, 0);
+    let leak = record(&job, "leak.msgpack", 1024, 2);
+
+    // The same job again passes with the default thresholds (the C heap moves by kilobytes
+    // from one run to the next; the thresholds are 5% of the peak, 10% of a watermark with a
+    // 1 MiB floor, 1 MiB/step retained, 64 MiB of step baseline).
+    let same = check(&rerun, &base, &[]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(
+        stdout(&same).contains("ok against the baseline"),
+        "{}",
+        stdout(&same)
+    );
+
+    let larger_gate = check(&larger, &base, &[]);
+    assert_eq!(
+        larger_gate.status.code(),
+        Some(1),
+        "{}",
+        stdout(&larger_gate)
+    );
+    let text = stdout(&larger_gate);
+    assert!(text.contains("FAILED: forward's watermark grew"), "{text}");
+    assert!(!text.contains("FAILED: backward's"), "{text}");
+
+    let leak_gate = check(&leak, &base, &["--markdown"]);
+    assert_eq!(leak_gate.status.code(), Some(1), "{}", stdout(&leak_gate));
+    let markdown = stdout(&leak_gate);
+    assert!(
+        markdown.starts_with("### tidemark check: FAILED"),
+        "{markdown}"
+    );
+    assert!(
+        markdown
+            .lines()
+            .any(|l| l.starts_with("| forward's retained per step |")
+                && l.ends_with("| **FAILED** |")),
+        "{markdown}"
+    );
+    assert!(
+        markdown
+            .lines()
+            .any(|l| l.starts_with("| backward's retained per step |") && l.ends_with("| ok |")),
+        "{markdown}"
+    );
+
+    // The diff of the larger forward: its watermark grows by about what its activations added
+    // (the two it keeps for the backward, ReLU's output and the output, 8 MiB larger each),
+    // within a margin for the C heap's own bookkeeping.
+    let compared = json(&diff(&base, &larger, &["--json"]));
+    assert_eq!(compared["kind"], "recordings");
+    let phases = compared["diff"]["phases"].as_array().unwrap();
+    let forward = phases.iter().find(|p| p["phase"] == "forward").unwrap();
+    let grew = f(&forward["watermark"]["change"]) / MIB;
+    assert!(
+        (12.0..=40.0).contains(&grew),
+        "forward's watermark grew {grew} MiB"
+    );
+    assert_eq!(f(&forward["occurrences"]["a"]), 24.0);
+    assert_eq!(f(&forward["occurrences"]["b"]), 24.0);
+    // And of the leak: the forward retains 2 MiB a step more, the slope follows.
+    let compared = json(&diff(&base, &leak, &["--json"]));
+    let phases = compared["diff"]["phases"].as_array().unwrap();
+    let forward = phases.iter().find(|p| p["phase"] == "forward").unwrap();
+    let retained = f(&forward["retained"]["change"]) / MIB;
+    assert!((1.5..=2.5).contains(&retained), "{retained}");
+    let slope = f(&compared["diff"]["slope"]["change"]) / MIB;
+    assert!((1.5..=2.5).contains(&slope), "{slope}");
+}
