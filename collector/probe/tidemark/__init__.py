@@ -175,20 +175,40 @@ def _edge(edge, name):
 
 def _send_edge(edge, name):
     """One f-string, added to the batch (its timestamp stays exact). The C heap is read only where
-    host memory is what is judged: not once CUDA is up and the allocator's numbers come."""
+    host memory is what is judged: not once CUDA is up and the allocator's numbers come. (The
+    hot path of every edge: few calls, what `_host_numbers` and `_add` do written out.)"""
     torch = _torch if _torch is not None else sys.modules.get("torch")  # also without auto mode
     numbers = _NO_NUMBERS if torch is None else _allocator_numbers(torch, edge)
     step = _step
     now = _monotonic_ns()
-    host = _host_numbers(numbers is _NO_NUMBERS, step)
+    heap = None
+    if numbers is _NO_NUMBERS and _mallinfo2 is not None:
+        heap = _heap_in_use(step)
+    rss = "-"
+    if _statm is not None:
+        try:
+            rss = int(os.pread(_statm, 64, 0).split()[1]) * _page_size
+        except Exception:
+            pass
+    host = f"{'-' if heap is None else heap} {rss}"
     if _categories_waiting:
         _send_categories(host)
-    _add(f"tm2 P {now} {_pid} {_rank} {'-' if step is None else step} {edge} {numbers} {host} {name}", now)
+    line = f"tm2 P {now} {_pid} {_rank} {'-' if step is None else step} {edge} {numbers} {host} {name}"
+    pending = _pending
+    pending.append(line)
+    size = _pending_bytes[0] = _pending_bytes[0] + len(line) + 1
+    if len(pending) == 1:
+        _pending_since[0] = now
+        if not _flusher_started:
+            _start_flusher()
+    elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
+        _flush_pending()
 
 
 def _add(line, now):
     """Adds a line to the batch; sends the batch once its oldest line is ``_FLUSH_NS`` old or it
-    is full. A batch that nothing follows is sent by the flusher thread."""
+    is full. A batch that nothing follows is sent by the flusher thread. (`_send_edge` does the
+    same, written out.)"""
     pending = _pending
     pending.append(line)
     size = _pending_bytes[0] = _pending_bytes[0] + len(line) + 1
