@@ -17,10 +17,19 @@ with module hooks on the root models, backward by wrapping ``torch.autograd.back
 optimizer by optimizer step hooks. The step is the number of optimizer steps taken, unless the job
 calls ``tidemark.step``.
 
-Sending never blocks the job: messages go out as non-blocking datagrams; when the collector is
-slow they wait in a small queue, and when that is full they are dropped and counted.
+Sending never blocks the job: lines wait in a batch that goes out as one non-blocking datagram
+once its oldest line is ``_FLUSH_NS`` old (at the next edge, or from a thread that looks ten times
+a second), so that an edge costs a few µs and the collector is woken a few dozen times a second;
+when the collector is slow, batches wait in a small queue, and when that is full they are dropped
+and counted.
+
+What costs more than an edge is read within a share of the job's time, each measured as it goes:
+the C heap at the edges of a job whose memory is on the host (``_HEAP_SHARE``), the categories at
+step starts (``_CATEGORY_SHARE``) and the censuses (``_CENSUS_SHARE``, each one also bounded in
+time).
 """
 import collections
+import math
 import os
 import socket
 import sys
@@ -31,8 +40,10 @@ __all__ = ["phase", "step", "begin", "end", "enabled"]
 
 _PROTOCOL = "tm2"
 _QUEUE_LIMIT_BYTES = 1 << 20  # what may wait for a slow collector; beyond this, drop and count
-_COALESCE_NS = 1_000_000     # edges closer than this to the last send go out together
-_BATCH_LINES = 256           # at most this many edges in one datagram
+_FLUSH_NS = 20_000_000       # a batch goes out once its oldest line is this old …
+_FLUSHER_PERIOD_S = 0.1      # … at the next edge, or when the flusher thread looks
+_BATCH_LINES = 256           # at most this many lines in one datagram …
+_BATCH_BYTES = 32 << 10      # … and this many bytes (the collector reads 64 KiB at a time)
 
 _sock = None
 _path = None
@@ -44,11 +55,11 @@ _keep_peaks = False
 _queue = collections.deque()
 _queued_bytes = 0
 _dropped = 0
-_lock = threading.Lock()
+_lock = threading.RLock()     # a batch is sent while holding it, so that batches go out in order
 _torch = None
-_pending = []                # edges waiting to go out together
-_last_send_ns = 0
-_wake_flusher = threading.Event()
+_pending = collections.deque()  # lines waiting to go out together (appends need no lock)
+_pending_since = [0]         # when the batch's first line came (a list: no `global` on the hot path)
+_pending_bytes = [0]
 _flusher_started = False
 _warned_step = False
 _statm = None                # /proc/self/statm, open: this process' resident memory
@@ -59,17 +70,32 @@ _snapshots = ""              # where the snapshots go: "<base>.rank0.oom.pickle"
 _history_started = False
 _dumped = set()              # the reasons already dumped by this process
 _census_on = True            # collector --no-census turns the censuses off
-_next_census = 16            # censuses at steps 16, 64, 256, …, at the end and at an OOM
+_CENSUS_STEPS = (16, 24)     # censuses at these step starts always, …
+_CENSUS_GROWTH = 1.25        # … then at a step start ≥ 1.25 × the last census' step …
+_CENSUS_SHARE = 0.001        # … while all censuses so far took ≤ 0.1 % of the time since step 0
+_next_census = _CENSUS_STEPS[0]
+_census_spent_ns = 0         # what the step censuses cost so far
 _census_done = set()         # the reasons ("end", "oom") already taken by this process
+_step_censuses = 0           # censuses taken at step starts
+_first_step_ns = None        # when the first step started (the shares' clock for steps)
 _grads_at_end = None         # {device: gradient bytes} after an optimizer step
 _step_ends = 0               # optimizer steps seen
 _categories_waiting = []     # categories lines waiting for the next edge's heap reading
-_HEAP_SHARE = 0.02           # the share of the job's time that reading the C heap may take
-_HEAP_GRACE_NS = 2_000_000   # … after a first 2 ms that are always granted
-_heap_since_ns = time.monotonic_ns()
-_heap_spent_ns = 0           # time spent in mallinfo2 so far
+_GRACE_STEPS = 100           # the first steps are read whole, so that a short job is judged
+                             # exactly; then what costs more than an edge keeps within a share
+_CATEGORY_SHARE = 0.001      # the categories (and step-end gradients) may take 0.1 % of the time …
+_CATEGORY_GRACE_NS = 5_000_000  # … after a first 5 ms that are always granted
+_CATEGORY_GRACE_CAP_NS = 100_000_000  # (the first steps' at most 100 ms)
+_category_spent_ns = 0
+_categories_skipped = 0      # step starts without categories, over the share
+_HEAP_SHARE = 0.002          # the share of the job's time that reading the C heap may take …
+_HEAP_GRACE_NS = 5_000_000   # … after a first 5 ms that are always granted
+_HEAP_GRACE_CAP_NS = 200_000_000  # (the first steps' at most 200 ms)
+_heap_since_ns = None        # the first edge (the share's clock: not the job's imports)
+_heap_spent_ns = 0           # thread CPU time spent in mallinfo2 so far
 _heap_reads_done = [0]       # reads done (a list: no `global` needed in the hot path)
 _heap_skipped = 0            # edges sent without the heap, over the share
+_heap_step = [None, False]   # the step the heap was last decided for, and whether it is read
 
 
 def enabled():
@@ -134,6 +160,7 @@ class phase:
 
 _NO_NUMBERS = "- - - - - - - -"
 _monotonic_ns = time.monotonic_ns
+_thread_time_ns = time.thread_time_ns  # what the probe's own work costs, preemption left out
 
 
 def _edge(edge, name):
@@ -147,28 +174,50 @@ def _edge(edge, name):
 
 
 def _send_edge(edge, name):
-    """One f-string and one non-blocking send; edges that come within a millisecond of the last
-    send are batched into one datagram (their timestamps stay exact)."""
-    global _last_send_ns
+    """One f-string, added to the batch (its timestamp stays exact). The C heap is read only where
+    host memory is what is judged: not once CUDA is up and the allocator's numbers come. (The
+    hot path of every edge: few calls, what `_host_numbers` and `_add` do written out.)"""
     torch = _torch if _torch is not None else sys.modules.get("torch")  # also without auto mode
     numbers = _NO_NUMBERS if torch is None else _allocator_numbers(torch, edge)
-    step = "-" if _step is None else _step
+    step = _step
     now = _monotonic_ns()
-    host = _host_numbers()
+    heap = None
+    if numbers is _NO_NUMBERS and _mallinfo2 is not None:
+        heap = _heap_in_use(step)
+    rss = "-"
+    if _statm is not None:
+        try:
+            rss = int(os.pread(_statm, 64, 0).split()[1]) * _page_size
+        except Exception:
+            pass
+    host = f"{'-' if heap is None else heap} {rss}"
     if _categories_waiting:
         _send_categories(host)
-    line = f"tm2 P {now} {_pid} {_rank} {step} {edge} {numbers} {host} {name}"
-    if _pending or now - _last_send_ns < _COALESCE_NS:
-        with _lock:
-            _pending.append(line)
-            waiting = len(_pending)
-        if waiting >= _BATCH_LINES or now - _last_send_ns >= _COALESCE_NS:
-            _flush_pending()
-        elif waiting == 1:
+    line = f"tm2 P {now} {_pid} {_rank} {'-' if step is None else step} {edge} {numbers} {host} {name}"
+    pending = _pending
+    pending.append(line)
+    size = _pending_bytes[0] = _pending_bytes[0] + len(line) + 1
+    if len(pending) == 1:
+        _pending_since[0] = now
+        if not _flusher_started:
             _start_flusher()
-        return
-    _last_send_ns = now
-    _send(line.encode())
+    elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
+        _flush_pending()
+
+
+def _add(line, now):
+    """Adds a line to the batch; sends the batch once its oldest line is ``_FLUSH_NS`` old or it
+    is full. A batch that nothing follows is sent by the flusher thread. (`_send_edge` does the
+    same, written out.)"""
+    pending = _pending
+    pending.append(line)
+    size = _pending_bytes[0] = _pending_bytes[0] + len(line) + 1
+    if len(pending) == 1:
+        _pending_since[0] = now
+        if not _flusher_started:
+            _start_flusher()
+    elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
+        _flush_pending()
 
 
 def _try_send(sock, data):
@@ -191,31 +240,38 @@ def _send(data):
         _send_queued(data)
 
 
+def _send_now(data):
+    """Sends a message of its own after the batch waiting before it (records go out in order)."""
+    _flush_pending()
+    _send(data)
+
+
 def _flush_pending():
-    """Sends the batched edges as one datagram of lines."""
-    global _pending, _last_send_ns
+    """Sends the batched lines as one datagram of lines."""
     with _lock:
-        lines, _pending = _pending, []
-    if lines:
-        _last_send_ns = _monotonic_ns()
+        count = len(_pending)
+        if not count:
+            return
+        lines = [_pending.popleft() for _ in range(count)]
+        _pending_bytes[0] = 0
         _send("\n".join(lines).encode())
 
 
 def _start_flusher():
-    """A batch must not wait for the next edge: a daemon thread sends it after a millisecond."""
+    """A batch must not wait for the next edge for long: a daemon thread looks ten times a second
+    (it wakes the job's thread that often, and no more: not once per edge)."""
     global _flusher_started
-    if not _flusher_started:
-        _flusher_started = True
+    _flusher_started = True
+    try:
         threading.Thread(target=_flusher, name="tidemark-flusher", daemon=True).start()
-    _wake_flusher.set()
+    except Exception:
+        pass  # no thread (at interpreter exit): the next edges, or the exit, send the batch
 
 
 def _flusher():
     while True:
-        _wake_flusher.wait()
-        _wake_flusher.clear()
-        time.sleep(_COALESCE_NS / 1e9)
-        if _pending:
+        time.sleep(_FLUSHER_PERIOD_S)
+        if _pending and _monotonic_ns() - _pending_since[0] >= _FLUSH_NS:
             _flush_pending()
 
 
@@ -241,34 +297,54 @@ def _allocator_numbers(torch, edge):
         return _NO_NUMBERS
 
 
-def _heap_in_use():
+def _heap_in_use(step):
     """The C heap's bytes in use, or None: unreadable, or over its share of the job's time.
 
-    glibc's mallinfo2 walks every free chunk: cheap on a tidy heap (a few µs), hundreds of µs on
-    a fragmented one. Reading it may take at most ``_HEAP_SHARE`` of the job's time."""
-    global _heap_spent_ns, _heap_skipped
+    glibc's mallinfo2 walks every free chunk: cheap on a tidy heap (a few µs), 25–300 µs in a
+    torch process. It is read at every edge of the first ``_GRACE_STEPS`` steps (a short job is
+    judged with it throughout), then within ``_HEAP_SHARE`` of the job's time (its thread's CPU
+    time, so that a preemption does not count), decided once per step so that a phase has the
+    heap at both of its edges or at neither."""
+    global _heap_spent_ns, _heap_skipped, _heap_since_ns
     if _mallinfo2 is None:
         return None
-    now = _monotonic_ns()
-    if _heap_spent_ns > _HEAP_SHARE * (now - _heap_since_ns) + _HEAP_GRACE_NS:
+    decided = _heap_step
+    if step is None or step != decided[0]:
+        now = _monotonic_ns()
+        if _heap_since_ns is None:
+            _heap_since_ns = now
+        decided[0] = step
+        decided[1] = _granted(step, _heap_spent_ns, _HEAP_GRACE_CAP_NS,
+                              _HEAP_SHARE * (now - _heap_since_ns) + _HEAP_GRACE_NS)
+    if not decided[1]:
         _heap_skipped += 1
         return None
     heap = None
+    start = _thread_time_ns()
     try:
         info = _mallinfo2()
         heap = info.uordblks + info.hblkhd
     except Exception:
         pass
-    _heap_spent_ns += _monotonic_ns() - now
+    _heap_spent_ns += _thread_time_ns() - start
     _heap_reads_done[0] += 1
     return heap
 
 
-def _host_numbers():
+def _granted(step, spent_ns, cap_ns, allowed_ns):
+    """Whether work with a share may be done now: always in the first steps (up to a cap), then
+    while what it took so far is within what its share allows."""
+    if step is not None and step < _GRACE_STEPS and spent_ns < cap_ns:
+        return True
+    return spent_ns <= allowed_ns
+
+
+def _host_numbers(read_heap=True, step=None):
     """This process' host memory at this very edge: the C heap's bytes in use (glibc
     ``mallinfo2``: what ``malloc`` handed out and not yet freed, which falls when memory is freed,
-    unlike resident memory) and the resident bytes; ``-`` for what cannot be read."""
-    heap = _heap_in_use()
+    unlike resident memory; only when ``read_heap``) and the resident bytes; ``-`` for what is
+    not read."""
+    heap = _heap_in_use(step) if read_heap else None
     rss = "-"
     if heap is None:
         heap = "-"
@@ -289,8 +365,8 @@ def _heap_note_at_exit():
         mean = _heap_spent_ns / max(reads, 1) / 1000
         text = (f"the probe read the C heap at {reads} of {reads + _heap_skipped} phase edges and step starts in "
                 f"pid {_pid}: reading it (glibc mallinfo2, which walks every free chunk) took "
-                f"{mean:.0f} µs on average, and it may take {_HEAP_SHARE:.0%} of the job's time")
-        _send(f"{_PROTOCOL} N {_monotonic_ns()} {_pid} {_rank} {text}".encode())
+                f"{mean:.0f} µs on average, and it may take {_HEAP_SHARE:.2%} of the job's time")
+        _send_now(f"{_PROTOCOL} N {_monotonic_ns()} {_pid} {_rank} {text}".encode())
     except Exception:
         pass
 
@@ -326,63 +402,113 @@ def _open_host_readers():
 
 def _at_step_start(torch, models, optimizers):
     """At the start of a step (the first root forward after the step changed): the categories,
-    and a census when one is due. Never raises into the job."""
-    global _next_census
+    within their share of the job's time, and a census when one is due. Never raises into the
+    job."""
+    global _first_step_ns, _category_spent_ns, _categories_skipped
     try:
         from . import _census
 
         step = _step or 0
-        by_device = _census.categories(models, optimizers, step)
-        cuda = _cuda_is_up(torch)
         now = _monotonic_ns()
-        lines = []
-        for device in sorted(by_device):
-            params, grads, states = by_device[device]
-            total = "-"
-            if device < 0:
-                total = "{heap}"  # the C heap as the forward's begin edge reads it, next
-            elif cuda:
-                total = torch.cuda.memory_allocated(device)
-            where = "-" if device < 0 else device
-            state = ",".join(str(s) for s in states) or "-"
-            before = "-" if _grads_at_end is None else _grads_at_end.get(device, 0)
-            lines.append(f"{_PROTOCOL} C {now} {_pid} {_rank} {step} {where} {params} {grads} {before} {total} {state}")
-        _categories_waiting[:] = lines
-        if _census_on and step >= _next_census:
-            while _next_census <= step:
-                _next_census *= 4
+        if _first_step_ns is None:
+            _first_step_ns = now
+        elapsed = now - _first_step_ns
+        if _granted(step, _category_spent_ns, _CATEGORY_GRACE_CAP_NS,
+                    _CATEGORY_SHARE * elapsed + _CATEGORY_GRACE_NS):
+            start = _thread_time_ns()
+            try:
+                _categories_waiting[:] = _category_lines(torch, models, optimizers, step, now)
+            finally:
+                _category_spent_ns += _thread_time_ns() - start
+        else:
+            _categories_skipped += 1
+        if _census_due(step, elapsed):
             _send_census(torch, models, optimizers, "step")
     except Exception:
         pass
 
 
+def _category_lines(torch, models, optimizers, step, now):
+    from . import _census
+
+    by_device = _census.categories(models, optimizers, step)
+    cuda = _cuda_is_up(torch)
+    lines = []
+    for device in sorted(by_device):
+        params, grads, states = by_device[device]
+        total = "-"
+        if device < 0:
+            total = "{heap}"  # the C heap as the forward's begin edge reads it, next
+        elif cuda:
+            total = torch.cuda.memory_allocated(device)
+        where = "-" if device < 0 else device
+        state = ",".join(str(s) for s in states) or "-"
+        before = "-" if _grads_at_end is None else _grads_at_end.get(device, 0)
+        lines.append(f"{_PROTOCOL} C {now} {_pid} {_rank} {step} {where} {params} {grads} {before} {total} {state}")
+    return lines
+
+
+def _census_due(step, elapsed_ns):
+    """Censuses at step starts: the first two at steps 16 and 24 whatever they cost, so that a
+    run of 32 steps has two; then at a step at least 1.25 times the last one's, while all the
+    step censuses so far took at most ``_CENSUS_SHARE`` of the time since the first step. The
+    gap thus grows with what a census costs and the count with the log of the steps, and the last
+    census comes close to the end, while the job's frames still hold its locals (the one at exit
+    comes after ``main()`` returned)."""
+    global _next_census, _step_censuses
+    if not _census_on or _sock is None or step < _next_census:
+        return False
+    taken = _step_censuses
+    if taken >= len(_CENSUS_STEPS) and _census_spent_ns > _CENSUS_SHARE * elapsed_ns:
+        return False
+    _step_censuses = taken + 1
+    if taken + 1 < len(_CENSUS_STEPS):
+        _next_census = max(_CENSUS_STEPS[taken + 1], step + 1)
+    else:
+        _next_census = max(math.ceil(step * _CENSUS_GROWTH), step + 1)
+    return True
+
+
 def _send_categories(host):
-    """Sends the categories waiting for the edge that follows them, with the C heap that edge
-    read (one heap read per step, not two)."""
+    """Adds the categories waiting for the edge that follows them to the batch, with the C heap
+    that edge read (one heap read per step, not two)."""
     heap = host.split(" ", 1)[0]
-    lines = [line.replace("{heap}", heap) for line in _categories_waiting]
+    now = _monotonic_ns()
+    for line in _categories_waiting:
+        _add(line.replace("{heap}", heap), now)
     _categories_waiting.clear()
-    _send("\n".join(lines).encode())
 
 
 def _at_step_end():
     """After an optimizer step: the gradients then, so that the next step start can tell what
     was freed in between (``zero_grad``) from what the phases kept. Read at every step end for
-    the first 8 steps, then at every 16th (they are the same from step to step)."""
-    global _grads_at_end, _step_ends
+    the first 8 steps, then at every 16th (they are the same from step to step), within the
+    categories' share."""
+    global _grads_at_end, _step_ends, _category_spent_ns
     _step_ends += 1
     if _step_ends > 8 and _step_ends % 16:
         return
+    if _first_step_ns is not None and not _granted(
+        _step, _category_spent_ns, _CATEGORY_GRACE_CAP_NS,
+        _CATEGORY_SHARE * (_monotonic_ns() - _first_step_ns) + _CATEGORY_GRACE_NS,
+    ):
+        return
+    start = _thread_time_ns()
     try:
         from . import _census
 
         _grads_at_end = _census.gradients()
     except Exception:
         _grads_at_end = None
+    _category_spent_ns += _thread_time_ns() - start
+
+
+_CENSUS_LIMIT_S = {"step": 0.5, "end": 2.0, "oom": 2.0}  # a census stops there, saying so
 
 
 def _send_census(torch, models, optimizers, reason):
     """Takes a census of the live tensors and sends it. Never raises into the job."""
+    global _census_spent_ns
     if not _census_on or _sock is None:
         return
     if reason != "step":
@@ -395,9 +521,11 @@ def _send_census(torch, models, optimizers, reason):
         # Counting the tensors no name reaches looks at every object: only when the job dies
         # (an out-of-memory error, or an exit by an uncaught exception), where it costs no step.
         died = reason == "oom" or (reason == "end" and getattr(sys, "last_traceback", None) is not None)
-        result = _census.census(torch, models, optimizers, full=died)
+        result = _census.census(torch, models, optimizers, full=died, limit_s=_CENSUS_LIMIT_S[reason])
+        if reason == "step":
+            _census_spent_ns += result["cost_ns"]
         step = "-" if _step is None else _step
-        _send(f"{_PROTOCOL} H {_monotonic_ns()} {_pid} {_rank} {step} {reason} {_census.encode(result)}".encode())
+        _send_now(f"{_PROTOCOL} H {_monotonic_ns()} {_pid} {_rank} {step} {reason} {_census.encode(result)}".encode())
     except Exception as error:
         _say(f"tidemark: census not taken ({error!r})")
 
@@ -477,7 +605,7 @@ def _dump_snapshot(reason):
         _say(f"tidemark: cannot write the memory snapshot {path} ({error!r})")
         return
     try:
-        _send(f"{_PROTOCOL} S {_monotonic_ns()} {_pid} {_rank} {reason} {path}".encode())
+        _send_now(f"{_PROTOCOL} S {_monotonic_ns()} {_pid} {_rank} {reason} {path}".encode())
     except Exception:
         pass
 
@@ -553,6 +681,23 @@ def _flush_at_exit(timeout_s=0.5):
                 pass
 
 
+def _flush_before_os_exit():
+    """``os._exit`` skips the exit handlers: a forked child (multiprocessing's workers, a job's
+    own ``fork``) ends with it. The batch waiting then goes out first."""
+    real_exit = os._exit
+
+    def _exit(status):
+        try:
+            _flush_pending()
+        except Exception:
+            pass
+        real_exit(status)
+
+    _exit.__doc__ = real_exit.__doc__
+    _exit.__wrapped__ = real_exit
+    os._exit = _exit
+
+
 def _connect(path):
     global _sock, _path
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -563,18 +708,18 @@ def _connect(path):
 
 def _after_fork_in_child():
     """A forked child gets its own socket and pid; what the parent had queued stays its own."""
-    global _pid, _dropped, _lock, _pending, _flusher_started, _wake_flusher
+    global _pid, _dropped, _lock, _flusher_started
     _pid = os.getpid()
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     _queue.clear()
-    _pending = []
+    _pending.clear()
+    _pending_bytes[0] = 0
     _dropped = 0
     globals()["_queued_bytes"] = 0
-    _flusher_started = False
-    _wake_flusher = threading.Event()
+    _flusher_started = False  # the parent's thread is not the child's
     _open_host_readers()  # /proc/self was the parent's when it was opened
-    globals().update(_heap_since_ns=_monotonic_ns(), _heap_spent_ns=0, _heap_skipped=0,
-                     _heap_reads_done=[0])
+    globals().update(_heap_since_ns=None, _heap_spent_ns=0, _heap_skipped=0,
+                     _heap_reads_done=[0], _heap_step=[None, False])
     if _path is not None:
         try:
             _connect(_path)
@@ -604,6 +749,7 @@ def _start_from_environment():
     import atexit
 
     atexit.register(_flush_at_exit)
+    _flush_before_os_exit()
     atexit.register(_heap_note_at_exit)
     atexit.register(_census_at_exit)  # runs first: exit handlers run last in, first out
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -195,11 +195,16 @@ def _stop_discovering():
             module.register_forward_hook(_root_post)
 
 
+_optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one look
+
+
 def _optimizer_pre(opt, args, kwargs):
     tidemark.begin("optimizer")
     try:
-        if not any(ref() is opt for ref in _optimizers):
-            _optimizers.append(weakref.ref(opt))
+        ref = _optimizer_refs.get(id(opt))
+        if ref is None or ref() is not opt:
+            ref = _optimizer_refs[id(opt)] = weakref.ref(opt)
+            _optimizers.append(ref)
     except Exception:
         pass
 

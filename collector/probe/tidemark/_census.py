@@ -1,8 +1,9 @@
-"""Who holds the memory: the categories at every step start, and a census of the live tensors
-grouped by who holds them, a few times per run.
+"""Who holds the memory: the categories at step starts, and a census of the live tensors grouped
+by who holds them, a few times per run (when: the probe's ``_at_step_start``, within their shares
+of the job's time).
 
 Categories (per device): parameters, gradients and each optimizer's state, each storage counted
-once, sharded tensors (DTensor) by their local size. Gradients are read at every step; the
+once, sharded tensors (DTensor) by their local size. Gradients are read at each step start; the
 parameter list is cached and read again every ``_REFRESH_STEPS`` steps, the optimizer state every
 ``_OPTIMIZER_REFRESH_STEPS`` or when it gains entries, so that a step costs about one attribute
 read per parameter.
@@ -14,7 +15,9 @@ and groups every tensor it reaches under the name of its holder: the path up to 
 container (``__main__.all_losses``, ``__main__.model.feature_cache``,
 ``hook.outputs``). A tensor that keeps its autograd graph also counts the tensors the graph saved.
 Tensors it cannot reach that way are counted as unreached. Parameters, gradients and optimizer
-state are the categories' and are left out.
+state are the categories' and are left out. A census stops at its time limit and says so
+(``truncated``, with how far it got); breadth first, it has then named the holders nearest the
+job's names.
 
 Nothing here may raise into the job: an object that errors when looked at is skipped and counted.
 """
@@ -33,7 +36,8 @@ from collections import deque
 _REFRESH_STEPS = 64         # the parameter list is read again this often
 _OPTIMIZER_REFRESH_STEPS = 256  # … and the optimizers' state, unless it gains entries
 _HOLDERS_SENT = 48          # the largest holders go out; the rest are summed
-_VISIT_LIMIT = 2_000_000    # objects one census looks at, at most
+_LIMIT_S = 0.5              # a census stops after this long (the caller may say otherwise) …
+_CHECK_EVERY = 256          # … looking at the clock every this many objects
 _GRAPH_NODE_LIMIT = 200_000
 _DEPTH_LIMIT = 24
 
@@ -72,6 +76,14 @@ def _storage(t):
     storage = t.untyped_storage()
     device = t.get_device()
     return (storage.data_ptr(), device), device, storage.nbytes()
+
+
+def _storage_key(t):
+    """The key `_storage` gives, without making a storage object (the first one made for a
+    tensor costs tens of µs: a census at step 16 would pay it for every parameter and every
+    piece of optimizer state)."""
+    t = _local(t)
+    return (t.data_ptr() - t.storage_offset() * t.element_size(), t.get_device())
 
 
 def _extent(t):
@@ -206,27 +218,41 @@ def gradients():
     return grads
 
 
-def category_storages():
-    """The storages that the categories count, to leave them out of the census."""
-    keys = set()
+def category_tensors(tensor_type, optimizers):
+    """What the categories count, to leave it out of the census: the storages (a view of one
+    found elsewhere adds no bytes) and the ids of the tensors themselves (not walked at all:
+    a model with thousands of parameters and their optimizer state is not looked at again)."""
+    keys, ids = set(), set()
+
+    def add(t):
+        ids.add(id(t))
+        try:
+            keys.add(_storage_key(t))
+        except Exception:
+            pass
+
     for ref, _, _ in _params:
         p = ref()
         if p is None:
             continue
-        for t in (p, p.grad):
-            if t is not None:
-                try:
-                    keys.add(_storage(t)[0])
-                except Exception:
-                    pass
-    return keys
-
-
-def optimizer_storages(optimizers):
-    keys = set()
+        add(p)
+        g = p.grad
+        if g is not None:
+            add(g)
     for opt in optimizers:
-        _optimizer_state(opt, keys, _storage)
-    return keys
+        try:
+            states = list(opt.state.values())
+        except Exception:
+            continue
+        for state in states:
+            try:
+                values = list(state.values())
+            except Exception:
+                continue
+            for value in values:
+                if issubclass(type(value), tensor_type):
+                    add(value)
+    return keys, ids
 
 
 # --- the census -------------------------------------------------------------------------------
@@ -298,8 +324,9 @@ def _library_path(path, libraries):
 
 
 class _Census:
-    def __init__(self, torch, excluded):
+    def __init__(self, torch, excluded, deadline_ns=None):
         self.torch = torch
+        self.deadline_ns = deadline_ns  # perf_counter_ns; None: no limit
         self.tensor_type = torch.Tensor
         self.module_type = torch.nn.Module
         self.seen = set()           # ids of objects looked at
@@ -312,7 +339,7 @@ class _Census:
         self.visited = 0
         self.graph_nodes = 0
         self.saved_names = {}       # graph node type -> its `_saved_*` attribute names
-        self.truncated = False
+        self.truncated = False      # stopped at its time limit: `visited` says how far it got
         self.tensors = 0
         self.bytes = 0
         self.libraries = _libraries()
@@ -326,11 +353,15 @@ class _Census:
         self.seen.add(oid)
         self.queue.append((obj, path, what, holder))
 
+    def out_of_time(self):
+        if self.deadline_ns is not None and time.perf_counter_ns() > self.deadline_ns:
+            self.truncated = True
+        return self.truncated
+
     def run(self):
         queue = self.queue
         while queue:
-            if self.visited >= _VISIT_LIMIT:
-                self.truncated = True
+            if self.visited % _CHECK_EVERY == 0 and self.out_of_time():
                 break
             obj, path, what, holder = queue.popleft()
             self.visited += 1
@@ -482,6 +513,8 @@ class _Census:
         total = 0
         stack = [root]
         while stack and self.graph_nodes < _GRAPH_NODE_LIMIT:
+            if self.graph_nodes % _CHECK_EVERY == 0 and self.out_of_time():
+                break
             node = stack.pop()
             if node is None or id(node) in self.seen:
                 continue
@@ -559,29 +592,59 @@ def _frames(skip):
     return out
 
 
-def census(torch, models, optimizers, full):
-    """The census, as a dict ready for JSON; `full` also counts the tensors it cannot reach."""
+_module_verdicts = {}       # module name -> (id of the module, whether it is the job's own)
+_probe_files = None
+
+
+def _job_modules(main, libraries):
+    """The job's own modules (not Python's, an installed package's or the probe's), each judged
+    once: a torch process has thousands, some with a costly ``__getattr__``."""
+    roots = []
+    verdicts = _module_verdicts
+    for name, module in list(sys.modules.items()):
+        known = verdicts.get(name)
+        if known is None or known[0] != id(module):
+            own = False
+            if module is not main and not name.startswith("tidemark"):
+                try:
+                    file = getattr(module, "__file__", None)
+                    own = bool(file) and isinstance(file, str) and not _is_library(file, libraries)
+                except Exception:
+                    own = False
+            known = verdicts[name] = (id(module), own)
+        if known[1]:
+            roots.append((name, module))
+    return roots
+
+
+def _probe_file_names():
+    global _probe_files
+    if _probe_files is None:
+        here = os.path.dirname(os.path.realpath(__file__))
+        _probe_files = {os.path.join(here, f) for f in os.listdir(here)}
+    return _probe_files
+
+
+def census(torch, models, optimizers, full, limit_s=_LIMIT_S):
+    """The census, as a dict ready for JSON; `full` also counts the tensors it cannot reach.
+    The walk stops after `limit_s` seconds (None: no limit), and then says it was cut
+    (`truncated`) and how far it got (`objects`, `tensors`, `bytes`)."""
     started = time.perf_counter_ns()
-    excluded = category_storages() | optimizer_storages(optimizers)
-    walk = _Census(torch, excluded)
+    deadline = None if limit_s is None else started + int(limit_s * 1e9)
+    excluded, known = category_tensors(torch.Tensor, optimizers)
+    walk = _Census(torch, excluded, deadline)
+    walk.seen.update(known)
     main = sys.modules.get("__main__")
     roots = []
     if main is not None:
         roots.append(("__main__", main))
-    here = os.path.dirname(os.path.realpath(__file__))
-    for name, module in list(sys.modules.items()):
-        if module is main or name.startswith("tidemark"):
-            continue
-        file = getattr(module, "__file__", None)
-        if file and not _is_library(file, walk.libraries):
-            roots.append((name, module))
+    roots.extend(_job_modules(main, walk.libraries))
     for name, module in roots:
         walk.seen.add(id(module))
         for var, value in list(vars(module).items()):
             if not var.startswith("__"):
                 walk.push(value, f"{name}.{var}", f"a global of {name}", None)
-    skip = {os.path.join(here, f) for f in os.listdir(here)}
-    frames = _frames(skip)
+    frames = _frames(_probe_file_names())
     frames.sort(key=lambda f: _is_library(f.f_code.co_filename, walk.libraries))
     for frame in frames:
         code = frame.f_code

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""What the probe costs a training job: steps/s of two CPU training loops alone and under the
+collector, an isolated phase edge, and where the probe's time goes. Builds nothing.
+
+    scripts/probe-bench.py COLLECTOR [--python PY] [--runs 5] [--seconds 20] [--loops small,many]
+
+COLLECTOR is the `collector` binary to measure (its probe is the one built into it). PY is a
+Python with torch (default: $TIDEMARK_PYTHON, else python3).
+
+The loops (real torch on the CPU, one thread):
+  small: 40 × nn.Linear(64, 64) in a Sequential, Adam, batch 32 (~5–7 ms a step);
+  many:  1,000 parameter tensors (980 vectors of 64 added to the input, then 10 × Linear(64, 64)),
+         fused Adam, batch 32 (~10 ms a step).
+Each is run alone and under `collector --out … -- python job.py`, alternated, `--runs` times; a
+run measures its steps/s over `--seconds` from its fifth step (the probe's first censuses, at
+steps 16 and 24, and its first heap reads are inside). Printed: the median of each and the ratio.
+
+Each job also reports the CPU time of its steps (all its threads) and its parent's (the
+collector's) over the same window: on a shared machine CPU time per step moves less than wall time.
+
+Then, under the collector:
+  - the probe off and on in the same process, in alternating blocks of steps (off: the root
+    model's hooks, the backward wrapper and the optimizer hooks taken out), the median of the
+    pairs' ratios, wall and CPU: the steady-state cost, with both halves on the same machine;
+  - the isolated edge: `tidemark.begin` 1.5 ms apart (the gap spent computing), 2,000 of them,
+    median and mean µs; and edges back to back (best of 5 rounds of 100,000), µs per edge;
+  - where the time goes, per loop: the probe's functions timed in the job (thread CPU time, the
+    timer's own cost taken off): the phase edges (with the C heap reads in them), the step
+    starts (categories, censuses), the step ends; the probe's own accounts of the heap reads,
+    categories and censuses; and what torch's hook dispatch on the root model adds.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+JOB = r'''
+import os, statistics, sys, time
+import torch
+from torch import nn
+
+torch.set_num_threads(1)
+torch.manual_seed(0)
+LOOP = os.environ["BENCH_LOOP"]
+SECONDS = float(os.environ["BENCH_SECONDS"])
+WHERE = os.environ.get("BENCH_WHERE") == "1"
+AB = os.environ.get("BENCH_AB") == "1"
+
+if LOOP == "small":
+    model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(40)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+else:
+    class Many(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.offsets = nn.ParameterList([nn.Parameter(torch.randn(64) * 0.01) for _ in range(980)])
+            self.body = nn.Sequential(*[nn.Linear(64, 64) for _ in range(10)])
+
+        def forward(self, x):
+            return self.body(x + torch.stack(list(self.offsets)).sum(0))
+
+    model = Many()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
+x = torch.randn(32, 64)
+
+spent = {}
+if WHERE:
+    import tidemark
+
+    clock = time.thread_time_ns
+
+    def timed(function, key):
+        spent[key] = [0, 0]
+
+        def wrapper(*args):
+            start = clock()
+            try:
+                return function(*args)
+            finally:
+                cell = spent[key]
+                cell[0] += clock() - start
+                cell[1] += 1
+        return wrapper
+
+    calibrate = timed(lambda: None, "timer")
+    for _ in range(20000):
+        calibrate()
+    timer_ns = spent["timer"][0] / spent["timer"][1]
+    tidemark._edge = timed(tidemark._edge, "edges")
+    tidemark._at_step_start = timed(tidemark._at_step_start, "step starts")
+    tidemark._at_step_end = timed(tidemark._at_step_end, "step ends")
+
+
+def step():
+    opt.zero_grad()
+    loss = model(x).sum()
+    loss.backward()
+    opt.step()
+
+
+for _ in range(5):
+    step()
+for cell in spent.values():
+    cell[0] = cell[1] = 0
+
+if AB:
+    # The probe switched off and on in the same process, in blocks that alternate, so that both
+    # see the same machine: off = the root model's hooks, the backward wrapper and the optimizer
+    # hooks taken out (nothing of the probe runs); on = put back.
+    import tidemark
+    from torch.optim import optimizer as optim_module
+
+    wrapped_backward = torch.autograd.backward
+    cells = [c.cell_contents for c in (wrapped_backward.__closure__ or ())]
+    plain_backward = next(c for c in cells if callable(c) and getattr(c, "__name__", "") == "backward")
+    saved = {}
+    hook_dicts = [(model, name) for name in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")]
+    hook_dicts += [(optim_module, "_global_optimizer_pre_hooks"), (optim_module, "_global_optimizer_post_hooks")]
+
+    def probe(on):
+        for owner, name in hook_dicts:
+            hooks = getattr(owner, name)
+            if on:
+                hooks.update(saved.pop((id(owner), name), {}))
+            else:
+                saved[(id(owner), name)] = dict(hooks)
+                hooks.clear()
+        torch.autograd.backward = wrapped_backward if on else plain_backward
+
+    block = int(os.environ["BENCH_BLOCK"])
+    ratios = {"wall": [], "cpu": []}
+    deadline = time.perf_counter() + SECONDS
+    pair = 0
+    while time.perf_counter() < deadline:
+        times = {}
+        for on in ((True, False) if pair % 2 == 0 else (False, True)):
+            probe(on)
+            step()
+            wall, cpu = time.perf_counter_ns(), time.process_time_ns()
+            for _ in range(block):
+                step()
+            times[on] = (time.perf_counter_ns() - wall, time.process_time_ns() - cpu)
+        probe(True)
+        ratios["wall"].append(times[False][0] / times[True][0])
+        ratios["cpu"].append(times[False][1] / times[True][1])
+        pair += 1
+    for kind, values in ratios.items():
+        values.sort()
+        print(f"ab {kind} {statistics.median(values):.5f} {values[len(values) // 4]:.5f} {values[3 * len(values) // 4]:.5f} {len(values)}")
+    sys.exit(0)
+def parent_cpu_s():
+    """The parent's CPU time (the collector, when the job runs under it), from /proc."""
+    try:
+        with open(f"/proc/{os.getppid()}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+steps = 0
+start, cpu, parent = time.perf_counter(), time.process_time(), parent_cpu_s()
+while True:
+    step()
+    steps += 1
+    elapsed = time.perf_counter() - start
+    if elapsed >= SECONDS:
+        break
+cpu, parent = time.process_time() - cpu, parent_cpu_s() - parent
+print(f"steps/s {steps / elapsed:.3f} {steps} {cpu / steps * 1e6:.1f} {parent / steps * 1e6:.1f}")
+if WHERE:
+    step_us = elapsed / steps * 1e6
+    print(f"step {step_us:.1f}")
+    for key in ("edges", "step starts", "step ends"):
+        total, calls = spent[key]
+        per_step = (total - calls * timer_ns) / steps / 1000
+        print(f"where {key}|{calls / steps:.2f}|{per_step:.2f}")
+    t = tidemark
+    reads = t._heap_reads_done[0]
+    print(f"account heap|{reads}|{reads + t._heap_skipped}|{t._heap_spent_ns / 1000 / steps:.2f}|{t._heap_spent_ns / 1000 / max(reads, 1):.1f}")
+    if hasattr(t, "_category_spent_ns"):
+        print(f"account categories|{t._category_spent_ns / 1000 / steps:.2f}|{t._categories_skipped}")
+        print(f"account censuses|{t._census_spent_ns / 1000 / steps:.2f}|{t._step_censuses}")
+    # One edge alone, without the heap (best of many): the fixed part of every edge.
+    import timeit
+    heap, t._mallinfo2 = t._mallinfo2, None
+    edge = min(timeit.repeat(lambda: t._send_edge("b", "bench"), number=2000, repeat=5)) / 2000 * 1e6
+    t._mallinfo2 = heap
+    print(f"edge-alone {edge:.2f}")
+    # What torch's hook dispatch adds to a root model's call: a module with the probe's kind
+    # of hooks (a pre-hook and an always-called hook) against one without.
+    plain, hooked = nn.Linear(4, 4), nn.Linear(4, 4)
+    hooked.register_forward_pre_hook(lambda m, a: None, prepend=True)
+    hooked.register_forward_hook(lambda m, a, o: None, always_call=True)
+    small = torch.randn(1, 4)
+    with torch.no_grad():
+        a = min(timeit.repeat(lambda: plain(small), number=5000, repeat=5)) / 5000 * 1e6
+        b = min(timeit.repeat(lambda: hooked(small), number=5000, repeat=5)) / 5000 * 1e6
+    print(f"hook-dispatch {b - a:.2f}")
+'''
+
+EDGES = r'''
+import time, tidemark
+assert tidemark.enabled()
+best = None
+for _ in range(5):
+    n = 100_000
+    start = time.perf_counter_ns()
+    for i in range(n):
+        tidemark.begin("flood")
+    per_edge = (time.perf_counter_ns() - start) / n
+    best = per_edge if best is None else min(best, per_edge)
+    time.sleep(0.3)
+isolated = []
+for i in range(2000):
+    until = time.perf_counter_ns() + 1_500_000
+    while time.perf_counter_ns() < until:
+        pass
+    start = time.perf_counter_ns()
+    tidemark.begin("eval")
+    isolated.append(time.perf_counter_ns() - start)
+isolated.sort()
+print(f"edges {best / 1000:.2f} {isolated[len(isolated) // 2] / 1000:.2f} {sum(isolated) / len(isolated) / 1000:.2f} {isolated[int(len(isolated) * 0.99)] / 1000:.2f}")
+'''
+
+
+def run_job(args, folder, loop, under, where=False, ab=False):
+    env = dict(os.environ, BENCH_LOOP=loop, BENCH_SECONDS=str(args.seconds), OMP_NUM_THREADS="1")
+    if where:
+        env["BENCH_WHERE"] = "1"
+    if ab:
+        env.update(BENCH_AB="1", BENCH_BLOCK="40" if loop == "small" else "20")
+    command = [args.python, os.path.join(folder, "job.py")]
+    if under:
+        command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"), "--"] + command
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"the {loop} job failed ({'under the collector' if under else 'alone'}):\n{done.stderr}")
+    return done.stdout
+
+
+def steps_per_s(output):
+    """(steps/s, the job's CPU µs a step, its parent's CPU µs a step)."""
+    for line in output.splitlines():
+        if line.startswith("steps/s "):
+            fields = line.split()
+            return float(fields[1]), float(fields[3]), float(fields[4])
+    sys.exit(f"no steps/s in the job's output:\n{output}")
+
+
+def throughput(args, folder, loop):
+    alone, under = [], []
+    for i in range(args.runs):
+        # Alternated, and which goes first alternates too: a machine that slows down or speeds
+        # up during the bench shifts both alike.
+        order = [False, True] if i % 2 == 0 else [True, False]
+        for with_collector in order:
+            value = steps_per_s(run_job(args, folder, loop, with_collector))
+            (under if with_collector else alone).append(value)
+        print(f"  {loop} run {i + 1}: alone {alone[-1][0]:.1f} steps/s ({alone[-1][1]:.0f} µs CPU a step), "
+              f"under the collector {under[-1][0]:.1f} steps/s ({under[-1][1]:.0f} µs CPU a step in the job, "
+              f"{under[-1][2]:.0f} in the collector)", flush=True)
+    a = statistics.median(v[0] for v in alone)
+    u = statistics.median(v[0] for v in under)
+    a_cpu = statistics.median(v[1] for v in alone)
+    u_cpu = statistics.median(v[1] for v in under)
+    collector_cpu = statistics.median(v[2] for v in under)
+    print(f"{loop}: alone {a:.1f} steps/s, under the collector {u:.1f} steps/s (medians of {args.runs}); "
+          f"ratio {u / a:.4f} ({(u / a - 1) * 100:+.2f} %); CPU a step: alone {a_cpu:.0f} µs, under the "
+          f"collector {u_cpu:.0f} µs in the job ({(u_cpu / a_cpu - 1) * 100:+.2f} %) + {collector_cpu:.0f} µs "
+          "in the collector", flush=True)
+
+
+def ab(args, folder, loop):
+    for line in run_job(args, folder, loop, True, ab=True).splitlines():
+        _, kind, median, low, high, pairs = line.split()
+        median, low, high = float(median), float(low), float(high)
+        what = "steps/s" if kind == "wall" else "steps per CPU second (the job's threads)"
+        print(f"{loop}: in one process under the collector, the probe off and on in alternating blocks "
+              f"({pairs} pairs over {args.seconds:.0f} s): {what} on / off = {median:.4f} "
+              f"({(median - 1) * 100:+.2f} %; quartiles {low:.4f}–{high:.4f})", flush=True)
+
+
+def edges(args, folder):
+    script = os.path.join(folder, "edges.py")
+    with open(script, "w") as f:
+        f.write(EDGES)
+    done = subprocess.run(
+        [args.collector, "--out", os.path.join(folder, "edges.msgpack"), "--no-auto-phases", "--",
+         args.python, script], capture_output=True, text=True)
+    fields = done.stdout.split()
+    if done.returncode != 0 or len(fields) != 5:
+        sys.exit(f"the edge bench failed:\n{done.stdout}\n{done.stderr}")
+    _, batched, median, mean, p99 = fields
+    print(f"edges: back to back {batched} µs/edge (best of 5 rounds of 100,000); isolated (1.5 ms apart, "
+          f"2,000): median {median} µs, mean {mean} µs, p99 {p99} µs", flush=True)
+
+
+def where(args, folder, loop):
+    output = run_job(args, folder, loop, True, where=True)
+    lines = output.splitlines()
+    step_us = next(float(l.split()[1]) for l in lines if l.startswith("step "))
+    print(f"where the time goes, {loop} ({step_us:.0f} µs a step under the collector, probe functions timed):")
+    total = 0.0
+    for line in lines:
+        if line.startswith("where "):
+            key, calls, per_step = line[6:].split("|")
+            total += float(per_step)
+            print(f"  {key:<12} {float(calls):5.2f} a step  {float(per_step):7.2f} µs/step  {float(per_step) / step_us * 100:5.2f} %")
+        elif line.startswith("account heap|"):
+            _, reads, edges, per_step, mean = line.split("|")
+            print(f"    of which the C heap: read at {reads} of {edges} edges, {mean} µs a read, "
+                  f"{per_step} µs/step ({float(per_step) / step_us * 100:.2f} %)")
+        elif line.startswith("account categories|"):
+            _, per_step, skipped = line.split("|")
+            print(f"    of which the categories and step-end gradients: {per_step} µs/step "
+                  f"({float(per_step) / step_us * 100:.2f} %), {skipped} step starts without them")
+        elif line.startswith("account censuses|"):
+            _, per_step, count = line.split("|")
+            print(f"    of which the censuses: {count} at step starts, {per_step} µs/step "
+                  f"({float(per_step) / step_us * 100:.2f} %)")
+        elif line.startswith("edge-alone "):
+            print(f"  one edge alone, without the heap (best of 10,000): {float(line.split()[1]):.2f} µs")
+        elif line.startswith("hook-dispatch "):
+            hooks = float(line.split()[1])
+            print(f"  torch's dispatch of the root model's two hooks: {hooks:.2f} µs/step ({hooks / step_us * 100:.2f} %)")
+            total += hooks
+    print(f"  timed in all: {total:.1f} µs/step = {total / step_us * 100:.2f} % of a step "
+          "(the hooks' own bodies, the backward wrapper and the optimizer hooks not counted: ~3 µs)", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("collector")
+    parser.add_argument("--python", default=os.environ.get("TIDEMARK_PYTHON", "python3"))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--loops", default="small,many")
+    parser.add_argument("--skip", default="", help="comma-separated: where,ab,throughput,edges")
+    args = parser.parse_args()
+    args.collector = os.path.abspath(args.collector)
+    skip = set(filter(None, args.skip.split(",")))
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "job.py"), "w") as f:
+            f.write(JOB)
+        for loop in args.loops.split(","):
+            if "where" not in skip:
+                where(args, folder, loop)
+            if "ab" not in skip:
+                ab(args, folder, loop)
+            if "throughput" not in skip:
+                throughput(args, folder, loop)
+        if "edges" not in skip:
+            edges(args, folder)
+
+
+if __name__ == "__main__":
+    main()
