@@ -1044,3 +1044,61 @@ fn what_the_loop_keeps_where_it_frees_the_gradients_is_kept_between_the_phases()
     let leak = analysis.finding(FindingKind::Leak).unwrap();
     assert!(leak.title.contains("between phases"), "{}", leak.title);
 }
+
+/// A long host job: the probe reads the C heap at every edge of the first steps only, then at
+/// whole steps now and then (within its share of the job's time). The steps it read still
+/// attribute the phases with the heap, and the unread stretches between them are not counted
+/// as growth between the phases.
+#[test]
+fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
+    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+    let origin = Origin { pid: 7, rank: None };
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    let (mut times, mut rss_samples) = (Vec::new(), Vec::new());
+    for step in 0..400u64 {
+        let read = step < 20 || step % 25 == 0;
+        for (k, (phase, edge)) in [
+            (Phase::Forward, Edge::Begin),
+            (Phase::Forward, Edge::End),
+            (Phase::Backward, Edge::Begin),
+            (Phase::Backward, Edge::End),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
+            // Forward keeps 2 MiB a step; backward allocates and frees 4 MiB of gradients.
+            let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
+            // Resident memory rises in backward (fresh pages for what forward kept).
+            let rss = 300 * MIB + step * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
+            let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(step), origin);
+            e.host_heap = read.then_some(heap);
+            e.host_rss = Some(rss);
+            recording.push(Record::Phase(e));
+            times.push(t_ns);
+            rss_samples.push(rss);
+        }
+    }
+    recording.push(Record::Chunk(collector::recording::Chunk {
+        times_ns: times,
+        columns: vec![collector::recording::Column {
+            series: collector::recording::SeriesKey::new(collector::recording::SeriesKind::HostRss),
+            values: rss_samples,
+            valid: None,
+        }],
+    }));
+    let analysis = analyze(&recording);
+    assert_eq!(
+        analysis.attribution,
+        Some(collector::analysis::Attribution::HostHeap),
+        "{:?}",
+        analysis.attribution_note
+    );
+    let (phase, retained) = leak_phase(&analysis);
+    assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
+    assert!(
+        analysis.between_phases.is_none_or(|b| b < 0.1),
+        "{:?}",
+        analysis.between_phases
+    );
+}

@@ -710,7 +710,10 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
             .then(|| series.sorted().into_owned())
     };
     let rss = series_of(|e| e.host_rss, 95);
-    let heap = series_of(|e| e.host_heap, 50);
+    // The probe reads the heap at every edge of a host job's first steps, then within a small
+    // share of the job's time (whole steps: both edges of a phase or neither); the steps it read
+    // attribute the phases, so a twentieth of the edges (and forty at least) is enough.
+    let heap = series_of(|e| e.host_heap, 5).filter(|h| h.values.len() >= 40);
     let heap_read = heap.as_ref().map_or(0, |h| h.values.len());
     let growth = |s: &Series| match (s.values.first(), s.values.last()) {
         (Some(a), Some(b)) => b as f64 - a as f64,
@@ -734,7 +737,7 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
             attribution: Attribution::HostHeap,
             note: (heap_read * 100 < edges.len() * 95).then(|| {
                 format!(
-                    "the probe read the C heap at {heap_read} of {} phase edges (reading it grew costly): the phases whose edges lack it are left out of the attribution",
+                    "the probe read the C heap at {heap_read} of {} phase edges (within its share of the job's time): the phases whose edges lack it are left out of the attribution",
                     edges.len()
                 )
             }),

@@ -644,10 +644,14 @@ fn credit_optimizer_temporaries(occurrences: &[Occurrence], levels: &mut [Option
 /// between phases (from one phase's end to the next one's begin); `None` without growth. The
 /// sum telescopes, so noise in the levels cancels out.
 fn between_share(levels: &[Option<Levels>]) -> Option<f64> {
-    let known: Vec<&Levels> = levels.iter().flatten().collect();
-    let (first, last) = (known.first()?, known.last()?);
-    let total = last.end - first.begin;
-    let between: f64 = known.windows(2).map(|w| w[1].begin - w[0].end).sum();
+    // Over the occurrences that were read, and the gaps between neighbours that both were (an
+    // occurrence left unread, as when the C heap is read only now and then, is no gap).
+    let inside: f64 = levels.iter().flatten().map(|l| l.end - l.begin).sum();
+    let between: f64 = levels
+        .windows(2)
+        .filter_map(|w| Some(w[1]?.begin - w[0]?.end))
+        .sum();
+    let total = inside + between;
     (total > 0.0).then(|| between / total)
 }
 
