@@ -641,18 +641,17 @@ fn an_oom_whose_message_lacks_the_others_memory_takes_it_from_nvml() {
     );
 }
 
-/// The probe read the C heap at most edges but not all (reading it grew costly): the phases are
-/// still attributed with the heap, each occurrence whose two edges have it; resident memory,
-/// which stays up when memory is freed and rises where fresh pages are touched, would blame
-/// backward for forward's leak.
-#[test]
-fn a_heap_read_at_most_edges_still_attributes_the_phases() {
-    use collector::recording::{Edge, Origin, Phase, Record, Recording};
+/// `steps` steps of a forward that keeps 2 MiB and a backward that allocates and frees 4 MiB of
+/// gradients, on the host; resident memory only rises, and in backward (fresh pages for what
+/// the forward kept). The probe read the C heap at edge `n` (counted from 1) of step `s` where
+/// `heap_read(s, n)`; the collector sampled resident memory at every edge.
+fn forward_keeps_on_the_host(steps: u64, heap_read: impl Fn(u64, u64) -> bool) -> Recording {
+    use collector::recording::{Edge, Origin, Phase, Record};
     let origin = Origin { pid: 7, rank: None };
     let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    let (mut times, mut rss_samples) = (Vec::new(), Vec::new());
     let mut n = 0u64;
-    for step in 0..60u64 {
-        // Forward keeps 2 MiB a step; backward allocates and frees 4 MiB of gradients.
+    for step in 0..steps {
         for (k, (phase, edge)) in [
             (Phase::Forward, Edge::Begin),
             (Phase::Forward, Edge::End),
@@ -664,16 +663,35 @@ fn a_heap_read_at_most_edges_still_attributes_the_phases() {
         {
             let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
             let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
-            // Resident memory only rises, and in backward (fresh pages for the gradients).
             let rss = 300 * MIB + step * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
             let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(step), origin);
             n += 1;
-            // One edge in five without the heap (the probe's budget).
-            e.host_heap = (!n.is_multiple_of(5)).then_some(heap);
+            e.host_heap = heap_read(step, n).then_some(heap);
             e.host_rss = Some(rss);
             recording.push(Record::Phase(e));
+            times.push(t_ns);
+            rss_samples.push(rss);
         }
     }
+    recording.push(Record::Chunk(collector::recording::Chunk {
+        times_ns: times,
+        columns: vec![collector::recording::Column {
+            series: collector::recording::SeriesKey::new(collector::recording::SeriesKind::HostRss),
+            values: rss_samples,
+            valid: None,
+        }],
+    }));
+    recording
+}
+
+/// The probe read the C heap at most edges but not all (reading it grew costly): the phases are
+/// still attributed with the heap, each occurrence whose two edges have it; resident memory,
+/// which stays up when memory is freed and rises where fresh pages are touched, would blame
+/// backward for forward's leak.
+#[test]
+fn a_heap_read_at_most_edges_still_attributes_the_phases() {
+    // One edge in five without the heap (the probe's budget).
+    let recording = forward_keeps_on_the_host(60, |_, n| !n.is_multiple_of(5));
     let analysis = analyze(&recording);
     assert_eq!(
         analysis.attribution,
@@ -1051,42 +1069,7 @@ fn what_the_loop_keeps_where_it_frees_the_gradients_is_kept_between_the_phases()
 /// as growth between the phases.
 #[test]
 fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
-    use collector::recording::{Edge, Origin, Phase, Record, Recording};
-    let origin = Origin { pid: 7, rank: None };
-    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
-    let (mut times, mut rss_samples) = (Vec::new(), Vec::new());
-    for step in 0..400u64 {
-        let read = step < 20 || step % 25 == 0;
-        for (k, (phase, edge)) in [
-            (Phase::Forward, Edge::Begin),
-            (Phase::Forward, Edge::End),
-            (Phase::Backward, Edge::Begin),
-            (Phase::Backward, Edge::End),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
-            // Forward keeps 2 MiB a step; backward allocates and frees 4 MiB of gradients.
-            let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
-            // Resident memory rises in backward (fresh pages for what forward kept).
-            let rss = 300 * MIB + step * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
-            let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(step), origin);
-            e.host_heap = read.then_some(heap);
-            e.host_rss = Some(rss);
-            recording.push(Record::Phase(e));
-            times.push(t_ns);
-            rss_samples.push(rss);
-        }
-    }
-    recording.push(Record::Chunk(collector::recording::Chunk {
-        times_ns: times,
-        columns: vec![collector::recording::Column {
-            series: collector::recording::SeriesKey::new(collector::recording::SeriesKind::HostRss),
-            values: rss_samples,
-            valid: None,
-        }],
-    }));
+    let recording = forward_keeps_on_the_host(400, |step, _| step < 20 || step % 25 == 0);
     let analysis = analyze(&recording);
     assert_eq!(
         analysis.attribution,

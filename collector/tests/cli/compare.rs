@@ -296,40 +296,16 @@ fn files_that_cannot_be_compared_exit_2_saying_why() {
 }
 
 /// A small training loop on the CPU whose `torch.cuda` reports the C heap in use (glibc's
-/// `mallinfo2`, where these tensors live) as allocated bytes: the allocator's path a GPU job
-/// takes, with real torch memory. `ROWS` sets the forward's activations (ROWS × 1024 float32),
+/// `mallinfo2`, where these tensors live) as allocated bytes (`scripted_cuda.py`): the
+/// allocator's path a GPU job takes, with real torch memory. `ROWS` sets the forward's activations (ROWS × 1024 float32),
 /// `KEEP` keeps that many MiB a step, made in the forward.
 const JOB: &str = r#"
-import ctypes, os
+import os
 import torch
 from torch import nn
+import scripted_cuda  # collector/tests/data/scripted_cuda.py
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd",
-        "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-_mallinfo2 = ctypes.CDLL(None).mallinfo2
-_mallinfo2.restype = _Mallinfo2
-
-def _stats(device=None):
-    info = _mallinfo2()
-    in_use = info.uordblks + info.hblkhd
-    return {
-        "allocated_bytes": {"all": {"current": in_use, "peak": in_use}},
-        "reserved_bytes": {"all": {"current": info.arena + info.hblkhd}},
-        "active_bytes": {"all": {"current": in_use}},
-        "inactive_split_bytes": {"all": {"current": 0}},
-        "num_alloc_retries": 0,
-        "num_ooms": 0,
-    }
-
-torch.cuda.is_initialized = lambda: True
-torch.cuda.is_available = lambda: True
-torch.cuda.current_device = lambda: 0
-torch.cuda.device_count = lambda: 1
-torch.cuda.memory_stats_as_nested_dict = _stats
-torch.cuda.reset_peak_memory_stats = lambda device=None: None
+scripted_cuda.install(torch)
 
 ROWS = int(os.environ["ROWS"])
 KEEP = int(os.environ["KEEP"])
@@ -374,7 +350,7 @@ fn record(job: &Job, name: &str, rows: u32, keep: u32) -> PathBuf {
 
 #[test]
 fn the_gate_passes_a_rerun_and_fails_a_larger_forward_and_a_leak_naming_the_phase() {
-    let job = Job::new(JOB);
+    let job = Job::new(JOB).with_scripted_cuda();
     // The forward's activations: 1024 rows × 1024 float32 = 4 MiB each; the larger forward's
     // are three times that.
     let base = record(&job, "base.msgpack", 1024, 0);

@@ -32,7 +32,7 @@ struct Leak {
 
 /// The findings of one run of `train.py ORDER LEAK`, on the allocator's path or not.
 fn run(order: &str, leak: &str, allocator: bool) -> Analysis {
-    let job = Job::new(include_str!("../data/loops/train.py"));
+    let job = Job::new(include_str!("../data/loops/train.py")).with_scripted_cuda();
     let output = job
         .command(&[])
         .args([order, leak])

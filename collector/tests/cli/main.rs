@@ -37,6 +37,17 @@ impl Job {
         Self { dir }
     }
 
+    /// Writes `scripted_cuda.py` beside the job, for a job that imports it: its `torch.cuda`
+    /// then reports the C heap in use as allocated bytes (the allocator's path without a GPU).
+    pub fn with_scripted_cuda(self) -> Self {
+        std::fs::write(
+            self.path("scripted_cuda.py"),
+            include_str!("../data/scripted_cuda.py"),
+        )
+        .unwrap();
+        self
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

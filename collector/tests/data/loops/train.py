@@ -22,11 +22,10 @@ LEAK is what the job keeps, about 2 MiB a step, exactly:
 No tidemark calls: the phases are automatic. Gradients (8 MiB) outweigh what is kept each step, as
 in real models, so a free of the gradients counted in the wrong place hides the leak.
 
-With LOOPS_SCRIPTED_GPU=1 the job's `torch.cuda` says CUDA is initialised and reports, as the
-allocator's allocated bytes, the C heap in use (glibc's mallinfo2: where these CPU tensors live),
-so the probe's allocator path (the one a GPU job takes) reads the same loop's real memory.
+With LOOPS_SCRIPTED_GPU=1 the job's `torch.cuda` reports the C heap in use as the allocator's
+allocated bytes (`scripted_cuda.py`), so the probe's allocator path (the one a GPU job takes)
+reads the same loop's real memory.
 """
-import ctypes
 import os
 import sys
 
@@ -34,37 +33,9 @@ import torch
 from torch import nn
 
 if os.environ.get("LOOPS_SCRIPTED_GPU") == "1":
+    import scripted_cuda  # collector/tests/data/scripted_cuda.py, written beside this job
 
-    class _Mallinfo2(ctypes.Structure):
-        _fields_ = [
-            (name, ctypes.c_size_t)
-            for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd",
-                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
-            )
-        ]
-
-    _mallinfo2 = ctypes.CDLL(None).mallinfo2
-    _mallinfo2.restype = _Mallinfo2
-
-    def _stats(device=None):
-        info = _mallinfo2()
-        in_use = info.uordblks + info.hblkhd
-        return {
-            "allocated_bytes": {"all": {"current": in_use, "peak": in_use}},
-            "reserved_bytes": {"all": {"current": info.arena + info.hblkhd}},
-            "active_bytes": {"all": {"current": in_use}},
-            "inactive_split_bytes": {"all": {"current": 0}},
-            "num_alloc_retries": 0,
-            "num_ooms": 0,
-        }
-
-    torch.cuda.is_initialized = lambda: True
-    torch.cuda.is_available = lambda: True
-    torch.cuda.current_device = lambda: 0
-    torch.cuda.device_count = lambda: 1
-    torch.cuda.memory_stats_as_nested_dict = _stats
-    torch.cuda.reset_peak_memory_stats = lambda device=None: None
+    scripted_cuda.install(torch)
 
 ORDER, LEAK = sys.argv[1], sys.argv[2]
 STEPS = 60  # enough for the leak's shape to show in both halves of the run
