@@ -160,7 +160,11 @@ impl Arriving {
                     Kind::Snapshot => {
                         Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
                     }
-                    Kind::Recording => Reading::Bytes(Vec::new()),
+                    // A profiler trace or timeline (gzipped or not) is read whole, as a
+                    // recording is.
+                    Kind::Recording | Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
+                        Reading::Bytes(Vec::new())
+                    }
                     _ => {
                         let why = collector::open::FormatError::Unknown {
                             found: collector::open::describe(head),

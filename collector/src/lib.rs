@@ -12,3 +12,4 @@ pub mod open;
 pub mod palette;
 pub mod recording;
 pub mod snapshot;
+pub mod trace;

@@ -1,5 +1,6 @@
 //! One way in for every input. What bytes are is told from their first ones by one function,
-//! [`Kind::of`], and every reader goes through it: [`read_any`] for bytes held in memory (a
+//! [`Kind::of`] (a recording, a snapshot, a PyTorch profiler trace or memory timeline, gzip data
+//! holding one of these), and every reader goes through it: [`read_any`] for bytes held in memory (a
 //! browser tab), and natively [`open_path`] for a path, which answers a recording, a snapshot, a
 //! folder of nodes' recordings (one run) or a folder of per-rank snapshots, with one error type,
 //! [`OpenError`], that names the file or folder last. The report, `check`, `import` and the
@@ -26,6 +27,12 @@ pub enum Kind {
     Snapshot,
     /// Neither.
     Unknown,
+    /// A PyTorch profiler trace (Kineto's chrome trace JSON): it starts with `{` or `[{`.
+    Trace,
+    /// A PyTorch memory timeline (`export_memory_timeline`): it starts with `[[`.
+    MemoryTimeline,
+    /// Gzip data: what it holds is told from its decompressed start ([`Kind::of_gzip`]).
+    Gzip,
     /// A folder of nodes' recordings of one run (one collector per node), opened as one run.
     NodeRecordings,
     /// A folder of per-rank PyTorch memory snapshots (`rank0_memory_snapshot.pickle`, …).
@@ -33,7 +40,7 @@ pub enum Kind {
 }
 
 /// How many first bytes [`Kind::of`] needs to tell a file's kind (fewer: the whole file).
-pub const KIND_BYTES: usize = crate::recording::MAGIC.len();
+pub const KIND_BYTES: usize = 16;
 
 impl Kind {
     /// What bytes are, from their first [`KIND_BYTES`] (or all of them, when fewer).
@@ -44,8 +51,32 @@ impl Kind {
             Self::Recording
         } else if first.first() == Some(&0x80) {
             Self::Snapshot
+        } else if crate::trace::is_gzip(first) {
+            Self::Gzip
         } else {
-            Self::Unknown
+            match crate::trace::json_kind(first) {
+                Some(crate::trace::JsonKind::Trace) => Self::Trace,
+                Some(crate::trace::JsonKind::Timeline) => Self::MemoryTimeline,
+                None => Self::Unknown,
+            }
+        }
+    }
+
+    /// What gzip data holds, from its first bytes (as many as there are: a few hundred tell);
+    /// [`Kind::Gzip`] when its decompressed start tells nothing known.
+    pub fn of_gzip(first: &[u8]) -> Self {
+        match Self::of(&crate::trace::gunzip_start(first, KIND_BYTES)) {
+            Self::Unknown | Self::Gzip => Self::Gzip,
+            kind => kind,
+        }
+    }
+
+    /// The kind an input of this kind is opened as: a profiler trace or timeline becomes a
+    /// recording.
+    pub fn opens_as(self) -> Self {
+        match self {
+            Self::Trace | Self::MemoryTimeline => Self::Recording,
+            kind => kind,
         }
     }
 
@@ -57,6 +88,9 @@ impl Kind {
             Self::Unknown => "neither a tidemark recording nor a PyTorch memory snapshot",
             Self::NodeRecordings => "a folder of nodes' recordings",
             Self::RankSnapshots => "a folder of per-rank snapshots",
+            Self::Trace => "a PyTorch profiler trace",
+            Self::MemoryTimeline => "a PyTorch memory timeline",
+            Self::Gzip => "gzip data",
         }
     }
 }
@@ -69,6 +103,11 @@ pub fn describe(first: &[u8]) -> String {
     }
     if first.starts_with(b"PK\x03\x04") {
         return "at byte 0 it holds a zip archive (torch.save writes these; a memory snapshot is the pickle torch.cuda.memory._dump_snapshot writes)".to_owned();
+    }
+    let start = String::from_utf8_lossy(&first[..first.len().min(64)]).to_ascii_lowercase();
+    let start = start.trim_start();
+    if start.starts_with("<html") || start.starts_with("<!doctype html") {
+        return "an HTML page (export_memory_timeline's .html holds only a picture: export the timeline as prof.export_memory_timeline(\"memory.raw.json.gz\") instead)".to_owned();
     }
     format!(
         "at byte 0 it holds {}",
@@ -144,6 +183,9 @@ pub enum FormatError {
     /// It looks like a pickle, and is not a readable snapshot.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// It looks like a PyTorch profiler file (JSON, or gzip), and is not a readable one.
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
     /// Its first bytes are neither a recording's nor a snapshot's.
     #[error("neither a tidemark recording nor a PyTorch memory snapshot: {found}")]
     Unknown {
@@ -253,11 +295,26 @@ impl std::fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
-/// Reads a recording or a PyTorch memory snapshot held in memory, as [`Kind::of`] tells.
+/// Reads a recording, a PyTorch memory snapshot, or a PyTorch profiler trace or memory
+/// timeline (as a recording) held in memory, as [`Kind::of`] tells; gzip data is decompressed
+/// first.
 pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
     match Kind::of(bytes) {
         Kind::Snapshot => Ok(Opened::Snapshot(Box::new(read_snapshot(bytes)?))),
         Kind::Recording => Ok(Opened::Recording(Box::new(read_recording(bytes)?))),
+        Kind::Trace | Kind::MemoryTimeline => {
+            Ok(Opened::Recording(Box::new(crate::trace::read_json(bytes)?)))
+        }
+        Kind::Gzip => {
+            let inner = crate::trace::gunzip(bytes)?;
+            match Kind::of(&inner) {
+                Kind::Gzip => Err(crate::trace::TraceError::GzipTwice.into()),
+                Kind::Unknown => Err(FormatError::Unknown {
+                    found: format!("gzip data; decompressed, {}", describe(&inner)),
+                }),
+                _ => read_any(&inner),
+            }
+        }
         _ => Err(FormatError::Unknown {
             found: describe(bytes),
         }),
@@ -298,6 +355,17 @@ fn first_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(first)
 }
 
+/// What the gzip file at `path` holds, from its first 64 KiB.
+#[cfg(not(target_arch = "wasm32"))]
+fn gzip_kind(path: &Path) -> std::io::Result<Kind> {
+    use std::io::Read as _;
+    let mut start = Vec::new();
+    std::fs::File::open(path)?
+        .take(1 << 16)
+        .read_to_end(&mut start)?;
+    Ok(Kind::of_gzip(&start))
+}
+
 /// What is at `path` ([`Found`]).
 #[cfg(not(target_arch = "wasm32"))]
 fn look(path: &Path) -> Result<Found, OpenError> {
@@ -307,7 +375,11 @@ fn look(path: &Path) -> Result<Found, OpenError> {
     };
     if !std::fs::metadata(path).map_err(io)?.is_dir() {
         let first = first_bytes(path).map_err(io)?;
-        return Ok(Found::File(Kind::of(&first), first));
+        let kind = match Kind::of(&first) {
+            Kind::Gzip => gzip_kind(path).map_err(io)?,
+            kind => kind,
+        };
+        return Ok(Found::File(kind, first));
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
         .map_err(|err| OpenError::Folder {
@@ -389,7 +461,7 @@ pub fn open_path(path: &Path) -> Result<Input, OpenError> {
 pub fn open_expecting(path: &Path, expected: Kind) -> Result<Input, OpenError> {
     let found = look(path)?;
     let kind = found.kind();
-    if kind != expected && kind != Kind::Unknown {
+    if kind.opens_as() != expected && !matches!(kind, Kind::Unknown | Kind::Gzip) {
         return Err(OpenError::Expected {
             path: path.to_owned(),
             expected,
@@ -493,6 +565,15 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
                     path: path.to_owned(),
                     reason: reason.into(),
                 })
+        }
+        Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
+            let len = file.metadata().map_err(io)?.len();
+            let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+            file.read_to_end(&mut bytes).map_err(io)?;
+            read_any(&bytes).map_err(|reason| OpenError::Format {
+                path: path.to_owned(),
+                reason,
+            })
         }
         _ => Err(unknown(path, &first)),
     }
