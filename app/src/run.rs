@@ -578,7 +578,7 @@ mod tests {
         assert_eq!(err, whole);
         assert!(
             whole.as_deref().is_some_and(|w| w.starts_with(
-                "plot.pickle: neither a tidemark recording nor a PyTorch memory snapshot: at byte 0 it holds a PNG image"
+                "plot.pickle: not a tidemark recording, a PyTorch memory snapshot or a profiler trace: at byte 0 it holds a PNG image"
             )),
             "{whole:?}"
         );

@@ -85,7 +85,9 @@ impl Kind {
         match self {
             Self::Recording => "a tidemark recording",
             Self::Snapshot => "a PyTorch memory snapshot",
-            Self::Unknown => "neither a tidemark recording nor a PyTorch memory snapshot",
+            Self::Unknown => {
+                "not a tidemark recording, a PyTorch memory snapshot or a profiler trace"
+            }
             Self::NodeRecordings => "a folder of nodes' recordings",
             Self::RankSnapshots => "a folder of per-rank snapshots",
             Self::Trace => "a PyTorch profiler trace",
@@ -187,7 +189,7 @@ pub enum FormatError {
     #[error(transparent)]
     Trace(#[from] crate::trace::TraceError),
     /// Its first bytes are neither a recording's nor a snapshot's.
-    #[error("neither a tidemark recording nor a PyTorch memory snapshot: {found}")]
+    #[error("not a tidemark recording, a PyTorch memory snapshot or a profiler trace: {found}")]
     Unknown {
         /// What the first bytes look like ([`describe`]).
         found: String,
@@ -727,12 +729,14 @@ mod tests {
         let err = |bytes: &[u8]| read_any(bytes).err().map(|e| e.to_string());
         assert_eq!(
             err(b"").as_deref(),
-            Some("neither a tidemark recording nor a PyTorch memory snapshot: the file is empty")
+            Some(
+                "not a tidemark recording, a PyTorch memory snapshot or a profiler trace: the file is empty"
+            )
         );
         assert_eq!(
             err(b"\x89PNG\r\n\x1a\n").as_deref(),
             Some(
-                "neither a tidemark recording nor a PyTorch memory snapshot: at byte 0 it holds a PNG image"
+                "not a tidemark recording, a PyTorch memory snapshot or a profiler trace: at byte 0 it holds a PNG image"
             )
         );
         let zip = err(b"PK\x03\x04\x14\0\0\0").unwrap_or_default();

@@ -111,17 +111,17 @@ pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
         bad(
             "a torch.save zip",
             zip,
-            "neither a tidemark recording nor a PyTorch memory snapshot: at byte 0 it holds a zip archive (torch.save writes these",
+            "not a tidemark recording, a PyTorch memory snapshot or a profiler trace: at byte 0 it holds a zip archive (torch.save writes these",
         ),
         bad(
             "a PNG",
             png,
-            "neither a tidemark recording nor a PyTorch memory snapshot: at byte 0 it holds a PNG image",
+            "not a tidemark recording, a PyTorch memory snapshot or a profiler trace: at byte 0 it holds a PNG image",
         ),
         bad(
             "an empty file",
             empty_file,
-            "neither a tidemark recording nor a PyTorch memory snapshot: the file is empty",
+            "not a tidemark recording, a PyTorch memory snapshot or a profiler trace: the file is empty",
         ),
         bad(
             "an empty folder",
