@@ -190,12 +190,23 @@ fn category_trend(values: &[(f64, u64)]) -> CategoryTrend {
 }
 
 /// By step: the gradient bytes freed between the end of the step before and this step's start
-/// (`zero_grad(set_to_none=True)`), on the first device (`on_device`) or on the host.
+/// (`zero_grad(set_to_none=True)`), on the first device (`on_device`, when the model has
+/// parameters there) or on the host.
 pub(super) fn freed_gradients(
     recording: &Recording,
     pid: Option<u32>,
     on_device: bool,
 ) -> std::collections::BTreeMap<u64, f64> {
+    // The model's own memory: on the device the verdict measures, else (no parameters there:
+    // the model is on the CPU while the allocator's numbers come from elsewhere) on the host.
+    let has_model = |device_side: bool| {
+        recording.categories.iter().any(|c| {
+            pid.is_none_or(|p| c.origin.pid == p)
+                && c.device.is_some() == device_side
+                && c.parameters > 0
+        })
+    };
+    let on_device = on_device && (has_model(true) || !has_model(false));
     let mine =
         |c: &&Categories| pid.is_none_or(|p| c.origin.pid == p) && c.device.is_some() == on_device;
     let device = recording
