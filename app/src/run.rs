@@ -566,12 +566,13 @@ mod tests {
         arriving.push(b"TIDE").unwrap_or_else(|e| panic!("{e}"));
         let err = arriving.finish().err().unwrap_or_default();
         assert_eq!(Some(err), Run::from_bytes("cut.msgpack", b"TIDE").err());
-        // A PNG: refused at its eighth byte.
+        // A PNG: refused once the bytes that tell a kind have arrived (KIND_BYTES: 16, the
+        // sixth part of three), not before.
         let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        assert_eq!(png.len(), collector::open::KIND_BYTES);
         let mut arriving = Arriving::new("plot.pickle");
         let pushed: Vec<bool> = png.chunks(3).map(|p| arriving.push(p).is_ok()).collect();
-        assert_eq!(pushed[..2], [true, true]);
-        assert!(!pushed[2]);
+        assert_eq!(pushed, [true, true, true, true, true, false]);
         let mut arriving = Arriving::new("plot.pickle");
         let err = png.chunks(3).find_map(|p| arriving.push(p).err());
         let whole = Run::from_bytes("plot.pickle", png).err();

@@ -258,6 +258,10 @@ def category_tensors(tensor_type, optimizers):
 # --- the census -------------------------------------------------------------------------------
 
 _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, memoryview)
+# What `functools.lru_cache` and `functools.cache` return: its cache is reached only through the
+# garbage collector's view of it (a dict of results, or of list links that hold them).
+_CACHE_TYPE = type(functools.lru_cache(maxsize=1)(lambda: None))
+
 _SKIP_TYPES = (
     types.ModuleType, types.CodeType, types.FrameType, types.GeneratorType,
     types.CoroutineType, types.AsyncGeneratorType, types.BuiltinFunctionType,
@@ -392,11 +396,15 @@ class _Census:
         if issubclass(kind, type):
             if holder is None and self.user_module(getattr(obj, "__module__", None)):
                 for name, value in list(vars(obj).items()):
-                    if not name.startswith("__"):
+                    # A cached method (`@functools.cache` on `__getitem__`) holds what it returned.
+                    if not name.startswith("__") or type(value) is _CACHE_TYPE:
                         self.push(value, f"{path}.{name}", f"a class attribute of {obj.__name__}", None)
             return
         if kind is types.FunctionType:
             self.function(obj, path, what, holder)
+            return
+        if kind is _CACHE_TYPE:
+            self.cache(obj, path, what, holder)
             return
         if kind is types.MethodType:
             self.push(obj.__func__, path, what, holder)
@@ -473,6 +481,29 @@ class _Census:
                 self.push(value, f"{name}.{var}", where, None)
             else:
                 self.push(value, None, None, holder)
+
+    def cache(self, func, path, what, holder):
+        """A function behind `functools.lru_cache`/`cache`: what it returned and keeps is one
+        holder, named by the function."""
+        name = getattr(func, "__qualname__", None) or getattr(func, "__name__", "function")
+        try:
+            size = func.cache_info().currsize
+        except Exception:
+            size = 0
+        here = holder or self.hold(path, f"the cache of {name}() (functools.lru_cache)", size, id(func))
+        for ref in gc.get_referents(func):
+            if type(ref) is not dict:
+                continue
+            for value in list(ref.values()):
+                # A bounded cache keeps each result in a link of its list (key, result).
+                if type(value).__name__ == "_lru_list_elem":
+                    for inner in gc.get_referents(value):
+                        self.push(inner, None, None, here)
+                else:
+                    self.push(value, None, None, here)
+        wrapped = getattr(func, "__wrapped__", None)
+        if wrapped is not None:
+            self.push(wrapped, path, what, holder)
 
     def hold(self, path, what, items, ident):
         """A container becomes a holder: named by its path, known across censuses by its id

@@ -327,6 +327,73 @@ main()
     assert!(leak.title.ends_with("held by kept"), "{}", leak.title);
 }
 
+/// A dataset whose `__getitem__` is cached with `functools.lru_cache` keeps every item it made:
+/// the cache is the holder (reached through the class, its results through the garbage
+/// collector's view of the cache), named by the method.
+#[test]
+fn a_functools_cache_on_getitem_is_the_holder() {
+    let job = Job::new(
+        r#"
+import functools
+import torch
+from torch import nn
+
+class Data:
+    @functools.lru_cache(maxsize=None)
+    def __getitem__(self, i):
+        return torch.randn(512, 1024)  # 2 MiB a step, kept by the cache
+
+@functools.lru_cache(maxsize=4)
+def small(i):
+    return torch.randn(16, 16)  # bounded: at most four kept, not a leak
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    data = Data()
+    model = nn.Sequential(nn.Linear(1024, 256), nn.ReLU(), nn.Linear(256, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(60):
+        x = data[step] + small(step % 8).sum()
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+main()
+"#,
+    );
+    let output = job.run(&[]);
+    let err = stderr(&output);
+    assert!(output.status.success(), "{err}");
+    let analysis = analyze(&job.recording());
+    let grown = analysis
+        .holders
+        .first()
+        .unwrap_or_else(|| panic!("no holder grew: {:#?}", analysis.holders));
+    assert_eq!(
+        grown.name, "__main__.Data.__getitem__",
+        "{:#?}",
+        analysis.holders
+    );
+    assert!(
+        grown
+            .what
+            .contains("the cache of Data.__getitem__() (functools.lru_cache)"),
+        "{}",
+        grown.what
+    );
+    assert_eq!(grown.per_step_bytes, (2 << 20) as f64, "{grown:#?}");
+    let leak = analysis
+        .finding(FindingKind::Leak)
+        .unwrap_or_else(|| panic!("no leak: {:#?}", analysis.findings));
+    assert!(
+        leak.title.ends_with("held by __main__.Data.__getitem__"),
+        "{}",
+        leak.title
+    );
+}
+
 #[test]
 fn growing_optimizer_state_is_a_finding_of_its_own() {
     let (_, analysis) = run("growing_state", &[]);
