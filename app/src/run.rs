@@ -585,8 +585,8 @@ mod tests {
         );
         // 300 MiB announced: a recording is refused once its first bytes arrive, a snapshot not.
         let mut arriving = Arriving::expecting("big.msgpack", 300 << 20);
-        assert_eq!(arriving.push(b"TIDEM"), Ok(()));
-        let why = arriving.push(b"ARK").err().unwrap_or_default();
+        assert_eq!(arriving.push(b"TIDEMARK"), Ok(()));
+        let why = arriving.push(&[0; 8]).err().unwrap_or_default();
         assert!(
             why.starts_with("big.msgpack: this 300 MiB recording"),
             "{why}"

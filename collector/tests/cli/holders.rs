@@ -383,7 +383,10 @@ main()
         "{}",
         grown.what
     );
-    assert_eq!(grown.per_step_bytes, (2 << 20) as f64, "{grown:#?}");
+    // 2 MiB an item; the censuses come at a step's start and at the end, so an item either
+    // side of them moves the rate by a few percent.
+    let per_step = grown.per_step_bytes / (2 << 20) as f64;
+    assert!((0.9..1.1).contains(&per_step), "{grown:#?}");
     let leak = analysis
         .finding(FindingKind::Leak)
         .unwrap_or_else(|| panic!("no leak: {:#?}", analysis.findings));
