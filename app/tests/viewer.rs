@@ -629,25 +629,9 @@ impl egui::DroppedFile for Dropped {
     }
 }
 
-/// A node's recording of `command` (host `node-{rank}`), rank `rank` growing by 8 MiB a step
-/// times its rank, written to `dir`.
+/// A node's recording of `command` (`tidemark_tests::inputs::node_recording`), written to `dir`.
 fn node_recording(dir: &std::path::Path, rank: u32, command: &str) -> PathBuf {
-    use collector::recording::{Origin, Recording};
-    let mut header = tidemark_tests::header(&[command]);
-    header.host = format!("node-{rank}");
-    let mut recording = Recording::new(header);
-    let origin = Origin {
-        pid: 7,
-        rank: Some(rank),
-    };
-    for record in tidemark_tests::forward_steps(origin, 20, 10, 1, |step| {
-        (1 << 30) + u64::from(rank) * step * (8 << 20)
-    }) {
-        recording.push(record);
-    }
-    let path = dir.join(format!("{command}-{rank}.msgpack"));
-    collector::recording::write_file(&path, &recording).unwrap();
-    path
+    tidemark_tests::inputs::node_recording(dir, rank, command).unwrap()
 }
 
 /// Two nodes' recordings of one job (hosts node-0 and node-1), rank 1 growing.
