@@ -16,6 +16,7 @@ const GOLDEN_V1: &str = "tests/data/golden_v1.msgpack";
 const GOLDEN_V1_1: &str = "tests/data/golden_v1_1.msgpack";
 const GOLDEN_V1_2: &str = "tests/data/golden_v1_2.msgpack";
 const GOLDEN_V1_3: &str = "tests/data/golden_v1_3.msgpack";
+const GOLDEN_V1_4: &str = "tests/data/golden_v1_4.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -285,16 +286,38 @@ fn golden_v1_3() -> (Header, Vec<Record>) {
     (header, records)
 }
 
+/// Format 1.4: the 1.3 contents and what two backwards freed of their forwards' saved tensors,
+/// one on the device and one on the host.
+fn golden_v1_4() -> (Header, Vec<Record>) {
+    let (mut header, mut records) = golden_v1_3();
+    header.format_minor = 4;
+    let origin = Origin {
+        pid: 4242,
+        rank: Some(0),
+    };
+    for (t_ns, device, bytes) in [(45_000_000, Some(0), 24 * MIB), (95_000_000, None, 4096)] {
+        records.push(Record::SavedFreed(collector::recording::SavedFreed {
+            t_ns,
+            origin,
+            step: Some(t_ns / 50_000_000),
+            device,
+            bytes,
+        }));
+    }
+    (header, records)
+}
+
 /// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
 fn write_golden_files() {
     type Contents = fn() -> (Header, Vec<Record>);
-    let files: [(&str, Contents); 4] = [
+    let files: [(&str, Contents); 5] = [
         (GOLDEN_V1, golden_v1),
         (GOLDEN_V1_1, golden_v1_1),
         (GOLDEN_V1_2, golden_v1_2),
         (GOLDEN_V1_3, golden_v1_3),
+        (GOLDEN_V1_4, golden_v1_4),
     ];
     for (name, contents) in files {
         let path = data_path(name);
@@ -362,6 +385,18 @@ fn golden_v1_2_reads_back_exactly_with_categories_and_censuses() {
     // Older readers' view: the 1.1 file has neither.
     let v1_1 = read_file(&data_path(GOLDEN_V1_1)).unwrap();
     assert!(v1_1.categories.is_empty() && v1_1.censuses.is_empty());
+}
+
+#[test]
+fn golden_v1_4_reads_back_exactly_with_what_backwards_freed() {
+    let recording = reads_back_exactly(GOLDEN_V1_4, golden_v1_4, 4);
+    // By hand.
+    assert_eq!(recording.saved_freed.len(), 2);
+    assert_eq!(recording.saved_freed[0].bytes, 24 * MIB);
+    assert_eq!(recording.saved_freed[1].device, None);
+    // Older readers' view: the 1.3 file has none.
+    let v1_3 = read_file(&data_path(GOLDEN_V1_3)).unwrap();
+    assert!(v1_3.saved_freed.is_empty());
 }
 
 #[test]

@@ -469,6 +469,15 @@ def _census_due(step, elapsed_ns):
     return True
 
 
+def _saved_freed(device, freed):
+    """A backward that just ended freed `freed` bytes on `device` (-1: the host) of what the
+    forwards before it saved for it (sent before the backward's end edge, in the same batch)."""
+    step = "-" if _step is None else _step
+    where = "-" if device < 0 else device
+    now = _monotonic_ns()
+    _add(f"{_PROTOCOL} B {now} {_pid} {_rank} {step} {where} {freed}", now)
+
+
 def _send_categories(host):
     """Adds the categories waiting for the edge that follows them to the batch, with the C heap
     that edge read (one heap read per step, not two)."""

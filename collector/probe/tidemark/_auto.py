@@ -7,6 +7,12 @@
 - backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped.
   No global backward hooks: they break in-place operations.
 - optimizer: the optimizer step pre and post hooks. Each optimizer step ends a training step.
+
+What a backward frees of what the forwards before it saved for it (their activations) is measured
+on a sample of steps (``_saves_measured``): while such a forward runs, a saved-tensors hook notes
+each saved storage (weakly); when the backward ends, the storages it freed are summed and sent
+(``tm2 B``). A backward frees the forward's activations and makes gradients; without this number
+the analysis could not tell a backward that keeps what it made from a forward that kept its own.
 """
 import importlib.abc
 import sys
@@ -21,6 +27,8 @@ _measured_step = None                   # the step whose start was last measured
 _local = threading.local()  # the module nesting depth, per thread
 _global_handles = []
 _discovering = True
+_StorageWeakRef = None  # torch's weak reference to a storage, once torch is loaded
+_always_call = True     # whether a forward that raises still runs the post hook (torch ≥ 2.1)
 
 
 def install_when_torch_is_imported():
@@ -74,26 +82,36 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
 
 
 def _install(torch):
+    global _StorageWeakRef
     tidemark._torch = torch
+    try:
+        from torch.multiprocessing.reductions import StorageWeakRef as _StorageWeakRef
+    except Exception:
+        _StorageWeakRef = None
     if tidemark._step is None:
         tidemark._step = 0
     from torch.nn.modules import module as nn_module
 
     _global_handles.append(nn_module.register_module_forward_pre_hook(_global_pre))
     # always_call: a forward that raises still closes its nesting level and its phase.
+    global _always_call
     try:
         post = nn_module.register_module_forward_hook(_global_post, always_call=True)
     except TypeError:  # torch < 2.1
         post = nn_module.register_module_forward_hook(_global_post)
+        _always_call = False
     _global_handles.append(post)
 
     backward = torch.autograd.backward
 
     def backward_in_phase(*args, **kwargs):
         tidemark.begin("backward")
+        saved = _saved_before_backward()
         try:
             return backward(*args, **kwargs)
         finally:
+            if saved:
+                _send_saved_freed(saved)
             tidemark.end("backward")
 
     torch.autograd.backward = backward_in_phase
@@ -139,6 +157,78 @@ def _global_post(module, args, output):
 
 
 _open = {}
+_saving = {}  # (id(module), thread) -> the saved-tensors hooks entered around that forward
+_saved = {}   # storage address -> (weak reference, bytes, device): what the measured forwards saved
+
+
+def _saves_measured(step):
+    """Whether the forwards of this step have their saved tensors noted: the first 8 steps, then
+    every 16th (a training step saves the same graph each time)."""
+    return step is not None and (step < 8 or step % 16 == 0)
+
+
+def _note_saved(tensor):
+    """The pack hook: notes the tensor's storage, returns the tensor itself (saved as usual)."""
+    try:
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key and key not in _saved:
+            _saved[key] = (_StorageWeakRef(storage), storage.nbytes(), tensor.get_device())
+    except Exception:
+        pass
+    return tensor
+
+
+def _unpack(tensor):
+    return tensor
+
+
+def _start_saving(module):
+    """Enters the saved-tensors hooks around a measured training forward (not a compiled model,
+    whose graph is its compiler's business)."""
+    torch = tidemark._torch
+    if (
+        _StorageWeakRef is None
+        or not _always_call  # a forward that raised would leave the hooks on
+        or not _saves_measured(tidemark._step)
+        or type(module).__name__ == "OptimizedModule"
+        or getattr(module, "_compiled_call_impl", None) is not None
+    ):
+        return
+    hooks = torch.autograd.graph.saved_tensors_hooks(_note_saved, _unpack)
+    hooks.__enter__()
+    _saving[(id(module), threading.get_ident())] = hooks
+
+
+def _stop_saving(module):
+    hooks = _saving.pop((id(module), threading.get_ident()), None)
+    if hooks is not None:
+        hooks.__exit__(None, None, None)
+
+
+def _saved_before_backward():
+    """What the forwards since the last backward saved and is still alive as this backward
+    begins: (weak reference, bytes, device) entries; `None` when they were not measured."""
+    if not _saved:
+        return None
+    try:
+        alive = [entry for entry in _saved.values() if not entry[0].expired()]
+    except Exception:
+        alive = None
+    _saved.clear()
+    return alive
+
+
+def _send_saved_freed(saved):
+    """Sends what of `saved` the backward freed, per device (-1: the host)."""
+    try:
+        freed = {}
+        for ref, size, device in saved:
+            freed[device] = freed.get(device, 0) + (size if ref.expired() else 0)
+        for device, size in freed.items():
+            tidemark._saved_freed(device, size)
+    except Exception:
+        pass
 
 
 def models():
@@ -162,6 +252,8 @@ def _root_pre(module, args):
             tidemark._at_step_start(tidemark._torch, models(), optimizers())
         _open[(id(module), threading.get_ident())] = name
         tidemark.begin(name)
+        if name == "forward":
+            _start_saving(module)
     except Exception:
         pass
 
@@ -169,6 +261,8 @@ def _root_pre(module, args):
 def _root_post(module, args, output):
     try:
         name = _open.pop((id(module), threading.get_ident()), None)
+        if name == "forward":
+            _stop_saving(module)
         if name is not None:
             tidemark.end(name)
     except Exception:

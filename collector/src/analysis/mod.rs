@@ -608,6 +608,15 @@ fn analyze_one(recording: &Recording) -> Analysis {
                 at_edges: *at_edges,
             }),
         &freed_gradients,
+        &phases::saved_freed(
+            recording,
+            &occurrences,
+            if attribution == Attribution::Allocator {
+                allocator.device()
+            } else {
+                None
+            },
+        ),
     );
     let has_phases = !phase_stats.is_empty();
     let mut analysis = Analysis {
@@ -632,10 +641,25 @@ fn analyze_one(recording: &Recording) -> Analysis {
         retained: Vec::new(),
         freed_before_backward,
     };
+    // The C heap at each step start, where the probe read it at every one (a host job's first
+    // steps): what the job's tensors hold, without the pages the process settles around them.
+    let heap_at_steps: Option<Vec<f64>> = match (attribution, &attribution_series) {
+        (Attribution::HostHeap, Some((heap, true))) => analysis
+            .step_series
+            .times_ns
+            .iter()
+            .map(|&t| {
+                let i = heap.times_ns.partition_point(|&x| x < t);
+                (heap.times_ns.get(i) == Some(&t)).then(|| heap.values.at(i) as f64)
+            })
+            .collect(),
+        _ => None,
+    };
     rules::judge(
         recording,
         &allocator,
         fallback.as_ref().map(|(_, s)| s.as_ref()),
+        heap_at_steps.as_deref(),
         &mut analysis,
     );
     holders::judge(recording, occurrences.first().map(|o| o.pid), &mut analysis);

@@ -595,6 +595,107 @@ fn credit_frees_to_backward(
     (out, per_step)
 }
 
+/// What each backward occurrence freed of what the forwards before it saved for it (the probe's
+/// `saved_freed`, measured on a sample of steps), in the order of the occurrences; `None` for
+/// the other phases and before the first measurement. A backward without its own measurement
+/// takes the last one before it: a training step saves the same graph each time. The device
+/// side is the one the attribution reads: `device` (the allocator's), else the host; on the
+/// allocator's path with no measurement on its device (the model is on the CPU while the
+/// allocator's numbers come from elsewhere), the host's.
+pub fn saved_freed(
+    recording: &Recording,
+    occurrences: &[Occurrence],
+    device: Option<u32>,
+) -> Vec<Option<f64>> {
+    let Some(pid) = occurrences.first().map(|o| o.pid) else {
+        return Vec::new();
+    };
+    let of = |side: Option<u32>| {
+        let mut v: Vec<(u64, u64)> = recording
+            .saved_freed
+            .iter()
+            .filter(|r| r.origin.pid == pid && r.device == side)
+            .map(|r| (r.t_ns, r.bytes))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let mut records = of(device);
+    if records.is_empty() && device.is_some() {
+        records = of(None);
+    }
+    let mut last = None;
+    let mut next = 0;
+    occurrences
+        .iter()
+        .map(|o| {
+            if o.phase != Phase::Backward {
+                return None;
+            }
+            // Sent just before the backward's end edge: within it.
+            let mut own = None;
+            while next < records.len() && records[next].0 <= o.end_ns {
+                if records[next].0 >= o.begin_ns {
+                    own = Some(own.unwrap_or(0) + records[next].1);
+                }
+                next += 1;
+            }
+            if let Some(own) = own {
+                last = Some(own as f64);
+            }
+            last
+        })
+        .collect()
+}
+
+/// A backward frees what the forwards before it saved for it (their activations) while it
+/// makes the gradients. Counted where it happens, that free hides what the backward made and
+/// kept (a hook's list of gradients) behind the forward's activations it gave back, and the
+/// forward seems to keep it. With what the backward freed measured (`freed`, by occurrence),
+/// it is credited to the forwards since the last backward, the latest first, up to what each
+/// rose: the levels from that forward's end to the backward's begin are read as if it had been
+/// freed at the forward's end (its transient), so the backward keeps what it made.
+fn credit_saved_to_forwards(
+    occurrences: &[Occurrence],
+    levels: &mut [Option<Levels>],
+    freed: &[Option<f64>],
+) {
+    let mut forwards: Vec<usize> = Vec::new();
+    for (k, o) in occurrences.iter().enumerate() {
+        match o.phase {
+            Phase::Forward => forwards.push(k),
+            Phase::Backward => {
+                let mut left = freed.get(k).copied().flatten().unwrap_or(0.0);
+                if levels[k].is_some() {
+                    for &f in forwards.iter().rev() {
+                        if left <= 0.0 {
+                            break;
+                        }
+                        let Some(l) = levels[f] else { continue };
+                        let take = (l.end - l.begin).max(0.0).min(left);
+                        if take <= 0.0 {
+                            continue;
+                        }
+                        left -= take;
+                        if let Some(l) = levels[f].as_mut() {
+                            l.end -= take;
+                        }
+                        for between in levels[f + 1..k].iter_mut().flatten() {
+                            between.begin -= take;
+                            between.end -= take;
+                        }
+                        if let Some(b) = levels[k].as_mut() {
+                            b.begin -= take;
+                        }
+                    }
+                }
+                forwards.clear();
+            }
+            _ => {}
+        }
+    }
+}
+
 /// An optimizer step that runs a closure (LBFGS; Lightning's `training_step`) makes its own
 /// temporaries in the closure's gaps (a flat copy of the gradients, a search direction) and frees
 /// them when it returns, after the closure's forward and backward ran. Counted where they
@@ -687,6 +788,7 @@ pub fn stats(
     allocator: &AllocatorIndex<'_>,
     fallback: Option<Attributed<'_>>,
     freed_gradients: &BTreeMap<u64, f64>,
+    saved_freed: &[Option<f64>],
 ) -> Accounts {
     let mut cursors = (0, 0);
     let levels: Vec<Option<Levels>> = occurrences
@@ -696,6 +798,7 @@ pub fn stats(
     // Retained and the share between phases from the levels with frees outside the phases
     // credited back; net and watermark from the levels as they were (what the curves show).
     let (mut credited, freed_in_steps) = credit_frees_to_backward(occurrences, starts, &levels);
+    credit_saved_to_forwards(occurrences, &mut credited, saved_freed);
     credit_optimizer_temporaries(occurrences, &mut credited);
     credit_gradients_freed_between_steps(
         occurrences,

@@ -36,11 +36,13 @@ fn growth_floor(basis: Basis) -> f64 {
     }
 }
 
-/// `fallback` is the sorted device or host series `analyze` found (none with allocator numbers).
+/// `fallback` is the sorted device or host series `analyze` found (none with allocator numbers);
+/// `heap_at_steps` the C heap in use at each point of the step series, where it was read at all.
 pub(super) fn judge(
     recording: &Recording,
     allocator: &phases::AllocatorIndex<'_>,
     fallback: Option<&Series>,
+    heap_at_steps: Option<&[f64]>,
     analysis: &mut Analysis,
 ) {
     let basis = analysis.basis;
@@ -77,15 +79,31 @@ pub(super) fn judge(
     if let Some(t) = &trend {
         // A leak keeps its pace; memory that settles (arenas, buffers and caches filling in a
         // Python process, a DDP rank's buckets) grows ever slower to a plateau, at any size.
-        let steady = shape
-            .as_ref()
-            .filter(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE));
         let floor = growth_floor(basis).max(3.0 * t.noise_bytes);
+        // Resident memory can slow while a leak keeps its pace: the process settles (arenas,
+        // pages malloc reuses) around what the job keeps. The C heap, read at every step start,
+        // shows the leak without that; it keeps pace for a leak and settles with the rest.
+        let heap_pace = heap_at_steps
+            .filter(|h| h.len() == n && h.len() > warmup)
+            .and_then(|h| {
+                let ht = trend::trend(&steps[warmup..], &h[warmup..])?;
+                let hs = trend::shape(&steps[warmup..], &h[warmup..])?;
+                (ht.rises(ALPHA)
+                    && hs.keeps_pace(ht.slope_per_step, KEEPS_PACE)
+                    && ht.growth_bytes >= growth_floor(basis).max(3.0 * ht.noise_bytes)
+                    && ht.growth_bytes >= t.growth_bytes / 4.0)
+                    .then_some(hs)
+            });
+        let steady = shape
+            .clone()
+            .filter(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE))
+            .map(|s| (s, false))
+            .or(heap_pace.map(|s| (s, true)));
         let short = analysis.by_step && basis != Basis::Allocated && n < SHORT_RUN_STEPS;
         let fast_enough = !short || t.slope_per_step >= SHORT_RUN_RATE;
         let falls_back =
             t.end_bytes <= t.start_bytes + t.noise_bytes.max(growth_floor(basis) / 8.0);
-        if let Some(shape) = steady
+        if let Some((shape, by_heap)) = &steady
             && t.rises(ALPHA)
             && t.growth_bytes >= floor
             && fast_enough
@@ -97,6 +115,7 @@ pub(super) fn judge(
                 unit,
                 t,
                 shape,
+                *by_heap,
                 &analysis.step_series,
                 &analysis.phases,
                 analysis.between_phases,
@@ -139,6 +158,7 @@ fn leak_finding(
     unit: &str,
     t: &Trend,
     shape: &Shape,
+    shape_of_heap: bool,
     series: &StepSeries,
     phases: &[PhaseStats],
     between_phases: Option<f64>,
@@ -160,11 +180,19 @@ fn leak_finding(
             t.p_value,
             format_bytes(t.noise_bytes)
         ),
-        format!(
-            "it does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first (memory that settles slows to a plateau), and it never falls back",
-            format_bytes(shape.second_per_step),
-            format_bytes(shape.first_per_step)
-        ),
+        if shape_of_heap {
+            format!(
+                "the C heap in use does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first (resident memory slows as the process settles around it), and it never falls back",
+                format_bytes(shape.second_per_step),
+                format_bytes(shape.first_per_step)
+            )
+        } else {
+            format!(
+                "it does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first (memory that settles slows to a plateau), and it never falls back",
+                format_bytes(shape.second_per_step),
+                format_bytes(shape.first_per_step)
+            )
+        },
         cost(unit, t.slope_per_step, series, projection),
     ];
     let culprit = phases

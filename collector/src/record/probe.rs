@@ -11,7 +11,9 @@
 //! for the categories at a
 //! step's start (device `-` is the host), and `tm2 H <t_ns> <pid> <rank> <step|-> <reason>
 //! <json>` for a census of who holds the live tensors, and `tm2 N <t_ns> <pid> <rank> <text…>`
-//! for a remark (the probe stopped reading the C heap, and why).
+//! for a remark (the probe stopped reading the C heap, and why), and `tm2 B <t_ns> <pid> <rank>
+//! <step|-> <device|-> <bytes>` for what a backward that just ended freed of what the forwards
+//! saved for it, per device (`-` is the host).
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -22,7 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 
 use collector::recording::{
-    AllocatorSample, Categories, Census, Edge, Note, Origin, Phase, PhaseEdge, Record, SnapshotFile,
+    AllocatorSample, Categories, Census, Edge, Note, Origin, Phase, PhaseEdge, Record, SavedFreed,
+    SnapshotFile,
 };
 use nix::sys::socket::{
     AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, bind, recvmsg,
@@ -227,6 +230,9 @@ impl Channel {
                     Some(Message::Note(note)) => {
                         let _ = tx.send(Msg::Record(Record::Note(note)));
                     }
+                    Some(Message::SavedFreed(freed)) => {
+                        let _ = tx.send(Msg::Record(Record::SavedFreed(freed)));
+                    }
                     Some(Message::Categories(categories)) => {
                         let _ = tx.send(Msg::Record(Record::Categories(categories)));
                     }
@@ -285,6 +291,8 @@ pub enum Message {
     Categories(Categories),
     /// A census of who holds the live tensors.
     Census(Box<Census>),
+    /// What a backward freed of what the forwards saved for it.
+    SavedFreed(SavedFreed),
 }
 
 /// Parses one datagram; `None` when it is malformed.
@@ -383,6 +391,25 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 optimizer_state,
                 total,
             }))
+        }
+        "B" => {
+            let (t_ns, origin) = sender(&mut fields)?;
+            let step = optional(fields.next()?)?;
+            let device = optional(fields.next()?)?
+                .map(u32::try_from)
+                .transpose()
+                .ok()?;
+            let bytes = fields.next()?.trim_end_matches(['\n', '\r']).parse().ok()?;
+            fields
+                .next()
+                .is_none()
+                .then_some(Message::SavedFreed(SavedFreed {
+                    t_ns,
+                    origin,
+                    step,
+                    device,
+                    bytes,
+                }))
         }
         "H" => {
             let (t_ns, origin) = sender(&mut fields)?;
@@ -604,6 +631,26 @@ mod tests {
         assert_eq!((file.reason.as_str(), file.origin.rank), ("oom", Some(0)));
         assert_eq!(parse(b"tm2 S 5 42 0 why /x.pickle", clock), None);
         assert_eq!(parse(b"tm2 S 5 42 0 oom", clock), None);
+    }
+
+    #[test]
+    fn parses_what_a_backward_freed() {
+        let clock = Clock::start();
+        let Some(Message::SavedFreed(freed)) = parse(b"tm2 B 5 42 1 17 0 4194304", clock) else {
+            panic!("a saved-freed message");
+        };
+        assert_eq!(
+            (freed.step, freed.device, freed.bytes),
+            (Some(17), Some(0), 4_194_304)
+        );
+        assert_eq!((freed.origin.pid, freed.origin.rank), (42, Some(1)));
+        let Some(Message::SavedFreed(host)) = parse(b"tm2 B 5 42 - - - 10", clock) else {
+            panic!("a host saved-freed message");
+        };
+        assert_eq!((host.step, host.device, host.bytes), (None, None, 10));
+        assert_eq!(parse(b"tm2 B 5 42 1 17 0", clock), None);
+        assert_eq!(parse(b"tm2 B 5 42 1 17 0 ten", clock), None);
+        assert_eq!(parse(b"tm2 B 5 42 1 17 0 10 11", clock), None);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
     AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
     FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record,
-    SeriesKey, SeriesKind, SnapshotFile,
+    SavedFreed, SeriesKey, SeriesKind, SnapshotFile,
 };
 pub(crate) use read::describe_start;
 pub use read::{ReadError, Reader};
@@ -103,6 +103,8 @@ pub struct Recording {
     pub categories: Vec<Categories>,
     /// Censuses of who holds the live tensors.
     pub censuses: Vec<Census>,
+    /// What backwards freed of what the forwards saved for them, where measured.
+    pub saved_freed: Vec<SavedFreed>,
     /// The end record; `None` when the recording is incomplete.
     pub end: Option<End>,
     /// What the reader noticed: an incomplete file, skipped records.
@@ -125,6 +127,7 @@ impl Recording {
             snapshots: Vec::new(),
             categories: Vec::new(),
             censuses: Vec::new(),
+            saved_freed: Vec::new(),
             end: None,
             warnings: Vec::new(),
             series_index: BTreeMap::new(),
@@ -146,6 +149,7 @@ impl Recording {
             Record::Snapshot(file) => self.snapshots.push(file),
             Record::Categories(categories) => self.categories.push(categories),
             Record::Census(census) => self.censuses.push(census),
+            Record::SavedFreed(freed) => self.saved_freed.push(freed),
             Record::End(end) => self.end = Some(end),
         }
     }
@@ -634,7 +638,14 @@ pub fn write_file(path: &std::path::Path, recording: &Recording) -> std::io::Res
         .chain(recording.notes.iter().cloned().map(Record::Note))
         .chain(recording.snapshots.iter().cloned().map(Record::Snapshot))
         .chain(recording.categories.iter().cloned().map(Record::Categories))
-        .chain(recording.censuses.iter().cloned().map(Record::Census));
+        .chain(recording.censuses.iter().cloned().map(Record::Census))
+        .chain(
+            recording
+                .saved_freed
+                .iter()
+                .cloned()
+                .map(Record::SavedFreed),
+        );
     for record in rest {
         writer.write(&record)?;
     }

@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 3;
+pub const FORMAT_MINOR: u32 = 4;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -391,6 +391,28 @@ impl Categories {
     }
 }
 
+/// What a backward freed of the tensors the forwards before it saved for it (their activations),
+/// measured by the probe on a sample of steps (since 1.4). Sent just before the backward's end
+/// edge. A backward frees the forward's activations and makes the gradients; this number tells
+/// the two apart, so that a backward that keeps what it made is not read as a forward that kept
+/// its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedFreed {
+    /// Nanoseconds after the start.
+    pub t_ns: u64,
+    /// Who sent it.
+    #[serde(flatten)]
+    pub origin: Origin,
+    /// The step the backward belongs to.
+    #[serde(default)]
+    pub step: Option<u64>,
+    /// The CUDA device of the storages; `None` for host memory (tensors on the CPU).
+    #[serde(default)]
+    pub device: Option<u32>,
+    /// Bytes of saved storages alive when the backward began and freed when it ended.
+    pub bytes: u64,
+}
+
 /// Live tensors grouped by who holds them, counted by the probe at a step's start, at the end
 /// or at an out-of-memory error (since 1.2).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -615,6 +637,8 @@ pub enum Record {
     Categories(Categories),
     /// A census of who holds the live tensors (since 1.2).
     Census(Census),
+    /// What a backward freed of what the forwards saved for it (since 1.4).
+    SavedFreed(SavedFreed),
     /// The end of the recording.
     End(End),
 }

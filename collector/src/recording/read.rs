@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use super::model::SeriesKey;
 use super::model::{
     AllocatorSample, Categories, Census, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note,
-    Oom, PhaseEdge, Record, SnapshotFile,
+    Oom, PhaseEdge, Record, SavedFreed, SnapshotFile,
 };
 use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 
@@ -227,6 +227,9 @@ impl<'a> Reader<'a> {
                     Record::Categories(decode::<Categories>(body).map_err(corrupt)?)
                 }
                 kind::CENSUS => Record::Census(decode::<Census>(body).map_err(corrupt)?),
+                kind::SAVED_FREED => {
+                    Record::SavedFreed(decode::<SavedFreed>(body).map_err(corrupt)?)
+                }
                 kind::END => {
                     self.ended = true;
                     Record::End(decode::<End>(body).map_err(corrupt)?)

@@ -71,6 +71,7 @@ impl<W: Write> Writer<W> {
             Record::Snapshot(file) => self.write_body(kind::SNAPSHOT, file),
             Record::Categories(categories) => self.write_body(kind::CATEGORIES, categories),
             Record::Census(census) => self.write_body(kind::CENSUS, census),
+            Record::SavedFreed(freed) => self.write_body(kind::SAVED_FREED, freed),
             Record::End(end) => self.write_body(kind::END, end),
         }
     }

@@ -167,6 +167,19 @@ fn eval_logits_are_kept_in_eval_in_any_order() {
     );
 }
 
+/// The backward frees the forward's activations while the hook keeps what it made: by its net
+/// the backward gives memory back, by what it made and kept it holds the leak.
+#[test]
+fn a_backward_hooks_gradients_are_kept_in_backward_in_any_order() {
+    every_order(
+        "backward_hook",
+        Some(Leak {
+            phase: Some(Phase::Backward),
+            holder: "grads",
+        }),
+    );
+}
+
 #[test]
 fn batches_kept_by_the_loop_are_kept_between_phases_in_any_order() {
     every_order(

@@ -17,6 +17,7 @@ LEAK is what the job keeps, about 2 MiB a step, exactly:
   forward_hook a forward hook keeps its output (`kept`)
   features     the model keeps detached features on itself (`model.features`)
   eval_logits  an eval pass under torch.no_grad() keeps its logits (`all_logits`)
+  backward_hook a Grad-CAM style backward hook keeps the gradient it sees (`grads`)
   between      the loop keeps each input batch's copy between the phases (`batches`)
 
 No tidemark calls: the phases are automatic. Gradients (8 MiB) outweigh what is kept each step, as
@@ -64,11 +65,16 @@ model = Net()
 kept = []
 all_logits = []
 batches = []
+grads = []
 if LEAK == "forward_hook":
     model.body[1].register_forward_hook(
         lambda module, args, out: kept.append(out.detach().repeat(KEEP_ROWS // BATCH, 1))
         if module.training
         else None
+    )
+if LEAK == "backward_hook":
+    model.body[1].register_full_backward_hook(
+        lambda module, grad_in, grad_out: grads.append(grad_out[0].detach().repeat(KEEP_ROWS // BATCH, 1))
     )
 
 if ORDER == "lbfgs":
@@ -145,4 +151,4 @@ for step in range(STEPS):
         with torch.no_grad():
             all_logits.append(model(x_eval))
 
-print(len(kept) + len(model.features) + len(all_logits) + len(batches))
+print(len(kept) + len(model.features) + len(all_logits) + len(batches) + len(grads))
