@@ -1,9 +1,10 @@
 //! What a PyTorch memory snapshot adds: the live blocks at a chosen time (largest first, with
 //! their stacks), leak suspects, and the segments' state (fragmentation made visible).
 
-use collector::analysis::Analysis;
 use collector::format::{count, format_bytes, format_duration};
-use collector::snapshot::{BlockState, LiveBlock, Snapshot, SnapshotVerdict};
+use collector::snapshot::{
+    BlockState, Judged, LiveBlock, LiveIndex, SiteGroup, Snapshot, SnapshotVerdict,
+};
 
 /// A snapshot with what the views show, computed once when it is opened.
 pub struct SnapshotView {
@@ -22,10 +23,9 @@ pub struct SnapshotView {
 }
 
 impl SnapshotView {
-    /// Prepares the views of a snapshot; `analysis` is that of its trace.
-    pub fn new(snapshot: Snapshot, analysis: &Analysis) -> Self {
-        let index = collector::snapshot::LiveIndex::new(&snapshot);
-        let verdict = SnapshotVerdict::with_index(&snapshot, analysis, &index);
+    /// The views of a snapshot judged ([`Judged`]), from its parts: the snapshot, its blocks'
+    /// index and its verdict (the run holds its trace and analysis).
+    pub fn new(snapshot: Snapshot, index: LiveIndex, verdict: SnapshotVerdict) -> Self {
         Self {
             range_us: snapshot.time_range_us().unwrap_or((0, 0)),
             index,
@@ -35,12 +35,18 @@ impl SnapshotView {
         }
     }
 
-    /// A snapshot the probe dumped next to a recording, `reason` being `oom` or `end`.
+    /// A snapshot the probe dumped next to a recording, `reason` being `oom` or `end`: judged as
+    /// the report judges it ([`Judged::new`]), its trace left to the recording.
     pub fn paired(snapshot: Snapshot, file: String, reason: String) -> Self {
-        let trace = collector::analysis::analyze(&snapshot.to_recording());
+        let Judged {
+            snapshot,
+            index,
+            verdict,
+            ..
+        } = Judged::new(snapshot);
         Self {
             paired: Some((file, reason)),
-            ..Self::new(snapshot, &trace)
+            ..Self::new(snapshot, index, verdict)
         }
     }
 
@@ -50,62 +56,30 @@ impl SnapshotView {
     }
 }
 
-/// Live blocks from one allocation site.
-pub struct SiteRow {
-    /// The device.
-    pub device: u32,
-    /// The allocation site.
-    pub stack: u32,
-    /// The blocks' indices in the live list, largest first.
-    pub blocks: Vec<usize>,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
 /// The blocks view's state: the time shown and the blocks alive then.
 #[derive(Default)]
 pub struct BlocksState {
     /// Time since the trace's start, µs; `None` is the end (the snapshot itself).
     pub at_us: Option<i64>,
-    cache: Option<(Option<i64>, Vec<LiveBlock>, Vec<SiteRow>)>,
+    cache: Option<(Option<i64>, Vec<LiveBlock>, Vec<SiteGroup>)>,
 }
 
 impl BlocksState {
-    /// The live blocks at the chosen time, and the same grouped by allocation site, largest
-    /// first (computed when the time changes).
-    pub fn blocks<'a>(&'a mut self, view: &SnapshotView) -> (&'a [LiveBlock], &'a [SiteRow]) {
+    /// The live blocks at the chosen time, and the same grouped by allocation site as the
+    /// report groups them ([`collector::snapshot::group_by_site`]), largest first (computed when
+    /// the time changes).
+    pub fn blocks<'a>(&'a mut self, view: &SnapshotView) -> (&'a [LiveBlock], &'a [SiteGroup]) {
         let at = self.at_us;
         if self.cache.as_ref().is_none_or(|(t, _, _)| *t != at) {
             let absolute = at.map_or(i64::MAX, |t| view.range_us.0.saturating_add(t));
             let blocks = view.index.at(absolute, None);
-            let sites = group_by_site(&blocks);
+            let sites = collector::snapshot::group_by_site(&view.snapshot, &blocks);
             self.cache = Some((at, blocks, sites));
         }
         self.cache
             .as_ref()
             .map_or((&[], &[]), |(_, b, s)| (b.as_slice(), s.as_slice()))
     }
-}
-
-/// Blocks (largest first) grouped by (device, allocation site), the largest site first.
-pub fn group_by_site(blocks: &[LiveBlock]) -> Vec<SiteRow> {
-    let mut index: std::collections::HashMap<(u32, u32), usize> = Default::default();
-    let mut rows: Vec<SiteRow> = Vec::new();
-    for (i, b) in blocks.iter().enumerate() {
-        let row = *index.entry((b.device, b.stack)).or_insert_with(|| {
-            rows.push(SiteRow {
-                device: b.device,
-                stack: b.stack,
-                blocks: Vec::new(),
-                bytes: 0,
-            });
-            rows.len() - 1
-        });
-        rows[row].blocks.push(i);
-        rows[row].bytes += b.size;
-    }
-    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
-    rows
 }
 
 /// How many site rows are listed (the largest), and how many blocks under one site; the
@@ -204,18 +178,21 @@ pub fn blocks_ui(
         .max_height(ui.available_height() * 0.55)
         .show(ui, |ui| {
             for (i, site) in sites.iter().take(ROWS).enumerate() {
-                let top = s
-                    .user_frames(site.stack)
-                    .first()
-                    .map_or("(no frames recorded)".to_owned(), |f| s.frame_text(f));
-                egui::CollapsingHeader::new(format!(
-                    "{:>10}   {:>11}   cuda:{}   {top}",
+                let header = egui::CollapsingHeader::new(format!(
+                    "{:>10}   {:>11}   cuda:{}   {}",
                     format_bytes(site.bytes as f64),
                     count(site.blocks.len(), "block"),
-                    site.device
+                    site.device,
+                    s.site_name(site.site)
                 ))
                 .id_salt(("site", i, site.device, site.stack))
                 .show(ui, |ui| {
+                    if site.stacks > 1 {
+                        ui.weak(format!(
+                            "{} stacks reach this site; the largest block's:",
+                            site.stacks
+                        ));
+                    }
                     frames_ui(ui, s, site.stack);
                     ui.add_space(4.0);
                     for &b in site.blocks.iter().take(ROWS) {
@@ -235,6 +212,10 @@ pub fn blocks_ui(
                         ui.weak(format!("… and {} more", site.blocks.len() - ROWS));
                     }
                 });
+                // The whole stack under the pointer, without expanding.
+                header
+                    .header_response
+                    .on_hover_ui(|ui| frames_ui(ui, s, site.stack));
             }
         });
     ui.separator();
@@ -248,7 +229,10 @@ pub fn blocks_ui(
 fn frames_ui(ui: &mut egui::Ui, s: &Snapshot, stack: u32) {
     let frames = s.user_frames(stack);
     if frames.is_empty() {
-        ui.weak("no frames recorded (record history with stacks=\"python\" or \"all\")");
+        ui.weak(format!(
+            "no frames: {} (`torch.cuda.memory._record_memory_history()` records them from then on)",
+            collector::snapshot::BEFORE_HISTORY
+        ));
     }
     for f in frames {
         ui.monospace(s.frame_text(f));
@@ -272,10 +256,11 @@ fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
                 };
                 egui::CollapsingHeader::new(
                     egui::RichText::new(format!(
-                        "{} in {} blocks, cuda:{}, {within}",
+                        "{} in {} blocks, cuda:{}, {}, {within}",
                         format_bytes(x.bytes as f64),
                         x.blocks,
-                        x.device
+                        x.device,
+                        s.site_name(s.site(x.stack))
                     ))
                     .color(ui.visuals().warn_fg_color),
                 )

@@ -8,15 +8,15 @@ use crate::run::Run;
 
 /// The verdict in one line, as the report leads with it ([`Run::headline`]), and its colour.
 pub fn headline(ui: &egui::Ui, run: &Run) -> (String, egui::Color32) {
-    let (text, problem) = run.headline();
-    let color = match problem {
+    let lead = run.headline();
+    let color = match lead.problem {
         Some(true) => ui.visuals().error_fg_color,
         // A snapshot's verdict is a finding or a statement of what it holds, never an all-clear.
-        Some(false) if run.snapshot.is_some() => ui.visuals().strong_text_color(),
+        Some(false) if lead.snapshot => ui.visuals().strong_text_color(),
         Some(false) => crate::style::OK_GREEN,
         None => ui.visuals().warn_fg_color,
     };
-    (text, color)
+    (lead.text, color)
 }
 
 /// A folder of per-rank snapshots: each rank's file, its memory at the snapshot and its peak,
@@ -79,7 +79,11 @@ pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
     let analysis = &run.analysis;
     let (text, color) = headline(ui, run);
     ui.label(egui::RichText::new(text).heading().color(color));
-    if let Some(view) = &run.snapshot {
+    if let Some(view) = run
+        .snapshot
+        .as_ref()
+        .filter(|_| run.input == collector::open::Kind::Snapshot)
+    {
         egui::Frame::group(ui.style()).show(ui, |ui| {
             ui.set_width(ui.available_width());
             ui.strong("What the snapshot holds");
@@ -118,10 +122,11 @@ pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
         ));
     }
     ui.add_space(6.0);
+    let snapshot = run.input == collector::open::Kind::Snapshot;
     let findings = analysis
         .findings
         .iter()
-        .filter(|f| run.snapshot.is_none() || f.kind != FindingKind::NotEnoughData);
+        .filter(|f| !snapshot || f.kind != FindingKind::NotEnoughData);
     for (i, finding) in findings.enumerate() {
         let color = if finding.kind.is_problem() {
             ui.visuals().error_fg_color
@@ -151,7 +156,11 @@ pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
     }
     if !analysis.lacks.is_empty() {
         ui.add_space(6.0);
-        ui.strong("Not in this recording");
+        ui.strong(if snapshot {
+            "Not in this snapshot"
+        } else {
+            "Not in this recording"
+        });
         for lack in &analysis.lacks {
             ui.weak(format!("- {lack}"));
         }

@@ -234,30 +234,79 @@ pub struct Run {
     pub input: Kind,
 }
 
+/// A recording's analysis and its curves' levels of detail: independent, so natively computed
+/// in parallel.
+fn analysed(recording: &Recording) -> (Analysis, Vec<crate::view::Trace>) {
+    #[cfg(not(target_arch = "wasm32"))]
+    let both = std::thread::scope(|scope| {
+        let traces = scope.spawn(|| RunView::traces(recording));
+        let analysis = analyze(recording);
+        let traces = traces
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (analysis, traces)
+    });
+    #[cfg(target_arch = "wasm32")]
+    let both = (analyze(recording), RunView::traces(recording));
+    both
+}
+
 impl Run {
     /// Analyses a recording and prepares its views.
     pub fn new(recording: Recording) -> Self {
-        // The analysis and the curves' levels of detail are independent: natively, in parallel.
-        #[cfg(not(target_arch = "wasm32"))]
-        let (analysis, traces) = std::thread::scope(|scope| {
-            let traces = scope.spawn(|| RunView::traces(&recording));
-            let analysis = analyze(&recording);
-            let traces = traces
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (analysis, traces)
-        });
-        #[cfg(target_arch = "wasm32")]
-        let (analysis, traces) = (analyze(&recording), RunView::traces(&recording));
-        let view = RunView::with_traces(&recording, &analysis, traces);
-        Self {
+        let (analysis, traces) = analysed(&recording);
+        Self::assemble(recording, analysis, traces, None, None, Kind::Recording)
+    }
+
+    /// A run from its parts; the views drawn from the verdict are made here, their caption led
+    /// by the run's headline ([`Run::headline`]), a snapshot's leak suspects marked.
+    fn assemble(
+        recording: Recording,
+        analysis: Analysis,
+        traces: Vec<crate::view::Trace>,
+        snapshot: Option<crate::blocks::SnapshotView>,
+        rank_folder: Option<collector::snapshot::ranks::RankFolder>,
+        input: Kind,
+    ) -> Self {
+        let mut run = Self {
             recording,
             analysis,
-            view,
-            snapshot: None,
-            rank_folder: None,
-            input: Kind::Recording,
+            view: RunView::default(),
+            snapshot,
+            rank_folder,
+            input,
+        };
+        let lead = run.headline();
+        run.view = RunView::with_traces(&run.recording, &run.analysis, traces, &lead.text);
+        if let Some(s) = run.snapshot.as_ref().filter(|_| input == Kind::Snapshot) {
+            let v = &mut run.view.verdict;
+            v.suspects = s.verdict.suspect_marks(&s.snapshot, &run.recording);
+            v.caption
+                .push_str(&collector::snapshot::SuspectMarks::caption(&v.suspects));
         }
+        run
+    }
+
+    /// A snapshot judged ([`collector::snapshot::Judged`], as `collector report` judges it): its
+    /// trace as the recording, that recording's analysis, its blocks and verdict.
+    pub fn from_judged(judged: collector::snapshot::Judged) -> Self {
+        let collector::snapshot::Judged {
+            snapshot,
+            recording,
+            analysis,
+            index,
+            verdict,
+        } = judged;
+        let traces = RunView::traces(&recording);
+        let view = crate::blocks::SnapshotView::new(snapshot, index, verdict);
+        Self::assemble(
+            recording,
+            analysis,
+            traces,
+            Some(view),
+            None,
+            Kind::Snapshot,
+        )
     }
 
     /// The run of a recording that grew from this one's (a followed file): the curves extended
@@ -268,7 +317,8 @@ impl Run {
         let traces = RunView::grow_traces(std::mem::take(&mut self.view.traces), &recording);
         if reanalyse {
             self.analysis = analyze(&recording);
-            self.view = RunView::with_traces(&recording, &self.analysis, traces);
+            let lead = self.headline();
+            self.view = RunView::with_traces(&recording, &self.analysis, traces, &lead.text);
         } else {
             self.view.traces = traces;
             self.view.duration_ns = recording.duration_ns();
@@ -282,8 +332,9 @@ impl Run {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn adopt(&mut self, analysis: Analysis) {
         let traces = std::mem::take(&mut self.view.traces);
-        self.view = RunView::with_traces(&self.recording, &analysis, traces);
         self.analysis = analysis;
+        let lead = self.headline();
+        self.view = RunView::with_traces(&self.recording, &self.analysis, traces, &lead.text);
     }
 
     /// A folder of per-rank snapshots as one run: the traces on one timeline, each rank judged
@@ -301,10 +352,15 @@ impl Run {
             ));
             empty
         });
-        let mut run = Self::new(recording);
-        run.rank_folder = Some(folder);
-        run.input = Kind::RankSnapshots;
-        run
+        let (analysis, traces) = analysed(&recording);
+        Self::assemble(
+            recording,
+            analysis,
+            traces,
+            None,
+            Some(folder),
+            Kind::RankSnapshots,
+        )
     }
 
     /// Whatever [`collector::open::open_path`] opened.
@@ -320,24 +376,28 @@ impl Run {
 
     /// Nodes' recordings merged into one run ([`collector::open::read_one_run`]).
     pub fn from_nodes(recording: Recording) -> Self {
-        let mut run = Self::new(recording);
-        run.input = Kind::NodeRecordings;
-        run
+        let (analysis, traces) = analysed(&recording);
+        Self::assemble(
+            recording,
+            analysis,
+            traces,
+            None,
+            None,
+            Kind::NodeRecordings,
+        )
     }
 
-    /// The verdict in one line, as `collector report` leads with it, and whether it names a
-    /// problem (`Some(true)`), says all is well (`Some(false)`) or cannot tell (`None`): a
-    /// snapshot's own verdict, a folder of per-rank snapshots' (the rank that stands out), or
-    /// the recording's.
-    pub fn headline(&self) -> (String, Option<bool>) {
-        if let Some(view) = &self.snapshot {
-            return (view.verdict.headline.clone(), Some(view.verdict.problem));
-        }
-        if let Some(folder) = &self.rank_folder {
-            let traces = folder.rows.iter().any(|r| r.on_timeline);
-            return folder.headline(traces.then_some(&self.analysis));
-        }
-        collector::analysis::headline(&self.analysis)
+    /// The verdict in one line that leads, as `collector report` leads with it
+    /// ([`collector::headline::leading`]): an opened snapshot's own verdict, a folder of
+    /// per-rank snapshots' (the rank that stands out), else the recording's (also when a
+    /// snapshot dumped next to it is shown in the Blocks tab).
+    pub fn headline(&self) -> collector::headline::Headline {
+        let snapshot = self
+            .snapshot
+            .as_ref()
+            .filter(|_| self.input == Kind::Snapshot)
+            .map(|view| &view.verdict);
+        collector::headline::leading(Some(&self.analysis), snapshot, self.rank_folder.as_ref())
     }
 
     /// Reads a recording, or a PyTorch memory snapshot (a pickle), held in memory; the error
@@ -367,17 +427,12 @@ impl Run {
 
     /// A recording, or a snapshot with its views, already read.
     pub fn from_opened(opened: collector::open::Opened) -> Self {
-        let (recording, snapshot) = opened.into_recording();
-        let mut run = Self::new(recording);
-        run.snapshot = snapshot.map(|s| crate::blocks::SnapshotView::new(s, &run.analysis));
-        if let Some(s) = &run.snapshot {
-            run.input = Kind::Snapshot;
-            let v = &mut run.view.verdict;
-            v.suspects = s.verdict.suspect_marks(&s.snapshot, &run.recording);
-            v.caption
-                .push_str(&collector::snapshot::SuspectMarks::caption(&v.suspects));
+        match opened {
+            collector::open::Opened::Recording(recording) => Self::new(*recording),
+            collector::open::Opened::Snapshot(snapshot) => {
+                Self::from_judged(collector::snapshot::Judged::new(*snapshot))
+            }
         }
-        run
     }
 }
 

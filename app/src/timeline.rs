@@ -93,29 +93,14 @@ pub struct Overlay<'a> {
     pub view: &'a RunView,
 }
 
-/// Grid lines at binary multiples (1, 4, 16 … of a power of two), so that byte labels are round.
+/// Grid lines at binary multiples (1, 4, 16 … of a power of two), so that byte labels are round:
+/// [`collector::format::byte_marks`], which the report's pictures tick by too.
 pub fn binary_grid(input: GridInput) -> Vec<GridMark> {
-    let small = 2f64.powf(input.base_step_size.max(1.0).log2().ceil());
     let (lo, hi) = input.bounds;
-    let mut marks = Vec::new();
-    let steps = [small, small * 4.0, small * 16.0];
-    for (level, &step) in steps.iter().enumerate() {
-        let (first, last) = ((lo / step).ceil() as i64, (hi / step).floor() as i64);
-        if last - first > 2000 {
-            continue;
-        }
-        for i in first..=last {
-            // Leave a mark to the coarser level that also has it.
-            if level + 1 < steps.len() && i % 4 == 0 {
-                continue;
-            }
-            marks.push(GridMark {
-                value: i as f64 * step,
-                step_size: step,
-            });
-        }
-    }
-    marks
+    collector::format::byte_marks(lo, hi, input.base_step_size)
+        .into_iter()
+        .map(|(value, step_size)| GridMark { value, step_size })
+        .collect()
 }
 
 /// Plot x coordinate of a time, and back.

@@ -278,7 +278,9 @@ pub struct VerdictDrawing {
 }
 
 impl VerdictDrawing {
-    fn new(recording: &Recording, analysis: &Analysis) -> Self {
+    /// `lead`: the sentence the run's headline says ([`collector::headline::leading`]), which
+    /// the caption starts with.
+    fn new(recording: &Recording, analysis: &Analysis, lead: &str) -> Self {
         let s = &analysis.step_series;
         let stride = s.values.len().div_ceil(2000).max(1);
         Self {
@@ -294,7 +296,7 @@ impl VerdictDrawing {
                 .map(|p| p.capacity_bytes as f64),
             projected: analysis.projected_oom().filter(|o| o.near),
             suspects: Vec::new(),
-            caption: collector::analysis::caption(recording, analysis),
+            caption: collector::analysis::caption(lead, recording, analysis),
         }
     }
 }
@@ -305,7 +307,8 @@ pub const RETAINED_BINS: usize = 120;
 impl RunView {
     /// Computes the view of a recording and its analysis.
     pub fn new(recording: &Recording, analysis: &Analysis) -> Self {
-        Self::with_traces(recording, analysis, Self::traces(recording))
+        let lead = collector::headline::leading(Some(analysis), None, None);
+        Self::with_traces(recording, analysis, Self::traces(recording), &lead.text)
     }
 
     /// The curves of a recording with their levels of detail: the part of the view that does
@@ -378,8 +381,14 @@ impl RunView {
         traces
     }
 
-    /// Completes the view from its curves and the analysis.
-    pub fn with_traces(recording: &Recording, analysis: &Analysis, traces: Vec<Trace>) -> Self {
+    /// Completes the view from its curves and the analysis; `lead` is the run's headline, which
+    /// the caption under the timeline starts with.
+    pub fn with_traces(
+        recording: &Recording,
+        analysis: &Analysis,
+        traces: Vec<Trace>,
+        lead: &str,
+    ) -> Self {
         let basis_kind = match analysis.basis {
             Basis::Allocated => TraceKind::Allocated,
             Basis::DeviceUsed => TraceKind::DeviceUsed,
@@ -415,7 +424,7 @@ impl RunView {
             devices,
             origins,
             categories: analysis.categories.clone(),
-            verdict: VerdictDrawing::new(recording, analysis),
+            verdict: VerdictDrawing::new(recording, analysis, lead),
             traces,
         };
         view.retained = view.retained_bins(analysis);

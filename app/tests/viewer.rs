@@ -335,8 +335,9 @@ fn a_pytorch_snapshot_opens_with_blocks_suspects_and_segments() {
     harness.get_by_label("Segments at the snapshot");
     harness.get_by_label_contains("384 MiB in 24 blocks from ");
     harness.get_by_label_contains("cuda:0: 14 segments, 402 MiB reserved");
-    // One row per allocation site, the largest first; expanding it lists the stack and blocks.
-    let row = harness.get_by_label_contains("16 blocks   cuda:0   convert (");
+    // One row per allocation site, the largest first, named by the user's code (not by torch's
+    // `convert` under it); expanding it lists the stack and blocks.
+    let row = harness.get_by_label_contains("16 blocks   cuda:0   main (");
     row.click();
     harness.run();
     assert_eq!(
@@ -347,7 +348,7 @@ fn a_pytorch_snapshot_opens_with_blocks_suspects_and_segments() {
     );
     // Folded again, so that the next row's stack fits the scroll area.
     harness
-        .get_by_label_contains("16 blocks   cuda:0   convert (")
+        .get_by_label_contains("16 blocks   cuda:0   main (")
         .click();
     harness.run();
     let row = harness.get_by_label_contains("1 block   cuda:0   get_input (");
@@ -408,7 +409,7 @@ fn a_snapshot_without_a_trace_opens_on_its_blocks_with_the_reports_headline() {
     let view = run.snapshot.as_ref().unwrap();
     let headline = view.verdict.headline.clone();
     assert!(
-        headline.starts_with("At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by _allocate_kv_cache ("),
+        headline.starts_with("At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114) "),
         "{headline}"
     );
     harness.get_by_label(&headline);
@@ -419,8 +420,11 @@ fn a_snapshot_without_a_trace_opens_on_its_blocks_with_the_reports_headline() {
     );
     harness.get_by_label_contains("Live blocks at the snapshot");
     harness.get_by_label_contains("23.8 GiB in 543 blocks from");
-    // 24 KV-cache blocks of 866 MiB are one row, not 24.
-    let row = harness.get_by_label_contains("24 blocks   cuda:0   _allocate_kv_cache (");
+    // 24 KV-cache blocks of 866 MiB are one row, not 24: the row of the user's code (verl's)
+    // that allocates the cache through vLLM, with the other blocks it allocates.
+    let row = harness.get_by_label_contains(
+        "340 blocks   cuda:0   __init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114)",
+    );
     row.click();
     harness.run();
     assert_eq!(
@@ -877,7 +881,8 @@ fn snapshot_suspects_marked() {
         assert!(t <= end);
         assert!(y > 0.0);
     }
-    harness.get_by_label("leak suspect: convert (module.py:1370) (256 MiB in 16 blocks alive)");
+    // Named by the user's code (`main`), not by torch's `convert` under it.
+    harness.get_by_label("leak suspect: main (attention.py:358) (256 MiB in 16 blocks alive)");
     harness.get_by_label_contains(
         "marked: where the blocks of 1 leak suspect still alive at the end were allocated",
     );
@@ -921,7 +926,19 @@ fn a_folder_of_per_rank_snapshots_opens_as_one_run() {
     );
     let on_timeline: Vec<u32> = run.analysis.ranks.iter().map(|r| r.rank).collect();
     assert_eq!(on_timeline, [0, 2], "the traces, each rank judged");
-    harness.get_by_label_contains("Imbalance: rank 1 peaks at 23.2 GiB");
+    // The headline, and the caption under the timeline that starts with it.
+    assert_eq!(
+        harness
+            .query_all_by_label_contains("Imbalance: rank 1 peaks at 23.2 GiB")
+            .count(),
+        2
+    );
+    assert!(
+        run.view
+            .verdict
+            .caption
+            .starts_with("Imbalance: rank 1 peaks at 23.2 GiB")
+    );
     // One small timeline per rank with a trace.
     harness
         .query_all_by_role_and_label(Role::CheckBox, "per rank")
@@ -1039,7 +1056,7 @@ fn every_input_opens_as_collector_report_reads_it() {
             (Ok(run), Ok((kind, headline))) => {
                 assert_eq!(Some(kind), sample.kind, "{what}");
                 assert_eq!(run.input, kind, "{what}");
-                assert_eq!(run.headline().0, headline, "{what}");
+                assert_eq!(run.headline().text, headline, "{what}");
             }
             (Err(message), Err(library)) => {
                 assert_eq!(sample.kind, None, "{what}");
@@ -1056,4 +1073,56 @@ fn every_input_opens_as_collector_report_reads_it() {
             ),
         }
     }
+}
+
+/// A snapshot speaks of a snapshot in the viewer: the caption under its timeline starts with the
+/// headline above it (not "Cannot tell yet" under a headline that tells), and the Verdict tab
+/// lists nothing a recording made by the collector would lack.
+#[test]
+fn a_snapshots_caption_agrees_with_its_headline() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&snapshot_file("real/bcrafton_cs336_training_step.pickle"));
+    let mut harness = harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let headline = run.headline();
+    assert!(headline.snapshot, "{headline:?}");
+    let caption = run.view.verdict.caption.clone();
+    assert!(caption.starts_with(&headline.text), "{caption}");
+    assert!(!caption.contains("Cannot tell"), "{caption}");
+    harness.get_by_label_contains(&caption);
+    harness.get_by_label("Verdict").click();
+    harness.run();
+    harness.get_by_label("What the snapshot holds");
+    for recording_only in [
+        "NVML was not available",
+        "how the job ended is not known",
+        "Not in this recording",
+    ] {
+        assert!(
+            harness.query_by_label_contains(recording_only).is_none(),
+            "{recording_only}"
+        );
+    }
+}
+
+/// A recording made with `--history` leads with its own verdict, as the report does; the snapshot
+/// dumped next to it is in the Blocks tab, with its verdict there.
+#[test]
+fn a_history_recording_leads_with_its_own_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tidemark_tests::inputs::history_recording(dir.path()).unwrap();
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let run = app.runs()[0].run.as_ref().unwrap();
+    let view = run.snapshot.as_ref().expect("the paired snapshot");
+    let lead = run.headline();
+    assert!(!lead.snapshot);
+    assert_eq!(lead.text, collector::analysis::headline(&run.analysis).0);
+    assert_ne!(lead.text, view.verdict.headline);
+    assert!(run.view.verdict.caption.starts_with(&lead.text));
+    assert_eq!(
+        tidemark_tests::inputs::judged(&path),
+        Ok((collector::open::Kind::Recording, lead.text.clone()))
+    );
 }

@@ -76,8 +76,12 @@ fn main() {
         let held_parsed = LIVE.load(Ordering::Relaxed) - before;
         // What `collector report` does after that: the trace as a recording, its analysis and
         // the verdict (live blocks, sites, suspects, segments), the blocks' lives swept alongside.
-        let (recording, _analysis, verdict) =
-            collector::snapshot::SnapshotVerdict::judge(&snapshot);
+        let collector::snapshot::Judged {
+            snapshot,
+            recording,
+            verdict,
+            ..
+        } = collector::snapshot::Judged::new(snapshot);
         let reported = start.elapsed();
         let peak = PEAK.load(Ordering::Relaxed) - before;
         let held = LIVE.load(Ordering::Relaxed) - before;

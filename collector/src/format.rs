@@ -59,9 +59,63 @@ pub fn count(n: usize, what: &str) -> String {
     }
 }
 
+/// Round marks for a byte axis between `lo` and `hi`: the multiples of the smallest power of two
+/// that is at least `min_step` (and at least one byte), and of 4 and 16 times it, each mark once
+/// as `(value, step)` with the step of the coarsest of those levels it is on — so that labels read
+/// 16 MiB, 32 MiB, 64 MiB, never 19.1 MiB. The viewer's grid and the pictures' ticks both come
+/// from here. A level with more than 2,000 marks in the range is left out.
+pub fn byte_marks(lo: f64, hi: f64, min_step: f64) -> Vec<(f64, f64)> {
+    let small = 2f64.powf(min_step.max(1.0).log2().ceil());
+    let steps = [small, small * 4.0, small * 16.0];
+    let mut marks = Vec::new();
+    for (level, &step) in steps.iter().enumerate() {
+        let (first, last) = ((lo / step).ceil() as i64, (hi / step).floor() as i64);
+        if last - first > 2000 {
+            continue;
+        }
+        for i in first..=last {
+            // Leave a mark to the coarser level that also has it.
+            if level + 1 < steps.len() && i % 4 == 0 {
+                continue;
+            }
+            marks.push((i as f64 * step, step));
+        }
+    }
+    marks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_axes_are_marked_at_round_binary_values() {
+        const MIB: f64 = 1048576.0;
+        // An axis to 67 MiB with marks at least 8.4 MiB apart: every 16 MiB.
+        let mut values: Vec<f64> = byte_marks(0.0, 67.0 * MIB, 67.0 * MIB / 8.0)
+            .iter()
+            .map(|m| m.0)
+            .collect();
+        values.sort_by(f64::total_cmp);
+        assert_eq!(values, [0.0, 16.0, 32.0, 48.0, 64.0].map(|v| v * MIB));
+        let labels: Vec<String> = values.iter().map(|&v| format_bytes(v)).collect();
+        assert_eq!(
+            labels,
+            ["0 B", "16.0 MiB", "32.0 MiB", "48.0 MiB", "64.0 MiB"]
+        );
+        // Each mark once, with the coarsest step it is on.
+        let marks = byte_marks(0.0, 64.0 * MIB, 4.0 * MIB);
+        assert_eq!(marks.len(), 17);
+        let step_of = |v: f64| marks.iter().find(|m| m.0 == v * MIB).map(|m| m.1 / MIB);
+        assert_eq!(step_of(0.0), Some(64.0));
+        assert_eq!(step_of(16.0), Some(16.0));
+        assert_eq!(step_of(4.0), Some(4.0));
+        // Steps under a byte are a byte.
+        assert_eq!(
+            byte_marks(0.0, 2.0, 0.1),
+            [(1.0, 1.0), (2.0, 1.0), (0.0, 16.0)]
+        );
+    }
 
     #[test]
     fn bytes_and_durations_read_as_people_write_them() {

@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod compare;
 pub mod format;
+pub mod headline;
 pub mod oom;
 pub mod open;
 pub mod palette;

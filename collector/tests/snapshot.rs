@@ -650,13 +650,17 @@ fn live_blocks_suspects_and_segments() {
     assert_eq!(first.allocated_us.len(), 3);
     assert!(first.allocated_us.windows(2).all(|w| w[0] < w[1]));
     let recording = s.to_recording();
-    let analysis = collector::analysis::analyze(&recording);
-    let verdict = collector::snapshot::SnapshotVerdict::new(&s, &analysis);
-    // Judged whole (the blocks swept on a second thread), the same.
+    // Judged whole (the blocks swept on a second thread): the trace as a recording, its
+    // analysis' findings, and the verdict from the blocks alive at the end.
+    let judged = collector::snapshot::Judged::new(s.clone());
+    assert_eq!(judged.recording, recording);
     assert_eq!(
-        collector::snapshot::SnapshotVerdict::judge(&s),
-        (recording.clone(), analysis.clone(), verdict.clone())
+        judged.analysis.findings,
+        collector::analysis::analyze(&recording).findings
     );
+    assert_eq!(judged.verdict.suspects, suspects);
+    assert_eq!(judged.verdict.live, s.live_blocks_at(i64::MAX, None));
+    let verdict = judged.verdict;
     let marks = verdict.suspect_marks(&s, &recording);
     assert_eq!(marks.len(), suspects.len().min(5));
     let points = &marks[0].points;
@@ -924,4 +928,112 @@ fn a_streamed_snapshot_file_reads_as_its_bytes_do() {
         .unwrap_err()
         .to_string();
     assert!(err.ends_with("missing.pickle"), "{err}");
+}
+
+/// A site is named by the user's code: on every real snapshot, at the end, at three times
+/// through its trace and when a block of C++ frames only is allocated, a site whose blocks' stacks hold a frame of the user's code (outside
+/// PyTorch, Python's library, site-packages and dist-packages) is named by the first such frame —
+/// never by a `torch/` frame — in the grouping the report and the Blocks tab share, in the
+/// verdict's top sites and in the leak suspects; blocks without frames and stacks of C++ frames
+/// only are named as such.
+#[test]
+fn real_snapshots_name_their_sites_by_the_users_code() {
+    use collector::snapshot::{BEFORE_HISTORY, CPP_ONLY, Judged, SiteKey, group_by_site};
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    // The test's own reading of "the user's code".
+    let users = |s: &Snapshot, stack: u32| {
+        s.stack(stack)
+            .find(|f| {
+                let file = s.string(f.filename);
+                file.ends_with(".py")
+                    && !file.starts_with('<')
+                    && !s.string(f.name).starts_with("__torch_")
+                    && ![
+                        "/torch/",
+                        "/site-packages/",
+                        "/dist-packages/",
+                        "/lib/python3",
+                        "/torchinductor_",
+                    ]
+                    .iter()
+                    .any(|p| file.contains(p))
+            })
+            .map(|f| s.frame_text(f))
+    };
+    let (mut named, mut cpp, mut before) = (0, 0, 0);
+    for name in [
+        "bcrafton_cs336_training_step.pickle",
+        "cs336_large_fw_bw_fp32.pickle",
+        "cs336_large_fw_bw_bf16.pickle",
+        "verl_rollout_state.pickle",
+        "flexgen_oom_legacy_history.pickle",
+    ] {
+        let judged = Judged::new(read(&real.join(name)).unwrap());
+        let s = &judged.snapshot;
+        let (lo, hi) = s.time_range_us().unwrap_or((0, 0));
+        // And when a block of C++ frames only is allocated (the backward pass).
+        let cpp_only = s
+            .entries
+            .iter()
+            .find(|e| {
+                e.action == Action::Alloc
+                    && s.stack(e.stack).next().is_some()
+                    && !s
+                        .stack(e.stack)
+                        .any(|f| s.string(f.filename).ends_with(".py"))
+            })
+            .map(|e| e.time_us);
+        let times = [
+            lo + (hi - lo) / 4,
+            lo + (hi - lo) / 2,
+            lo + (hi - lo) * 3 / 4,
+            i64::MAX,
+        ];
+        for t in times.into_iter().chain(cpp_only) {
+            let live = judged.index.at(t, None);
+            for g in group_by_site(s, &live) {
+                let site = s.site_name(g.site);
+                for &b in &g.blocks {
+                    let stack = live[b].stack;
+                    match users(s, stack) {
+                        Some(frame) => {
+                            assert_eq!(site, frame, "{name} at {t}");
+                            assert!(!site.contains("/torch/"), "{name}: {site}");
+                            named += 1;
+                        }
+                        None if s.stack(stack).next().is_none() => {
+                            assert_eq!(g.site, SiteKey::NoFrames, "{name}");
+                            assert_eq!(site, BEFORE_HISTORY);
+                            before += 1;
+                        }
+                        None if !s
+                            .stack(stack)
+                            .any(|f| s.string(f.filename).ends_with(".py")) =>
+                        {
+                            assert_eq!(site, CPP_ONLY, "{name}");
+                            cpp += 1;
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+        let v = &judged.verdict;
+        for site in &v.top_sites {
+            if let Some(frame) = users(s, site.stack) {
+                assert_eq!(site.site, frame, "{name}");
+            }
+        }
+        for suspect in &v.suspects {
+            if let Some(frame) = users(s, suspect.stack) {
+                assert_eq!(s.site_name(s.site(suspect.stack)), frame, "{name}");
+            }
+        }
+    }
+    // Every kind was met: user frames, blocks from before the history, C++-only stacks (the
+    // backward pass of the CS336 step).
+    assert!(
+        named > 1000 && before > 0 && cpp > 0,
+        "{named} {before} {cpp}"
+    );
 }

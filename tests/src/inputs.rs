@@ -47,9 +47,39 @@ pub fn node_recording(dir: &Path, rank: u32, command: &str) -> std::io::Result<P
     Ok(path)
 }
 
-/// Every kind of input, made in `dir`: a recording, two real snapshots (one with a trace, one
-/// without), a folder of two nodes' recordings, a folder of per-rank snapshots, and what cannot
-/// be opened (a `torch.save` zip, a PNG, an empty file, an empty folder, a missing file).
+/// A recording made with `--history` (`history/run.msgpack` in `dir`): the corpus' eval recording
+/// naming a snapshot dumped at an out-of-memory error (`run.rank0.oom.pickle`, the mini snapshot),
+/// written on another machine and found beside it.
+pub fn history_recording(dir: &Path) -> std::io::Result<PathBuf> {
+    let folder = dir.join("history");
+    std::fs::create_dir_all(&folder)?;
+    let mut recording =
+        collector::recording::read_file(&data("corpus/eval_keeps_predictions.msgpack"))
+            .map_err(std::io::Error::other)?;
+    std::fs::copy(
+        data("snapshots/mini_snapshot.pickle"),
+        folder.join("run.rank0.oom.pickle"),
+    )?;
+    recording
+        .snapshots
+        .push(collector::recording::SnapshotFile {
+            t_ns: 1,
+            origin: Origin {
+                pid: 1,
+                rank: Some(0),
+            },
+            reason: "oom".to_owned(),
+            path: "/elsewhere/run.rank0.oom.pickle".to_owned(),
+        });
+    let path = folder.join("run.msgpack");
+    write_file(&path, &recording)?;
+    Ok(path)
+}
+
+/// Every kind of input, made in `dir`: a recording, one made with `--history` (a snapshot dumped
+/// next to it), two real snapshots (one with a trace, one without), a folder of two nodes'
+/// recordings, a folder of per-rank snapshots, and what cannot be opened (a `torch.save` zip, a
+/// PNG, an empty file, an empty folder, a missing file).
 pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
     let ok = |what, path, kind| Sample {
         what,
@@ -97,6 +127,11 @@ pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
             Kind::Recording,
         ),
         ok(
+            "a recording made with --history",
+            history_recording(dir)?,
+            Kind::Recording,
+        ),
+        ok(
             "a snapshot with a trace",
             data("snapshots/real/bcrafton_cs336_training_step.pickle"),
             Kind::Snapshot,
@@ -136,28 +171,27 @@ pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
     ])
 }
 
-/// What the library makes of `path`: its kind and its verdict's headline (a snapshot's own,
-/// a folder of per-rank snapshots' from the rank that stands out, else the analysis'), or its
-/// error's message without the path.
+/// What the library makes of `path`: its kind and the headline that leads
+/// ([`collector::headline::leading`]: a snapshot's own verdict, a folder of per-rank snapshots'
+/// from the rank that stands out, else the analysis' — also for a recording with a snapshot
+/// dumped next to it), or its error's message without the path.
 pub fn judged(path: &Path) -> Result<(Kind, String), String> {
+    use collector::analysis::analyze;
+    use collector::headline::leading;
     let input = open_path(path).map_err(|err| err.what())?;
     let kind = input.kind();
     let headline = match input {
-        Input::Recording(recording) => {
-            collector::analysis::headline(&collector::analysis::analyze(&recording)).0
-        }
-        Input::NodeRecordings { recording, .. } => {
-            collector::analysis::headline(&collector::analysis::analyze(&recording)).0
+        Input::Recording(recording) | Input::NodeRecordings { recording, .. } => {
+            leading(Some(&analyze(&recording)), None, None)
         }
         Input::Snapshot(snapshot) => {
-            collector::snapshot::SnapshotVerdict::judge(&snapshot)
-                .2
-                .headline
+            let judged = collector::snapshot::Judged::new(*snapshot);
+            leading(Some(&judged.analysis), Some(&judged.verdict), None)
         }
         Input::RankSnapshots(folder) => {
-            let traces = folder.recording.as_ref().map(collector::analysis::analyze);
-            folder.headline(traces.as_ref()).0
+            let traces = folder.recording.as_ref().map(analyze);
+            leading(traces.as_ref(), None, Some(&folder))
         }
     };
-    Ok((kind, headline))
+    Ok((kind, headline.text))
 }

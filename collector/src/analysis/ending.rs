@@ -828,7 +828,7 @@ pub(super) fn judge_ending(
         });
     }
     if recording.end.is_none() && exit.is_none() {
-        analysis.lacks.push("the end of the job: the recording stops early (the collector was killed, or the file was cut), so how the job ended is not known".to_owned());
+        analysis.lacks.push(super::LACKS_END.to_owned());
     }
     analysis.ooms = verdicts;
 }

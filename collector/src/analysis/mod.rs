@@ -360,10 +360,12 @@ impl Analysis {
     }
 }
 
-/// One line that says what a picture of the run shows: the verdict, what the dots and the line
-/// are, where the trend meets the capacity, the out-of-memory errors marked.
-pub fn caption(recording: &Recording, analysis: &Analysis) -> String {
-    let (mut caption, _) = headline(analysis);
+/// One line that says what a picture of the run shows: the verdict that leads (`lead`, the
+/// [`crate::headline::leading`] sentence, so that the caption says what the headline above it
+/// says), what the dots and the line are, where the trend meets the capacity, the out-of-memory
+/// errors marked.
+pub fn caption(lead: &str, recording: &Recording, analysis: &Analysis) -> String {
+    let mut caption = lead.to_owned();
     if !analysis.step_series.values.is_empty() {
         caption.push_str(&format!(
             " — dots: {} at the start of each {}{}",
@@ -509,6 +511,42 @@ pub fn analyze(recording: &Recording) -> Analysis {
     analysis
 }
 
+/// What a recording lacks without allocator numbers and phases.
+const LACKS_ALLOCATOR_AND_PHASES: &str = "no allocator numbers and no phases: run the job under the collector with the probe (a Python job that uses CUDA) to see allocated vs. reserved memory and the phase of the step";
+/// What a recording with phases lacks without allocator numbers.
+const LACKS_ALLOCATOR: &str = "no allocator numbers: the job did not use CUDA through PyTorch (or the probe was off), so allocated and reserved memory are unknown";
+/// What a recording with allocator numbers lacks without phases.
+const LACKS_PHASES: &str =
+    "no phases: mark them with tidemark.phase(…) or leave automatic phases on";
+/// What a recording lacks without NVML.
+const LACKS_DEVICE_SAMPLES: &str = "no device samples: NVML was not available where the job ran";
+/// What a recording lacks without its end.
+pub(crate) const LACKS_END: &str = "the end of the job: the recording stops early (the collector was killed, or the file was cut), so how the job ended is not known";
+/// What a leak's recording lacks without the device's capacity.
+pub(crate) const LACKS_CAPACITY: &str = "no device capacity: the device's total memory was not recorded (NVML), so there is no projection to an out-of-memory error";
+
+/// An analysis of a PyTorch memory snapshot's trace ([`crate::snapshot::Judged`]) says what the
+/// snapshot lacks, not what a recording made by the collector would: a snapshot never has
+/// device samples, NVML's capacity or the job's end, and its allocator numbers and phases come
+/// from the trace, not from a probe. (Its verdict says when it has no trace.)
+pub(crate) fn as_snapshot_trace(analysis: &mut Analysis) {
+    let recording_only = [
+        LACKS_ALLOCATOR_AND_PHASES,
+        LACKS_ALLOCATOR,
+        LACKS_DEVICE_SAMPLES,
+        LACKS_END,
+        LACKS_CAPACITY,
+    ];
+    analysis
+        .lacks
+        .retain(|l| !recording_only.contains(&l.as_str()));
+    for lack in &mut analysis.lacks {
+        if lack == LACKS_PHASES {
+            *lack = "no phases: the snapshot marks none (`record_function` ranges recorded with the history, or `torch.cuda.memory._set_memory_metadata`, would)".to_owned();
+        }
+    }
+}
+
 /// Diagnoses one process' view of a run (the whole recording when it has one rank).
 fn analyze_one(recording: &Recording) -> Analysis {
     let occurrences = phases::occurrences(recording);
@@ -522,15 +560,13 @@ fn analyze_one(recording: &Recording) -> Analysis {
     let mut lacks = Vec::new();
     if recording.allocator.is_empty() {
         lacks.push(if recording.phases.is_empty() {
-            "no allocator numbers and no phases: run the job under the collector with the probe (a Python job that uses CUDA) to see allocated vs. reserved memory and the phase of the step".to_owned()
+            LACKS_ALLOCATOR_AND_PHASES.to_owned()
         } else {
-            "no allocator numbers: the job did not use CUDA through PyTorch (or the probe was off), so allocated and reserved memory are unknown".to_owned()
+            LACKS_ALLOCATOR.to_owned()
         });
     }
     if recording.phases.is_empty() && !recording.allocator.is_empty() {
-        lacks.push(
-            "no phases: mark them with tidemark.phase(…) or leave automatic phases on".to_owned(),
-        );
+        lacks.push(LACKS_PHASES.to_owned());
     }
     lacks.extend(phases_not_told_apart(&occurrences));
     if !recording
@@ -538,7 +574,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         .iter()
         .any(|s| s.key.kind == SeriesKind::DeviceUsed)
     {
-        lacks.push("no device samples: NVML was not available where the job ran".to_owned());
+        lacks.push(LACKS_DEVICE_SAMPLES.to_owned());
     }
 
     // The series at the same point of every step.

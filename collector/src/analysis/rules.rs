@@ -122,7 +122,7 @@ pub(super) fn judge(
                 analysis.projection.as_ref(),
             ));
             if analysis.projection.is_none() && basis != Basis::HostRss {
-                analysis.lacks.push("no device capacity: the device's total memory was not recorded (NVML), so there is no projection to an out-of-memory error".to_owned());
+                analysis.lacks.push(super::LACKS_CAPACITY.to_owned());
             }
         } else if steady.is_some()
             && t.rises(ALPHA)

@@ -3,15 +3,19 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use collector::analysis::{Analysis, Finding, FindingKind, analyze};
+use collector::analysis::{Analysis, Finding, FindingKind};
 use collector::compare::{Gate, GateRow, Threshold};
+use collector::snapshot::SnapshotVerdict;
 
 use super::load;
 
 /// Arguments of `collector check`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The recording (or PyTorch memory snapshot) to check.
+    /// The recording (or PyTorch memory snapshot) to check. A snapshot also fails on its own
+    /// verdict when that names a problem of the kinds below (taken at an out-of-memory error:
+    /// oom; a leak or a leak suspect behind most occurrences of a phase: leak; a request that
+    /// fits in the free memory but in no free piece: fragmentation).
     pub file: PathBuf,
     /// Findings that fail the check, comma-separated: oom, failed, leak, fragmentation,
     /// peak_creep, capacity_pressure, non_pytorch_memory, other_processes, state_growth,
@@ -97,25 +101,19 @@ pub fn check(args: &CheckArgs) -> ExitCode {
     if let Some(base) = &args.baseline {
         return check_against(args, base);
     }
-    let recording = match load(&args.file) {
-        Ok((recording, _)) => recording,
+    let (analysis, verdict) = match load(&args.file) {
+        Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let analysis = analyze(&recording);
-    let failing: Vec<_> = analysis
-        .findings
-        .iter()
-        .filter(|f| args.fail_on.contains(&f.kind))
-        .filter(|f| match (args.max_growth, f.growth_per_step_bytes) {
-            (Some(max), Some(growth)) => growth > max,
-            _ => true,
-        })
-        .collect();
-    if failing.is_empty() {
+    let failing = failing_findings(args, &analysis);
+    let verdict = failing_verdict(args, &analysis, verdict.as_ref());
+    if failing.is_empty() && verdict.is_none() {
         super::out(format_args!(
-            "collector check: ok ({} {}s, no {})\n",
-            analysis.step_series.values.len(),
-            if analysis.by_step { "step" } else { "window" },
+            "collector check: ok ({}, no {})\n",
+            collector::format::count(
+                analysis.step_series.values.len(),
+                if analysis.by_step { "step" } else { "window" }
+            ),
             args.fail_on
                 .iter()
                 .map(|k| k.as_str())
@@ -123,6 +121,15 @@ pub fn check(args: &CheckArgs) -> ExitCode {
                 .join(", ")
         ));
         return ExitCode::SUCCESS;
+    }
+    if let Some(verdict) = verdict {
+        super::out(format_args!(
+            "collector check: FAILED: {}\n",
+            verdict.headline
+        ));
+        for line in &verdict.evidence {
+            super::out(format_args!("    {line}\n"));
+        }
     }
     for finding in failing {
         super::out(format_args!("collector check: FAILED: {}\n", finding.title));
@@ -146,11 +153,25 @@ fn failing_findings<'a>(args: &CheckArgs, analysis: &'a Analysis) -> Vec<&'a Fin
         .collect()
 }
 
+/// A snapshot's verdict when it fails the check under `args`: it names a problem of a kind that
+/// fails. A verdict that is one of the analysis' findings (a leak in the trace) is left to that
+/// finding, which `--max-growth` also judges.
+fn failing_verdict<'a>(
+    args: &CheckArgs,
+    analysis: &Analysis,
+    verdict: Option<&'a SnapshotVerdict>,
+) -> Option<&'a SnapshotVerdict> {
+    verdict.filter(|v| {
+        v.problem_kind.is_some_and(|k| args.fail_on.contains(&k))
+            && !analysis.findings.iter().any(|f| f.title == v.headline)
+    })
+}
+
 /// `collector check FILE --baseline BASE`: FILE's own findings, and every quantity of FILE
 /// against BASE's; 0 when all pass, 1 when any fails, 2 when either file cannot be read or the
 /// two cannot be compared.
 fn check_against(args: &CheckArgs, base: &Path) -> ExitCode {
-    let (compared, analysis) = match super::diff::compare_files_judged(base, &args.file) {
+    let (compared, analysis, verdict) = match super::diff::compare_files_judged(base, &args.file) {
         Ok(both) => both,
         Err(why) => {
             eprintln!("collector check: {why}");
@@ -180,7 +201,21 @@ fn check_against(args: &CheckArgs, base: &Path) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let findings = failing_findings(args, &analysis);
+    let mut findings: Vec<Failing<'_>> = failing_verdict(args, &analysis, verdict.as_ref())
+        .map(|v| Failing {
+            title: &v.headline,
+            evidence: &v.evidence,
+        })
+        .into_iter()
+        .collect();
+    findings.extend(
+        failing_findings(args, &analysis)
+            .into_iter()
+            .map(|f: &Finding| Failing {
+                title: &f.title,
+                evidence: &f.evidence,
+            }),
+    );
     let failed = !findings.is_empty() || rows.iter().any(|r| r.failed);
     let text = if args.markdown {
         baseline_markdown(base, &args.file, &rows, &findings, &notes)
@@ -195,8 +230,19 @@ fn check_against(args: &CheckArgs, base: &Path) -> ExitCode {
     }
 }
 
+/// What fails a check besides the quantities: a finding, or a snapshot's verdict.
+struct Failing<'a> {
+    title: &'a str,
+    evidence: &'a [String],
+}
+
 /// The verdict against a baseline as text: what failed, with its numbers, then the count.
-fn baseline_text(base: &Path, rows: &[GateRow], findings: &[&Finding], notes: &[String]) -> String {
+fn baseline_text(
+    base: &Path,
+    rows: &[GateRow],
+    findings: &[Failing<'_>],
+    notes: &[String],
+) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     for row in rows.iter().filter(|r| r.failed) {
@@ -204,7 +250,7 @@ fn baseline_text(base: &Path, rows: &[GateRow], findings: &[&Finding], notes: &[
     }
     for finding in findings {
         let _ = writeln!(out, "collector check: FAILED: {}", finding.title);
-        for line in &finding.evidence {
+        for line in finding.evidence {
             let _ = writeln!(out, "    {line}");
         }
     }
@@ -238,7 +284,7 @@ fn baseline_markdown(
     base: &Path,
     run: &Path,
     rows: &[GateRow],
-    findings: &[&Finding],
+    findings: &[Failing<'_>],
     notes: &[String],
 ) -> String {
     use collector::compare::signed_bytes;
@@ -277,7 +323,7 @@ fn baseline_markdown(
         let _ = writeln!(out, "\nFindings that fail the check:\n");
         for finding in findings {
             let _ = writeln!(out, "- **{}**", finding.title.replace('|', "\\|"));
-            for line in &finding.evidence {
+            for line in finding.evidence {
                 let _ = writeln!(out, "  - {line}");
             }
         }

@@ -13,6 +13,7 @@ use collector::compare::{
 };
 use collector::format::format_bytes;
 use collector::open::{Opened, read_any_file};
+use collector::snapshot::{Judged, SnapshotVerdict};
 use serde::Serialize;
 
 /// Arguments of `collector diff`.
@@ -70,16 +71,22 @@ pub(super) fn compare_files(a: &Path, b: &Path) -> Result<Compared, String> {
     compare(a, b, false).map(|(compared, _)| compared)
 }
 
-/// [`compare_files`], with the analysis of B (a snapshot's: of its trace as a recording), for
-/// the check's own findings.
-pub(super) fn compare_files_judged(a: &Path, b: &Path) -> Result<(Compared, Analysis), String> {
-    let (compared, analysis) = compare(a, b, true)?;
+/// [`compare_files`], with the analysis of B and, for a snapshot, its verdict (both from
+/// [`Judged`]), for the check's own findings.
+pub(super) fn compare_files_judged(
+    a: &Path,
+    b: &Path,
+) -> Result<(Compared, Analysis, Option<SnapshotVerdict>), String> {
+    let (compared, judged) = compare(a, b, true)?;
     // Both kinds are analysed when asked to.
-    let analysis = analysis.ok_or_else(|| format!("{} was not analysed", b.display()))?;
-    Ok((compared, analysis))
+    let (analysis, verdict) = judged.ok_or_else(|| format!("{} was not analysed", b.display()))?;
+    Ok((compared, analysis, verdict))
 }
 
-fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Analysis>), String> {
+/// B's analysis and, for a snapshot, its verdict.
+type JudgedB = (Analysis, Option<SnapshotVerdict>);
+
+fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<JudgedB>), String> {
     let (opened_a, opened_b) = std::thread::scope(|scope| {
         let other = scope.spawn(|| read_any_file(b));
         let first = read_any_file(a);
@@ -105,7 +112,10 @@ fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Analys
             if let Some(why) = diff.nothing_comparable() {
                 return Err(format!("{} and {}: {why}", names.0, names.1));
             }
-            let analysis = judge_b.then(|| analyze(&sb.to_recording()));
+            let analysis = judge_b.then(|| {
+                let judged = Judged::new(*sb);
+                (judged.analysis, Some(judged.verdict))
+            });
             Ok((
                 Compared::Snapshots {
                     a: names.0,
@@ -134,7 +144,7 @@ fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Analys
                     b: names.1,
                     diff: Box::new(diff),
                 },
-                Some(ab),
+                Some((ab, None)),
             ))
         }
         (x, y) => Err(format!(

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use collector::analysis::{Analysis, analyze};
 use collector::open::{Input, open_path};
-use collector::recording::Recording;
-use collector::snapshot::Snapshot;
+use collector::snapshot::{Judged, SnapshotVerdict};
 
 /// Records how a job uses GPU and host memory, with the training phases, into a file that
 /// survives crashes.
@@ -154,20 +154,23 @@ pub(crate) fn out(text: std::fmt::Arguments<'_>) {
     let _ = std::io::stdout().lock().write_fmt(text);
 }
 
-/// Reads what is at `path` ([`open_path`]) as a recording: a snapshot's trace (with the
-/// snapshot), a folder of nodes' recordings as one run, a folder of per-rank snapshots as their
-/// traces on one timeline. The error is printed, and the exit status for an unreadable input
-/// returned.
-fn load(path: &Path) -> Result<(Recording, Option<Snapshot>), ExitCode> {
+/// Reads what is at `path` ([`open_path`]) and judges it: a recording's analysis; a snapshot's
+/// ([`Judged`]: its trace's analysis, and its verdict); a folder of nodes' recordings as one
+/// run; a folder of per-rank snapshots as their traces on one timeline. The error is printed,
+/// and the exit status for an unreadable input returned.
+fn load(path: &Path) -> Result<(Analysis, Option<SnapshotVerdict>), ExitCode> {
     let fail = |err: String| {
         eprintln!("collector: {err}");
         ExitCode::from(2)
     };
     match open_path(path).map_err(|err| fail(err.to_string()))? {
-        Input::Recording(recording) => Ok((*recording, None)),
-        Input::Snapshot(snapshot) => Ok((snapshot.to_recording(), Some(*snapshot))),
-        Input::NodeRecordings { recording, .. } => Ok((*recording, None)),
-        Input::RankSnapshots(folder) => folder.recording.map(|r| (r, None)).ok_or_else(|| {
+        Input::Recording(recording) => Ok((analyze(&recording), None)),
+        Input::Snapshot(snapshot) => {
+            let judged = Judged::new(*snapshot);
+            Ok((judged.analysis, Some(judged.verdict)))
+        }
+        Input::NodeRecordings { recording, .. } => Ok((analyze(&recording), None)),
+        Input::RankSnapshots(folder) => folder.recording.map(|r| (analyze(&r), None)).ok_or_else(|| {
             fail(format!(
                 "no snapshot in the folder has a trace: there is nothing on a timeline to judge (`collector report` compares the ranks): {}",
                 path.display()

@@ -10,11 +10,14 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use collector::analysis::{Analysis, Basis, headline};
-use collector::format::{format_bytes, format_seconds};
+use collector::analysis::{Analysis, Basis};
+use collector::format::{byte_marks, format_bytes, format_seconds};
+use collector::headline::Headline;
 use collector::palette::{self, Rgb};
 use collector::recording::{Recording, SeriesKind, Values};
 use collector::snapshot::{Snapshot, SnapshotVerdict, SuspectMarks};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -183,13 +186,64 @@ fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
     out
 }
 
-/// The timeline with the verdict drawn, as an SVG document.
-/// `snapshot`: the recording is this PyTorch snapshot's trace (then nothing to draw means no
-/// trace, and its leak suspects' blocks are marked).
+/// A byte axis from 0 to a maximum, ticked at round binary values as the viewer's grid is
+/// ([`byte_marks`]: 0, 16 MiB, 32 MiB …, never 19.1 MiB): labelled ticks at most about eight
+/// apart, light grid lines at a quarter of that.
+struct ByteAxis {
+    inner: RangedCoordf64,
+    ticks: Vec<f64>,
+    light: Vec<f64>,
+}
+
+impl ByteAxis {
+    fn new(max: f64) -> Self {
+        let marks = byte_marks(0.0, max, max / 8.0);
+        let step = marks.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
+        let mut ticks: Vec<f64> = marks.iter().map(|m| m.0).collect();
+        ticks.sort_by(f64::total_cmp);
+        let light = byte_marks(0.0, max, step / 4.0)
+            .into_iter()
+            .map(|m| m.0)
+            .filter(|v| !ticks.contains(v))
+            .collect();
+        Self {
+            inner: (0.0..max).into(),
+            ticks,
+            light,
+        }
+    }
+}
+
+impl Ranged for ByteAxis {
+    // Labels are written by the mesh's `y_label_formatter`.
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            self.light.clone()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+}
+
+/// The timeline with the verdict drawn, as an SVG document, its caption led by `lead` (the
+/// sentence the report leads with). `snapshot`: the recording is this PyTorch snapshot's trace
+/// (then nothing to draw means no trace, and its leak suspects' blocks are marked).
 pub fn timeline_svg(
     recording: &Recording,
     analysis: &Analysis,
     snapshot: Option<(&Snapshot, &SnapshotVerdict)>,
+    lead: &str,
 ) -> Result<String, String> {
     let end_ns = recording.duration_ns().max(1);
     let curves = curves(recording, analysis, end_ns);
@@ -211,7 +265,8 @@ pub fn timeline_svg(
         }
         let marks = snapshot.map_or(Vec::new(), |(s, v)| v.suspect_marks(s, recording));
         let caption = wrap(
-            &(collector::analysis::caption(recording, analysis) + &SuspectMarks::caption(&marks)),
+            &(collector::analysis::caption(lead, recording, analysis)
+                + &SuspectMarks::caption(&marks)),
             CAPTION_CHARS,
         );
         let caption_height = 16 + 18 * caption.len() as u32;
@@ -240,7 +295,7 @@ pub fn timeline_svg(
             .margin(12)
             .x_label_area_size(34)
             .y_label_area_size(76)
-            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .build_cartesian_2d(0f64..x_max, ByteAxis::new(y_max))
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -423,7 +478,8 @@ pub fn timeline_svg(
 const CAPTION_CHARS: usize = 155;
 
 /// `text` in lines of at most `width` characters, broken between words (a longer word gets a
-/// line of its own); at most three lines, the last one ending in `…` when cut.
+/// line of its own); at most four lines (a snapshot's verdict leads with a whole stack frame), the
+/// last one ending in `…` when cut.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
@@ -439,9 +495,9 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     if !line.is_empty() {
         lines.push(line);
     }
-    if lines.len() > 3 {
-        lines.truncate(3);
-        lines[2].push_str(" …");
+    if lines.len() > 4 {
+        lines.truncate(4);
+        lines[3].push_str(" …");
     }
     lines
 }
@@ -455,10 +511,17 @@ fn escape(text: &str) -> String {
 
 /// One self-contained HTML file: the verdict, the picture (inline SVG), the findings with their
 /// evidence, the phase table and the whole text report. No script, font or request.
-pub fn html(file: &Path, analysis: &Analysis, svg: &str, text_report: &str) -> String {
-    let (line, problem) = headline(analysis);
-    let mark = match problem {
+pub fn html(
+    file: &Path,
+    lead: &Headline,
+    analysis: &Analysis,
+    svg: &str,
+    text_report: &str,
+) -> String {
+    let line = &lead.text;
+    let mark = match lead.problem {
         Some(true) => "problem",
+        Some(false) if lead.snapshot => "unknown",
         Some(false) => "ok",
         None => "unknown",
     };
@@ -476,7 +539,7 @@ table{{border-collapse:collapse;font-size:13px;margin:8px 0}} td,th{{padding:3px
 td:first-child,th:first-child{{text-align:left}} ul{{font-size:14px}} li{{margin:2px 0}}\
 pre{{font-size:12px;background:#f6f6f6;padding:10px;overflow-x:auto}} svg{{max-width:100%;height:auto}}\
 </style></head><body>\n<h1>tidemark report</h1><div class=\"file\">{file}</div>\n<div class=\"verdict {mark}\">{title}</div>\n",
-        title = escape(&line),
+        title = escape(line),
         file = escape(&file.display().to_string()),
     );
     // The SVG as plotters wrote it, without the XML prolog if any.
@@ -528,10 +591,11 @@ pre{{font-size:12px;background:#f6f6f6;padding:10px;overflow-x:auto}} svg{{max-w
 
 /// A Markdown summary for CI pages (`$GITHUB_STEP_SUMMARY`): the verdict, the picture (a
 /// separate SVG file, referenced by `picture`), the problems and the phase table.
-pub fn markdown(file: &Path, analysis: &Analysis, picture: &str) -> String {
-    let (line, problem) = headline(analysis);
-    let mark = match problem {
+pub fn markdown(file: &Path, lead: &Headline, analysis: &Analysis, picture: &str) -> String {
+    let line = &lead.text;
+    let mark = match lead.problem {
         Some(true) => "✗",
+        Some(false) if lead.snapshot => "•",
         Some(false) => "✓",
         None => "?",
     };

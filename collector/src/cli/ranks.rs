@@ -19,7 +19,11 @@ pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> ExitCode {
     let analysis = folder.recording.as_ref().map(analyze);
     let rows = &folder.rows;
     let standout = folder.standout.clone();
-    let (headline, problem) = folder.headline(analysis.as_ref());
+    let collector::headline::Headline {
+        text: headline,
+        problem,
+        ..
+    } = collector::headline::leading(analysis.as_ref(), None, Some(folder));
     if json {
         #[derive(Serialize)]
         struct Folder<'a> {

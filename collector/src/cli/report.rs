@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use collector::analysis::{Analysis, FindingKind, analyze};
-use collector::format::{format_bytes, format_duration};
+use collector::format::{count, format_bytes, format_duration, format_seconds};
+use collector::headline::{Headline, leading};
 use collector::open::{Input, Kind, open_path};
 use collector::recording::Recording;
-use collector::snapshot::{Snapshot, SnapshotVerdict};
+use collector::snapshot::{Judged, Snapshot, SnapshotVerdict};
 use serde::Serialize;
 
 /// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
@@ -82,9 +83,10 @@ impl Outputs {
         analysis: &Analysis,
         text: &str,
         snapshot: Option<(&Snapshot, &SnapshotVerdict)>,
+        lead: &Headline,
     ) -> Result<(), String> {
         use std::io::Write as _;
-        let svg = super::picture::timeline_svg(recording, analysis, snapshot)?;
+        let svg = super::picture::timeline_svg(recording, analysis, snapshot, &lead.text)?;
         let put = |(path, mut f): (PathBuf, std::fs::File), body: &str| {
             f.write_all(body.as_bytes())
                 .map_err(|err| format!("cannot write {}: {err}", path.display()))
@@ -94,7 +96,7 @@ impl Outputs {
             put(out, &svg)?;
         }
         if let Some(out) = self.html {
-            put(out, &super::picture::html(file, analysis, &svg, text))?;
+            put(out, &super::picture::html(file, lead, analysis, &svg, text))?;
         }
         if let Some(out) = self.markdown {
             // The picture by a path relative to the summary when it is beside it.
@@ -106,7 +108,7 @@ impl Outputs {
                     _ => p.display().to_string(),
                 }
             });
-            put(out, &super::picture::markdown(file, analysis, &name))?;
+            put(out, &super::picture::markdown(file, lead, analysis, &name))?;
         }
         Ok(())
     }
@@ -166,6 +168,8 @@ struct SnapshotJson {
 #[derive(Serialize)]
 struct SuspectJson {
     device: u32,
+    /// The allocation site: the first frame of the user's code.
+    site: String,
     phase: Option<String>,
     occurrences: usize,
     of: usize,
@@ -198,6 +202,7 @@ impl SnapshotJson {
                 .iter()
                 .cloned()
                 .map(|x| SuspectJson {
+                    site: s.site_name(s.site(x.stack)),
                     frames: s
                         .user_frames(x.stack)
                         .iter()
@@ -286,6 +291,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         beside,
     } = loaded;
     let (snapshot, verdict) = judged.unzip();
+    let lead = leading(Some(&analysis), verdict.as_ref(), None);
     // A recording made with --history names the snapshots dumped next to it: the one at the OOM
     // says what was alive when the job died.
     let paired = snapshot
@@ -293,14 +299,19 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         .then(|| collector::open::paired_snapshot(&beside, &recording))
         .flatten()
         .map(|paired| {
-            let verdict = paired
-                .snapshot
-                .as_ref()
-                .ok()
-                .map(|s| SnapshotVerdict::judge(s).2);
-            (paired, verdict)
+            let judged = paired.snapshot.map(|s| {
+                let judged = Judged::new(s);
+                (judged.snapshot, judged.verdict)
+            });
+            (paired.path, paired.reason, judged)
         });
-    let report = text(&args.file, &recording, &analysis, verdict.as_ref());
+    let report = text(
+        &args.file,
+        &recording,
+        &analysis,
+        snapshot.as_ref().zip(verdict.as_ref()),
+        &lead,
+    );
     if outputs.any()
         && let Err(err) = outputs.write(
             &args.file,
@@ -308,21 +319,18 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             &analysis,
             &report,
             snapshot.as_ref().zip(verdict.as_ref()),
+            &lead,
         )
     {
         eprintln!("collector: {err}");
         return ExitCode::from(2);
     }
     if args.json {
-        let headline = verdict.as_ref().map_or_else(
-            || collector::analysis::headline(&analysis).0,
-            |v| v.headline.clone(),
-        );
         let report = JsonReport {
             schema: REPORT_SCHEMA,
             file: args.file.display().to_string(),
             input: kind,
-            headline,
+            headline: lead.text,
             command: &recording.header.command,
             host: &recording.header.host,
             duration_s: recording.duration_ns() as f64 / 1e9,
@@ -335,16 +343,11 @@ pub fn report(args: &ReportArgs) -> ExitCode {
                 .as_ref()
                 .zip(verdict)
                 .map(|(s, v)| SnapshotJson::new(s, v)),
-            paired_snapshot: paired.map(|(paired, verdict)| PairedJson {
-                file: paired.path.display().to_string(),
-                reason: paired.reason,
-                error: paired.snapshot.as_ref().err().map(ToString::to_string),
-                snapshot: paired
-                    .snapshot
-                    .as_ref()
-                    .ok()
-                    .zip(verdict)
-                    .map(|(s, v)| SnapshotJson::new(s, v)),
+            paired_snapshot: paired.map(|(path, reason, judged)| PairedJson {
+                file: path.display().to_string(),
+                reason,
+                error: judged.as_ref().err().map(ToString::to_string),
+                snapshot: judged.ok().map(|(s, v)| SnapshotJson::new(&s, v)),
             }),
         };
         match serde_json::to_string_pretty(&report) {
@@ -359,20 +362,19 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         if let (Some(snapshot), Some(verdict)) = (&snapshot, &verdict) {
             super::out(format_args!("\n{}", snapshot_text(snapshot, verdict, 10)));
         }
-        if let Some((paired, verdict)) = &paired {
-            let when = if paired.reason == "oom" {
+        if let Some((path, reason, judged)) = &paired {
+            let when = if reason == "oom" {
                 "AT THE OUT-OF-MEMORY ERROR"
             } else {
                 "AT THE END OF THE JOB"
             };
-            super::out(format_args!("\n{when}: {}\n", paired.path.display()));
-            match (&paired.snapshot, verdict) {
-                (Ok(snapshot), Some(verdict)) => {
+            super::out(format_args!("\n{when}: {}\n", path.display()));
+            match judged {
+                Ok((snapshot, verdict)) => {
                     super::out(format_args!("  {}\n", verdict.headline));
                     super::out(format_args!("{}", snapshot_text(snapshot, verdict, 10)));
                 }
-                (Err(err), _) => super::out(format_args!("  cannot be read: {err}\n")),
-                _ => {}
+                Err(err) => super::out(format_args!("  cannot be read: {err}\n")),
             }
         }
     }
@@ -390,17 +392,23 @@ struct Loaded {
     beside: PathBuf,
 }
 
-/// Analyses what was opened; a snapshot is judged as well ([`SnapshotVerdict::judge`]).
+/// Analyses what was opened; a snapshot is judged ([`Judged::new`]).
 fn judge(path: &Path, input: Input) -> Loaded {
     let kind = input.kind();
     let (recording, beside, snapshot) = match input {
         Input::Snapshot(snapshot) => {
-            let (recording, analysis, verdict) = SnapshotVerdict::judge(&snapshot);
+            let Judged {
+                snapshot,
+                recording,
+                analysis,
+                verdict,
+                ..
+            } = Judged::new(*snapshot);
             return Loaded {
                 kind,
                 recording,
                 analysis,
-                judged: Some((*snapshot, verdict)),
+                judged: Some((snapshot, verdict)),
                 beside: path.to_owned(),
             };
         }
@@ -445,49 +453,77 @@ fn load_nodes(first: &Path, more: &[PathBuf]) -> Result<Recording, ExitCode> {
     })
 }
 
-/// The text report: the verdict first (a snapshot's own verdict before the trace's), then the
-/// phase table, then the evidence.
+/// The text report: the verdict that leads (`lead`, [`leading`]; for a snapshot, its own with
+/// its evidence), the trace's findings, then the phase table, then the evidence. `snapshot`: the
+/// recording is this snapshot's trace.
 pub fn text(
     file: &Path,
     recording: &Recording,
     analysis: &Analysis,
-    snapshot: Option<&SnapshotVerdict>,
+    snapshot: Option<(&Snapshot, &SnapshotVerdict)>,
+    lead: &Headline,
 ) -> String {
     let mut out = String::new();
-    let header = &recording.header;
-    let unit = if analysis.by_step {
-        "steps"
-    } else {
-        "time windows"
-    };
-    let _ = writeln!(
-        out,
-        "{} — {} (host {}, {} GPU{}, {}, {} {unit})\n",
-        file.display(),
-        header.command.join(" "),
-        if header.host.is_empty() {
-            "?"
+    let steps = analysis.step_series.values.len();
+    if let Some((s, _)) = snapshot {
+        // A snapshot is no job run under the collector: what it holds, and steps only when its
+        // phases repeat.
+        let trace = match s.time_range_us() {
+            _ if s.entries.is_empty() => "no trace".to_owned(),
+            Some((a, b)) if b > a => format!(
+                "{} over {}",
+                count(s.entries.len(), "trace entry"),
+                format_seconds((b - a) as f64 / 1e6)
+            ),
+            _ => count(s.entries.len(), "trace entry"),
+        };
+        let steps = if analysis.by_step && steps >= 2 {
+            format!(", {}", count(steps, "step"))
         } else {
-            &header.host
-        },
-        header.devices.len(),
-        if header.devices.len() == 1 { "" } else { "s" },
-        format_duration(recording.duration_ns() as f64 / 1e9),
-        analysis.step_series.values.len()
-    );
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "{} — a PyTorch memory snapshot ({}, {trace}{steps})\n",
+            file.display(),
+            count(s.devices.max(1) as usize, "device")
+        );
+    } else {
+        let header = &recording.header;
+        let _ = writeln!(
+            out,
+            "{} — {} (host {}, {} GPU{}, {}, {})\n",
+            file.display(),
+            header.command.join(" "),
+            if header.host.is_empty() {
+                "?"
+            } else {
+                &header.host
+            },
+            header.devices.len(),
+            if header.devices.len() == 1 { "" } else { "s" },
+            format_duration(recording.duration_ns() as f64 / 1e9),
+            count(
+                steps,
+                if analysis.by_step {
+                    "step"
+                } else {
+                    "time window"
+                }
+            )
+        );
+    }
     let _ = writeln!(out, "VERDICT");
-    if let Some(verdict) = snapshot {
+    if let Some((_, verdict)) = snapshot {
         let mark = if verdict.problem { "✗" } else { "•" };
-        let _ = writeln!(out, "  {mark} {}", verdict.headline);
+        let _ = writeln!(out, "  {mark} {}", lead.text);
         for line in &verdict.evidence {
             let _ = writeln!(out, "      {line}");
         }
-    } else {
-        let (line, problem) = collector::analysis::headline(analysis);
-        if problem != Some(true) {
-            let mark = if problem.is_none() { "?" } else { "✓" };
-            let _ = writeln!(out, "  {mark} {line}");
-        }
+    } else if lead.problem != Some(true) {
+        // A problem leads as the first finding below.
+        let mark = if lead.problem.is_none() { "?" } else { "✓" };
+        let _ = writeln!(out, "  {mark} {}", lead.text);
     }
     // A snapshot says what the trace is too short for in its own evidence.
     let findings = analysis
@@ -566,17 +602,20 @@ pub fn text(
     categories_text(&mut out, analysis);
     holders_text(&mut out, recording, analysis);
     let _ = writeln!(out, "\nEVIDENCE");
-    let _ = writeln!(
-        out,
-        "  basis: {} at the start of each {} ({} points)",
-        analysis.basis.name(),
-        if analysis.by_step {
-            "step"
-        } else {
-            "time window"
-        },
-        analysis.step_series.values.len()
-    );
+    // A snapshot without a trace has no series (its verdict says so).
+    if snapshot.is_none() || steps > 0 {
+        let _ = writeln!(
+            out,
+            "  basis: {} at the start of each {} ({})",
+            analysis.basis.name(),
+            if analysis.by_step {
+                "step"
+            } else {
+                "time window"
+            },
+            count(steps, "point")
+        );
+    }
     if let Some(attribution) = analysis.attribution {
         let _ = writeln!(
             out,
@@ -802,22 +841,18 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
         mb(total)
     );
     for s in verdict.top_sites.iter().take(limit) {
-        let frames = if s.frames.is_empty() {
-            "(no frames recorded)".to_owned()
+        let stacks = if s.stacks > 1 {
+            format!(" ({} stacks)", s.stacks)
         } else {
-            s.frames
-                .iter()
-                .take(3)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(" < ")
+            String::new()
         };
         let _ = writeln!(
             out,
-            "  {:>10}  {:>11}  cuda:{}  {frames}",
+            "  {:>10}  {:>11}  cuda:{}  {}{stacks}",
             mb(s.bytes),
-            format!("{} block{}", s.blocks, if s.blocks == 1 { "" } else { "s" }),
-            s.device
+            count(s.blocks, "block"),
+            s.device,
+            s.site
         );
     }
     let suspects = &verdict.suspects;
@@ -841,10 +876,11 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
         };
         let _ = writeln!(
             out,
-            "  {} in {} blocks, cuda:{}, {within}",
+            "  {} in {} blocks, cuda:{}, from {}, {within}",
             mb(s.bytes),
             s.blocks,
-            s.device
+            s.device,
+            snapshot.site_name(snapshot.site(s.stack))
         );
         for f in snapshot.user_frames(s.stack).iter().take(6) {
             let _ = writeln!(out, "      {}", snapshot.frame_text(f));

@@ -1,7 +1,8 @@
 //! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot("snap.pickle")`): read them, turn
 //! their trace into a [`Recording`](crate::recording::Recording) the analysis and the viewer understand, and answer what the
 //! snapshot alone can: the live blocks at any time with their stacks, leak suspects, and the
-//! segments' state (fragmentation).
+//! segments' state (fragmentation); and judge it once ([`Judged`]) for the report, `check`, the
+//! viewer and a folder of ranks.
 //!
 //! ```no_run
 //! let bytes = std::fs::read("snap.pickle").unwrap();
@@ -12,14 +13,17 @@
 //! ```
 
 mod convert;
+mod judged;
 mod model;
 mod pickle;
 mod query;
 pub mod ranks;
 mod read;
+mod sites;
 mod verdict;
 
 pub use convert::PhaseSpan;
+pub use judged::Judged;
 pub use model::{
     Action, Annotation, Block, BlockState, Entries, LeakSuspect, LiveBlock, Segment,
     SegmentSummary, Snapshot, SnapshotError, SuspectMarks, TraceEntry,
@@ -29,4 +33,5 @@ pub use query::LiveIndex;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use read::SourceError;
 pub use read::{SnapshotReader, read_snapshot};
+pub use sites::{BEFORE_HISTORY, CPP_ONLY, SiteGroup, SiteKey, group_by_site};
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

@@ -369,7 +369,8 @@ pub struct LiveBlock {
 pub struct LeakSuspect {
     /// The device.
     pub device: u32,
-    /// The allocation site.
+    /// The stack of its largest block; the site is this stack's ([`Snapshot::site`]), which
+    /// other stacks may share.
     pub stack: u32,
     /// The phase they were allocated in (`None`: the snapshot has no phases).
     pub phase: Option<String>,

@@ -7,7 +7,8 @@ use foldhash::{HashMap, HashSet};
 
 use super::model::Lifetime;
 use super::{
-    Action, BlockState, Frame, LeakSuspect, LiveBlock, SegmentSummary, Snapshot, TraceEntry,
+    Action, BlockState, Frame, LeakSuspect, LiveBlock, SegmentSummary, SiteKey, Snapshot,
+    TraceEntry,
 };
 
 impl Snapshot {
@@ -176,8 +177,8 @@ impl Snapshot {
         lifetimes
     }
 
-    /// Allocation sites whose blocks, allocated inside a phase that repeats, are still alive at
-    /// the end — from several occurrences of that phase. Without phases: sites that left blocks
+    /// Allocation sites ([`Snapshot::site`]) whose blocks, allocated inside a phase that repeats,
+    /// are still alive at the end — from several occurrences of that phase. Without phases: sites that left blocks
     /// alive at three or more different times. Largest first.
     pub fn leak_suspects(&self) -> Vec<LeakSuspect> {
         self.leak_suspects_among(&self.live_blocks_at(i64::MAX, None))
@@ -194,11 +195,15 @@ impl Snapshot {
                 .or_default()
                 .push((span.start_us, span.end_us));
         }
-        type Key<'a> = (u32, u32, Option<&'a str>);
-        type Group = (HashSet<usize>, Vec<i64>, u64);
+        // Grouped by allocation site ([`Snapshot::site`]), each group shown with the stack of its
+        // largest block (the first: `alive` comes largest first).
+        type Key<'a> = (u32, SiteKey, Option<&'a str>);
+        type Group = (HashSet<usize>, Vec<i64>, u64, u32);
         let mut groups: HashMap<Key<'_>, Group> = HashMap::default();
+        let mut site_of: HashMap<u32, SiteKey> = HashMap::default();
         for b in alive {
             let Some(t) = b.allocated_us else { continue };
+            let site = *site_of.entry(b.stack).or_insert_with(|| self.site(b.stack));
             let mut found = false;
             for ((d, name), occ) in &occurrences {
                 if *d != b.device || occ.len() < 2 {
@@ -206,7 +211,9 @@ impl Snapshot {
                 }
                 // The innermost occurrence containing t.
                 if let Some(i) = occ.iter().position(|(s, e)| *s <= t && t <= *e) {
-                    let g = groups.entry((b.device, b.stack, Some(name))).or_default();
+                    let g = groups
+                        .entry((b.device, site, Some(name)))
+                        .or_insert_with(|| (HashSet::default(), Vec::new(), 0, b.stack));
                     g.0.insert(i);
                     g.1.push(t);
                     g.2 += b.size;
@@ -215,7 +222,9 @@ impl Snapshot {
                 }
             }
             if !found && occurrences.is_empty() {
-                let g = groups.entry((b.device, b.stack, None)).or_default();
+                let g = groups
+                    .entry((b.device, site, None))
+                    .or_insert_with(|| (HashSet::default(), Vec::new(), 0, b.stack));
                 // Without phases, count distinct allocation times (coarsely, per millisecond).
                 let ms = usize::try_from(t / 1000).unwrap_or(0);
                 g.0.insert(ms);
@@ -225,8 +234,10 @@ impl Snapshot {
         }
         let mut suspects: Vec<LeakSuspect> = groups
             .into_iter()
-            .filter(|((_, _, phase), (occ, _, _))| occ.len() >= if phase.is_some() { 2 } else { 3 })
-            .map(|((device, stack, phase), (occ, mut times, bytes))| {
+            .filter(|((_, _, phase), (occ, _, _, _))| {
+                occ.len() >= if phase.is_some() { 2 } else { 3 }
+            })
+            .map(|((device, _, phase), (occ, mut times, bytes, stack))| {
                 times.sort_unstable();
                 LeakSuspect {
                     device,

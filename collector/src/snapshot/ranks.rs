@@ -9,8 +9,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::{Snapshot, SnapshotVerdict};
-use crate::analysis::analyze;
+use super::{Judged, Snapshot};
 use crate::format::format_bytes;
 use crate::recording::{Note, Origin, Recording};
 
@@ -78,22 +77,27 @@ impl Snapshot {
     /// `pid` of `rank`, so that several ranks' snapshots merge into one run (two files claiming
     /// one rank stay two processes).
     pub fn to_rank_recording(&self, rank: u32, pid: u32) -> Recording {
-        let mut recording = self.to_recording();
-        let origin = Origin {
-            pid,
-            rank: Some(rank),
-        };
-        recording.allocator.map_origins(|o| *o = origin);
-        recording.phases.map_origins(|o| *o = origin);
-        for o in &mut recording.ooms {
-            o.rank = Some(rank);
-        }
-        recording
+        as_rank(self.to_recording(), rank, pid)
     }
 }
 
-/// One rank's row; `read` is its snapshot with the trace as a recording, or why it is missing.
-fn row(rank: u32, file: &str, read: Result<(&Snapshot, &Recording), String>) -> RankSnapshot {
+/// A snapshot's trace as a recording ([`Snapshot::to_recording`]) made `rank`'s, from process
+/// `pid` ([`Snapshot::to_rank_recording`]).
+fn as_rank(mut recording: Recording, rank: u32, pid: u32) -> Recording {
+    let origin = Origin {
+        pid,
+        rank: Some(rank),
+    };
+    recording.allocator.map_origins(|o| *o = origin);
+    recording.phases.map_origins(|o| *o = origin);
+    for o in &mut recording.ooms {
+        o.rank = Some(rank);
+    }
+    recording
+}
+
+/// One rank's row; `read` is its snapshot judged ([`Judged`]), or why it is missing.
+fn row(rank: u32, file: &str, read: Result<&Judged, String>) -> RankSnapshot {
     let mut row = RankSnapshot {
         rank,
         file: file.to_owned(),
@@ -106,15 +110,16 @@ fn row(rank: u32, file: &str, read: Result<(&Snapshot, &Recording), String>) -> 
         top_site: None,
         on_timeline: false,
     };
-    let (snapshot, recording) = match read {
-        Ok(read) => read,
+    let Judged {
+        recording, verdict, ..
+    } = match read {
+        Ok(judged) => judged,
         Err(err) => {
             row.error = Some(err);
             return row;
         }
     };
-    let verdict = SnapshotVerdict::new(snapshot, &analyze(recording));
-    let held = snapshot.segment_summary();
+    let held = &verdict.held;
     let allocated: u64 = held.iter().map(|h| h.allocated).sum();
     row.reserved_bytes = Some(held.iter().map(|h| h.reserved).sum());
     row.allocated_bytes = Some(allocated);
@@ -128,17 +133,14 @@ fn row(rank: u32, file: &str, read: Result<(&Snapshot, &Recording), String>) -> 
             .max(allocated),
     );
     row.top_site = verdict.top_sites.first().map(|s| {
-        let frame = s
-            .frames
-            .first()
-            .map_or("(no frames recorded)", String::as_str);
         format!(
-            "{} in {} blocks from {frame}",
+            "{} in {} blocks from {}",
             format_bytes(s.bytes as f64),
-            s.blocks
+            s.blocks,
+            s.site
         )
     });
-    row.headline = Some(verdict.headline);
+    row.headline = Some(verdict.headline.clone());
     row
 }
 
@@ -152,20 +154,19 @@ impl RankFolder {
         snapshots.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut rows: Vec<RankSnapshot> = Vec::with_capacity(snapshots.len());
         let mut traces = Vec::new();
-        for (rank, file, snapshot) in &snapshots {
-            let s = match snapshot {
-                Ok(s) => s,
+        for (rank, file, snapshot) in snapshots {
+            let judged = match snapshot {
+                Ok(s) => Judged::new(s),
                 Err(err) => {
-                    rows.push(row(*rank, file, Err(err.clone())));
+                    rows.push(row(rank, &file, Err(err)));
                     continue;
                 }
             };
-            // One process per file, so that two files claiming one rank stay apart.
-            let pid = u32::try_from(rows.len()).unwrap_or(u32::MAX);
-            let recording = s.to_rank_recording(*rank, pid);
-            let mut r = row(*rank, file, Ok((s, &recording)));
-            if s.time_range_us().is_some_and(|(a, b)| b > a) {
-                traces.push((rows.len(), recording));
+            let mut r = row(rank, &file, Ok(&judged));
+            if judged.snapshot.time_range_us().is_some_and(|(a, b)| b > a) {
+                // One process per file, so that two files claiming one rank stay apart.
+                let pid = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+                traces.push((rows.len(), as_rank(judged.recording, rank, pid)));
                 r.on_timeline = true;
             }
             rows.push(r);

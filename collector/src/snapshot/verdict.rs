@@ -25,19 +25,25 @@ pub struct OomAtSnapshot {
     pub time_us: i64,
 }
 
-/// An allocation site and the live memory it holds at the snapshot.
+/// An allocation site ([`Snapshot::site`]) and the live memory it holds at the snapshot.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Site {
     /// The device.
     pub device: u32,
-    /// The stack (index into the snapshot's stacks).
+    /// The site: the first frame of the user's code, [`super::CPP_ONLY`] or
+    /// [`super::BEFORE_HISTORY`].
+    pub site: String,
+    /// The stack of its largest block (index into the snapshot's stacks).
     #[serde(skip)]
     pub stack: u32,
+    /// How many distinct stacks reach the site.
+    pub stacks: usize,
     /// How many live blocks.
     pub blocks: usize,
     /// Their bytes.
     pub bytes: u64,
-    /// The frames a person reads first (Python frames when there are any), innermost first.
+    /// The whole stack of its largest block as a person reads it (its Python frames when there
+    /// are any, else its C++ frames outside the allocator), innermost first.
     pub frames: Vec<String>,
 }
 
@@ -67,6 +73,9 @@ pub struct SnapshotVerdict {
     /// Whether the headline names a problem (an out-of-memory error, a leak suspect,
     /// fragmentation) rather than a description.
     pub problem: bool,
+    /// The kind of problem the headline names (`oom`, `leak` for a leak or a leak suspect,
+    /// `fragmentation`): what `collector check` fails on.
+    pub problem_kind: Option<FindingKind>,
     /// The out-of-memory error it was taken at.
     pub taken_at_oom: Option<OomAtSnapshot>,
     /// Whether the trace ends with a `snapshot` entry (older PyTorch writes one when the
@@ -93,39 +102,10 @@ pub struct SnapshotVerdict {
 pub const TOP_SITES: usize = 10;
 
 impl SnapshotVerdict {
-    /// Judges a snapshot; `analysis` is the analysis of its trace as a recording.
-    pub fn new(snapshot: &Snapshot, analysis: &Analysis) -> Self {
-        Self::with_index(snapshot, analysis, &LiveIndex::new(snapshot))
-    }
-
-    /// A snapshot judged whole, as `collector report` does: its trace as a recording, that
-    /// recording's analysis, and the verdict. Natively the blocks' lives are swept on a second
-    /// thread while the trace becomes a recording and is analysed (a tenth of a big snapshot's
-    /// report).
-    pub fn judge(snapshot: &Snapshot) -> (Recording, Analysis, Self) {
-        let trace = || {
-            let recording = snapshot.to_recording();
-            let analysis = crate::analysis::analyze(&recording);
-            (recording, analysis)
-        };
-        #[cfg(not(target_arch = "wasm32"))]
-        let ((recording, analysis), index) = std::thread::scope(|scope| {
-            let index = scope.spawn(|| LiveIndex::new(snapshot));
-            let trace = trace();
-            let index = index
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (trace, index)
-        });
-        #[cfg(target_arch = "wasm32")]
-        let ((recording, analysis), index) = (trace(), LiveIndex::new(snapshot));
-        let verdict = Self::with_index(snapshot, &analysis, &index);
-        (recording, analysis, verdict)
-    }
-
-    /// [`SnapshotVerdict::new`] with the snapshot's blocks already swept (a viewer keeps the
-    /// index for the times the user picks).
-    pub fn with_index(snapshot: &Snapshot, analysis: &Analysis, index: &LiveIndex) -> Self {
+    /// Judges a snapshot whose blocks' lives are swept in `index`; `analysis` is the analysis
+    /// of its trace as a recording. Only [`super::Judged::new`] calls it: a snapshot is judged
+    /// there, once, for the report, `check`, the viewer and a folder of ranks alike.
+    pub(super) fn with_index(snapshot: &Snapshot, analysis: &Analysis, index: &LiveIndex) -> Self {
         let held = snapshot.segment_summary();
         let live = index.at(i64::MAX, None);
         let suspects = snapshot.leak_suspects_among(&live);
@@ -195,11 +175,11 @@ impl SnapshotVerdict {
         }
         for site in top_sites.iter().take(3) {
             evidence.push(format!(
-                "{} in {} on cuda:{} from {}",
+                "{} in {} on cuda:{} {}",
                 format_bytes(site.bytes as f64),
                 count(site.blocks, "live block"),
                 site.device,
-                site.frames.first().map_or("(no frames recorded)", |f| f)
+                whence("from", &site.site)
             ));
         }
         for f in fragmentation.iter().filter(|f| f.fragmented) {
@@ -231,7 +211,7 @@ impl SnapshotVerdict {
             ));
         }
 
-        let (headline, problem) = headline(
+        let (headline, problem_kind) = headline(
             snapshot,
             &held,
             &top_sites,
@@ -242,7 +222,8 @@ impl SnapshotVerdict {
         );
         Self {
             headline,
-            problem,
+            problem: problem_kind.is_some(),
+            problem_kind,
             taken_at_oom,
             legacy_snapshot_entry,
             held,
@@ -281,12 +262,7 @@ impl SnapshotVerdict {
                         (t_ns, allocated_after(recording, s.device, t_ns))
                     })
                     .collect();
-                let site = snapshot
-                    .user_frames(s.stack)
-                    .first()
-                    .map_or("(no frames recorded)".to_owned(), |f| {
-                        snapshot.frame_text_short(f)
-                    });
+                let site = snapshot.site_name_short(snapshot.site(s.stack));
                 SuspectMarks {
                     label: format!(
                         "leak suspect: {site} ({} in {} alive)",
@@ -324,49 +300,42 @@ fn allocated_after(recording: &Recording, device: u32, t_ns: u64) -> f64 {
         .map_or(0.0, |i| readings.allocated(i) as f64)
 }
 
-/// Live blocks grouped by allocation site, largest first.
+/// The [`TOP_SITES`] allocation sites holding the most of `live` (largest first).
 fn sites(snapshot: &Snapshot, live: &[super::LiveBlock]) -> Vec<Site> {
-    let mut groups: HashMap<(u32, u32), (usize, u64)> = HashMap::default();
-    for b in live {
-        let g = groups.entry((b.device, b.stack)).or_default();
-        g.0 += 1;
-        g.1 += b.size;
-    }
-    let mut sites: Vec<Site> = groups
+    super::group_by_site(snapshot, live)
         .into_iter()
-        .map(|((device, stack), (blocks, bytes))| Site {
-            device,
-            stack,
-            blocks,
-            bytes,
+        .take(TOP_SITES)
+        .map(|g| Site {
+            device: g.device,
+            site: snapshot.site_name(g.site),
+            stack: g.stack,
+            stacks: g.stacks,
+            blocks: g.blocks.len(),
+            bytes: g.bytes,
             frames: snapshot
-                .user_frames(stack)
+                .user_frames(g.stack)
                 .iter()
-                .take(6)
                 .map(|f| snapshot.frame_text(f))
                 .collect(),
         })
-        .collect();
-    sites.sort_by(|a, b| {
-        b.bytes
-            .cmp(&a.bytes)
-            .then(a.device.cmp(&b.device))
-            .then(a.stack.cmp(&b.stack))
-    });
-    sites.truncate(TOP_SITES);
-    sites
+        .collect()
+}
+
+/// A site in a sentence: `from step (…)`, `by step (…)`; `allocated before the history was
+/// recorded`, `from C++ code only`.
+fn whence(preposition: &str, site: &str) -> String {
+    match site {
+        super::BEFORE_HISTORY => site.to_owned(),
+        super::CPP_ONLY => format!("{preposition} C++ code only"),
+        _ => format!("{preposition} {site}"),
+    }
 }
 
 fn suspect_sentence(snapshot: &Snapshot, s: &LeakSuspect) -> String {
-    let site = snapshot
-        .user_frames(s.stack)
-        .first()
-        .map_or("(no frames recorded)".to_owned(), |f| {
-            snapshot.frame_text(f)
-        });
+    let site = whence("from", &snapshot.site_name(snapshot.site(s.stack)));
     match &s.phase {
         Some(p) => format!(
-            "leak suspect: {} in {} on cuda:{} from {site}, left alive by {} of {} occurrences of {p}",
+            "leak suspect: {} in {} on cuda:{} {site}, left alive by {} of {} occurrences of {p}",
             format_bytes(s.bytes as f64),
             count(s.blocks, "block"),
             s.device,
@@ -374,7 +343,7 @@ fn suspect_sentence(snapshot: &Snapshot, s: &LeakSuspect) -> String {
             s.of
         ),
         None => format!(
-            "leak suspect: {} in {} on cuda:{} from {site}, allocated at {} different times and never freed",
+            "leak suspect: {} in {} on cuda:{} {site}, allocated at {} different times and never freed",
             format_bytes(s.bytes as f64),
             count(s.blocks, "block"),
             s.device,
@@ -391,7 +360,7 @@ fn headline(
     suspects: &[LeakSuspect],
     oom: Option<&OomAtSnapshot>,
     analysis: &Analysis,
-) -> (String, bool) {
+) -> (String, Option<FindingKind>) {
     if let Some(oom) = oom {
         let h = held.iter().find(|h| h.device == oom.device);
         let cached = h.map_or(0, |h| h.free);
@@ -416,11 +385,11 @@ fn headline(
                 format_bytes(oom.requested_bytes as f64),
                 format_bytes(oom.device_free_bytes as f64)
             ),
-            true,
+            Some(FindingKind::Oom),
         );
     }
     if let Some(leak) = analysis.finding(FindingKind::Leak) {
-        return (leak.title.clone(), true);
+        return (leak.title.clone(), Some(FindingKind::Leak));
     }
     // A suspect leads only with a repeating phase behind it: most of its occurrences left blocks.
     if let Some(s) = suspects
@@ -431,7 +400,7 @@ fn headline(
         if let Some(first) = text.get_mut(0..1) {
             first.make_ascii_uppercase();
         }
-        return (text, true);
+        return (text, Some(FindingKind::Leak));
     }
     if let Some(f) = fragmentation.iter().find(|f| {
         f.largest_request_bytes
@@ -446,13 +415,13 @@ fn headline(
                 format_bytes(f.largest_free_bytes as f64),
                 format_bytes(f.largest_request_bytes.unwrap_or(0) as f64)
             ),
-            true,
+            Some(FindingKind::Fragmentation),
         );
     }
     let Some(h) = held.iter().max_by_key(|h| h.reserved) else {
         return (
             "An empty snapshot: no segments and no trace".to_owned(),
-            false,
+            None,
         );
     };
     let holder = sites
@@ -460,8 +429,8 @@ fn headline(
         .find(|s| s.device == h.device)
         .map_or(String::new(), |s| {
             format!(
-                "; the most by {} ({} in {})",
-                s.frames.first().map_or("(no frames recorded)", |f| f),
+                "; the most {} ({} in {})",
+                whence("by", &s.site),
                 format_bytes(s.bytes as f64),
                 count(s.blocks, "block")
             )
@@ -473,6 +442,6 @@ fn headline(
             format_bytes(h.reserved as f64),
             h.device
         ),
-        false,
+        None,
     )
 }

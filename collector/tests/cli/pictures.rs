@@ -94,6 +94,50 @@ fn the_svg_shows_the_baseline_the_trend_and_the_caption() {
     assert!(names.iter().filter(|n| *n == "rect").count() > 20);
 }
 
+/// The byte axis is ticked at round binary values, as the viewer's grid is (0, 32 MiB, 64 MiB …,
+/// not 47.7 MiB or 19.1 MiB): evenly, a power of two apart, each tick a multiple of that.
+#[test]
+fn the_byte_axis_is_ticked_at_round_binary_values() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, file) in [
+        corpus("eval_keeps_predictions.msgpack"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/snapshots/real/bcrafton_cs336_training_step.pickle"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let svg = dir.path().join(format!("{i}.svg"));
+        assert!(
+            report(file, &["--svg".as_ref(), svg.as_os_str()])
+                .status
+                .success()
+        );
+        let (_, texts) = parse(&std::fs::read_to_string(&svg).unwrap());
+        let unit = |u: &str| match u {
+            "B" => Some(1.0),
+            "KiB" => Some(1024.0),
+            "MiB" => Some(1048576.0),
+            "GiB" => Some(1073741824.0),
+            _ => None,
+        };
+        let ticks: Vec<f64> = texts
+            .iter()
+            .filter_map(|t| {
+                let (number, u) = t.split_once(' ')?;
+                Some(number.parse::<f64>().ok()? * unit(u)?)
+            })
+            .collect();
+        assert!(ticks.len() >= 4, "{file:?}: {texts:?}");
+        assert_eq!(ticks[0], 0.0, "{texts:?}");
+        let step = ticks[1] - ticks[0];
+        assert_eq!(step, 2f64.powf(step.log2().round()), "{ticks:?}");
+        for (k, t) in ticks.iter().enumerate() {
+            assert_eq!(*t, k as f64 * step, "{ticks:?}");
+        }
+    }
+}
+
 #[test]
 fn the_html_is_self_contained_and_the_markdown_points_at_its_picture() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,7 +249,8 @@ fn a_projected_out_of_memory_error_is_marked_when_near_and_told_when_far() {
 
 #[test]
 fn a_snapshots_leak_suspects_are_marked_where_their_blocks_were_allocated() {
-    // A real snapshot: one suspect site with 16 blocks of 16 MiB alive at the end.
+    // A real snapshot: one suspect site with 16 blocks of 16 MiB alive at the end, named by
+    // the user's code (`main`), not by torch's `convert` under it.
     let file =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshots/mini_snapshot.pickle");
     let dir = tempfile::tempdir().unwrap();
@@ -216,7 +261,7 @@ fn a_snapshots_leak_suspects_are_marked_where_their_blocks_were_allocated() {
     let (names, texts) = parse(&xml);
     assert!(
         texts.contains(
-            &"leak suspect: convert (module.py:1370) (256 MiB in 16 blocks alive)".to_owned()
+            &"leak suspect: main (attention.py:358) (256 MiB in 16 blocks alive)".to_owned()
         ),
         "{texts:?}"
     );

@@ -197,7 +197,7 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
         .and_then(|v| v.lines().next())
         .unwrap();
     assert!(
-        verdict.starts_with("  • At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by _allocate_kv_cache (/usr/local/lib/python3.10/dist-packages/vllm/worker/cache_engine.py:83) (20.3 GiB in 24 blocks)"),
+        verdict.starts_with("  • At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114) (20.8 GiB in 340 blocks)"),
         "{verdict}"
     );
     assert!(!text.contains("Cannot tell"), "{text}");
@@ -217,8 +217,13 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
     let v = &json["snapshot"]["verdict"];
     assert_eq!(v["problem"], false);
     assert_eq!(v["taken_at_oom"], serde_json::Value::Null);
-    assert_eq!(v["top_sites"][0]["blocks"], 24);
-    assert_eq!(v["top_sites"][0]["bytes"], 24u64 * 908_066_816);
+    // The site is verl's code that allocates vLLM's KV cache (24 blocks of 866 MiB) and more.
+    assert_eq!(v["top_sites"][0]["blocks"], 340);
+    assert_eq!(
+        v["top_sites"][0]["site"],
+        "__init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114)"
+    );
+    assert!(v["top_sites"][0]["bytes"].as_u64().unwrap() > 24 * 908_066_816);
     assert_eq!(v["fragmentation"][0]["largest_free_bytes"], 272_629_760);
     assert_eq!(json["snapshot"]["live_blocks_at_end"], 543);
 
@@ -350,4 +355,98 @@ fn check_fails_a_job_that_failed() {
     let (code, text) = check(&job, &[]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.starts_with("collector check: ok"), "{text}");
+}
+
+/// A snapshot's report speaks of a snapshot: its header says what it is (no "1 steps" for a
+/// trace that records no step), and its evidence has none of the lines about what a recording
+/// made by the collector lacks (NVML samples, how the job ended), in the text and the JSON.
+#[test]
+fn a_snapshots_report_speaks_of_a_snapshot() {
+    for (name, header) in [
+        (
+            "bcrafton_cs336_training_step.pickle",
+            " — a PyTorch memory snapshot (1 device, 6486 trace entries over 0.051 s)\n",
+        ),
+        (
+            "verl_rollout_state.pickle",
+            " — a PyTorch memory snapshot (1 device, no trace)\n",
+        ),
+    ] {
+        let file = real_snapshot(name);
+        let output = collector(&["report"], &file);
+        assert!(output.status.success());
+        let text = String::from_utf8(output.stdout).unwrap();
+        let first = text.lines().next().unwrap_or_default();
+        assert_eq!(format!("{first}\n"), format!("{}{header}", file.display()));
+        for recording_only in [
+            " steps)",
+            "1 steps",
+            "NVML was not available",
+            "how the job ended is not known",
+            "run the job under the collector",
+            "tidemark.phase",
+        ] {
+            assert!(
+                !text.contains(recording_only),
+                "{name}: {recording_only}\n{text}"
+            );
+        }
+        let json: serde_json::Value =
+            serde_json::from_slice(&collector(&["report", "--json"], &file).stdout).unwrap();
+        let lacks = json["analysis"]["lacks"].as_array().unwrap();
+        assert!(
+            lacks.iter().all(|l| {
+                let l = l.as_str().unwrap();
+                !l.contains("NVML") && !l.contains("the end of the job")
+            }),
+            "{name}: {lacks:?}"
+        );
+    }
+    // A recording still says what it lacks.
+    let text =
+        String::from_utf8(collector(&["report"], &corpus("healthy.msgpack")).stdout).unwrap();
+    assert!(text.contains("steps)\n"), "{text}");
+}
+
+/// `collector check` on a snapshot gates on the snapshot's verdict: taken at an out-of-memory
+/// error, it fails (unless `oom` is not among the kinds that fail), naming the verdict; a
+/// snapshot whose verdict names no problem passes.
+#[test]
+fn check_on_a_snapshot_gates_on_its_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(crate::python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snapshots/cases.py"))
+        .arg("generate")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let oom = dir.path().join("shared_p4.pickle");
+    let output = collector(&["check"], &oom);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.starts_with(
+            "collector check: FAILED: Out of memory on cuda:0 asking for 80.0 GiB with 3.00 MiB free"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("    taken at an out-of-memory error on cuda:0"),
+        "{text}"
+    );
+    let output = collector(&["check", "--fail-on", "leak"], &oom);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let output = collector(&["check"], &real_snapshot("verl_rollout_state.pickle"));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 }
