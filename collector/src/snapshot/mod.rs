@@ -17,6 +17,7 @@ mod pickle;
 mod query;
 pub mod ranks;
 mod read;
+pub mod timeline;
 mod verdict;
 
 pub use convert::PhaseSpan;
