@@ -59,6 +59,12 @@ fn site_color(layout: &MemoryTimeline, site: u32) -> Color32 {
         })
 }
 
+/// `c` darker by `factor` (opaque, on any background).
+fn darker(c: Color32, factor: f32) -> Color32 {
+    let f = |v: u8| (f32::from(v) * factor) as u8;
+    Color32::from_rgb(f(c.r()), f(c.g()), f(c.b()))
+}
+
 /// The stack of a block as text, innermost frame first.
 pub fn stack_text(snapshot: &Snapshot, stack: u32) -> String {
     let frames: Vec<String> = snapshot
@@ -371,7 +377,9 @@ fn mesh(
         mesh.add_triangle(i, i + 2, i + 3);
     };
     for band in &picture.bands {
-        let c = site_color(layout, band.site);
+        // Neighbours from one site told apart by a slightly different shade.
+        let shade = [1.0, 0.86, 0.93][(band.band % 3) as usize];
+        let c = darker(site_color(layout, band.site), shade);
         let size = band.size as f64;
         for w in band.points.windows(2) {
             let (xa, ba) = (sx(f64::from(w[0].0)), w[0].1 as f64);
@@ -398,7 +406,7 @@ fn mesh(
                 .summary_sites
                 .get(k)
                 .map_or(color(palette::OTHER_SITES), |&s| {
-                    site_color(layout, s).gamma_multiply(0.7)
+                    darker(site_color(layout, s), 0.7)
                 });
             quad(
                 (xl, sy(l[k] as f64), sy(l[k + 1] as f64)),
