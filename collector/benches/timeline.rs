@@ -88,23 +88,33 @@ fn main() {
         zoomed.bands.len()
     );
     // Hovers at spread steps and heights.
-    let mut worst = 0f64;
-    let mut sum = 0f64;
     let n = 2000u32;
+    let mut took = Vec::with_capacity(n as usize);
     let mut found = 0;
     for i in 0..n {
         let step = (u64::from(end) * u64::from(i) / u64::from(n)) as u32;
         let y = device.peak / 3 + (u64::from(i) * 7919) % (device.peak / 3).max(1);
         let start = Instant::now();
         let hit = device.hit(&snapshot, &picture, step, y);
-        let t = start.elapsed().as_secs_f64();
+        took.push(start.elapsed().as_secs_f64() * 1e3);
         found += usize::from(hit.is_some());
-        worst = worst.max(t);
-        sum += t;
     }
+    // The slowest point asked again: on a machine shared with other work, a hover that was
+    // preempted shows as an outlier that a repeat does not.
+    let slowest = (0..took.len())
+        .max_by(|&a, &b| took[a].total_cmp(&took[b]))
+        .unwrap_or(0) as u32;
+    let step = (u64::from(end) * u64::from(slowest) / u64::from(n)) as u32;
+    let y = device.peak / 3 + (u64::from(slowest) * 7919) % (device.peak / 3).max(1);
+    let start = Instant::now();
+    let _ = device.hit(&snapshot, &picture, step, y);
+    let repeat = start.elapsed().as_secs_f64() * 1e3;
+    took.sort_by(f64::total_cmp);
+    let at = |q: f64| took[((took.len() - 1) as f64 * q) as usize];
     println!(
-        "hover: mean {:.3} ms, worst {:.3} ms over {n} points ({found} on a band) (budget ≤ 1 ms)",
-        sum / f64::from(n) * 1e3,
-        worst * 1e3
+        "hover: median {:.3} ms, 99th percentile {:.3} ms, worst {:.3} ms ({repeat:.3} ms asked again) over {n} points ({found} on a band) (budget ≤ 1 ms)",
+        at(0.5),
+        at(0.99),
+        at(1.0)
     );
 }
