@@ -109,11 +109,14 @@ impl Lacks {
             ));
         }
         if self.segments_without_alloc > 0 {
-            out.push(format!(
-                "{} reserved before the trace began",
-                n(self.segments_without_alloc, "segment was")
-                    .replace("segment wass", "segments were")
-            ));
+            out.push(if self.segments_without_alloc == 1 {
+                "1 segment was reserved before the trace began".to_owned()
+            } else {
+                format!(
+                    "{} segments were reserved before the trace began",
+                    self.segments_without_alloc
+                )
+            });
         }
         if self.allocs_over_live > 0 {
             out.push(format!(
