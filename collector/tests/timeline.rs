@@ -446,7 +446,29 @@ fn a_late_history_draws_what_it_has_and_says_what_it_lacks() {
 }
 
 #[test]
-fn old_traces_end_a_block_at_free_and_not_again_at_free_completed() {
+fn a_full_ring_buffer_is_named_as_the_likely_cause() {
+    // 1,000 entries that begin with a free of a block the trace never allocated.
+    let mut ops = vec![(0, Action::FreeCompleted, 0x10, 512, 1)];
+    for i in 0..999u64 {
+        let action = if i % 2 == 0 {
+            Action::Alloc
+        } else {
+            Action::FreeCompleted
+        };
+        ops.push((0, action, 0x1000 + (i / 2) * 0x1000, 1024, 1));
+    }
+    let snapshot = built(&ops, 2, Vec::new());
+    let timeline = check(&snapshot);
+    let lacks = &timeline.devices[0].lacks;
+    assert!(lacks.ring_wrapped, "{lacks:?}");
+    assert!(lacks.describe()[0].contains("ring buffer"));
+    // One entry fewer is no round number.
+    let snapshot = built(&ops[..999], 2, Vec::new());
+    assert!(!MemoryTimeline::new(&snapshot).devices[0].lacks.ring_wrapped);
+}
+
+#[test]
+fn a_repeated_free_ends_nothing_more_and_starts_no_block() {
     let a = Action::Alloc;
     let ops = vec![
         (0, a, 0x100, 512, 1),

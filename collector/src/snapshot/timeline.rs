@@ -84,6 +84,10 @@ pub struct Lacks {
     pub unexplained_live: usize,
     /// Trace entries beyond the most one device's layout holds.
     pub entries_left_out: usize,
+    /// The history began late and holds a round number of entries (a power of ten or of two,
+    /// from 1,000): what `_record_memory_history(max_entries=…)` keeps once its ring buffer has
+    /// wrapped, dropping the oldest.
+    pub ring_wrapped: bool,
 }
 
 impl Lacks {
@@ -96,6 +100,12 @@ impl Lacks {
     pub fn describe(&self) -> Vec<String> {
         let n = crate::format::count;
         let mut out = Vec::new();
+        if self.ring_wrapped {
+            out.push(
+                "the trace holds a round number of entries: the history's ring buffer (max_entries) most likely wrapped, dropping the oldest"
+                    .to_owned(),
+            );
+        }
         if self.frees_without_alloc > 0 {
             out.push(format!(
                 "the history began late: {} freed in the trace were allocated before it (drawn from its start)",
@@ -580,6 +590,17 @@ impl DeviceTimeline {
             };
         }
         let steps = len as u32;
+        let round = |n: usize| {
+            n >= 1000
+                && (n.is_power_of_two() || {
+                    let mut m = n;
+                    while m.is_multiple_of(10) {
+                        m /= 10;
+                    }
+                    m == 1
+                })
+        };
+        lacks.ring_wrapped = lacks.frees_without_alloc > 0 && round(len);
         bands.shrink_to_fit();
         frees.shrink_to_fit();
         let capacity = (!ooms.is_empty()).then(|| {
