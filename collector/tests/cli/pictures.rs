@@ -367,5 +367,8 @@ fn a_snapshot_s_html_report_shows_its_active_memory_timeline_by_site() {
     let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&file).unwrap()).unwrap();
     let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
     let alive = collector::format::format_bytes(layout.devices[0].end_bytes as f64);
-    assert!(section.contains(&format!("{alive} alive at the snapshot")), "{alive}");
+    assert!(
+        section.contains(&format!("{alive} alive at the snapshot")),
+        "{alive}"
+    );
 }
