@@ -21,6 +21,8 @@ pub enum Tab {
     Info,
     /// Live blocks, leak suspects and segments (PyTorch snapshots).
     Blocks,
+    /// The active memory timeline: a band per allocation (PyTorch snapshots).
+    Memory,
 }
 
 /// The viewer's state.
@@ -182,8 +184,9 @@ impl TidemarkApp {
                         ui.selectable_value(&mut self.tab, tab, label);
                     }
                     if run.snapshot.is_some() {
+                        ui.selectable_value(&mut self.tab, Tab::Memory, "Memory timeline");
                         ui.selectable_value(&mut self.tab, Tab::Blocks, "Blocks");
-                    } else if self.tab == Tab::Blocks {
+                    } else if matches!(self.tab, Tab::Blocks | Tab::Memory) {
                         self.tab = Tab::Timeline;
                     }
                     ui.separator();
@@ -373,6 +376,18 @@ impl TidemarkApp {
                         last_hovered_ns: open.timeline.last_hovered_ns,
                     };
                     crate::blocks::blocks_ui(ui, view, &mut open.blocks, times);
+                }
+            }
+            Tab::Memory => {
+                let Some(open) = self.runs.get_mut(current) else {
+                    return;
+                };
+                if let Ok(Run {
+                    snapshot: Some(view),
+                    ..
+                }) = &open.run
+                {
+                    crate::memtimeline::memory_ui(ui, &view.snapshot, &mut open.memory);
                 }
             }
         }

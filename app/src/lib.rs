@@ -12,6 +12,7 @@ mod compare;
 mod follow;
 mod intake;
 pub mod lod;
+pub mod memtimeline;
 mod picture;
 mod run;
 pub mod style;

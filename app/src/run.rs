@@ -446,6 +446,8 @@ pub struct OpenRun {
     pub timeline: TimelineState,
     /// The blocks view's time (snapshots only).
     pub blocks: crate::blocks::BlocksState,
+    /// The active memory timeline's view (snapshots only).
+    pub memory: crate::memtimeline::MemoryState,
     #[cfg(not(target_arch = "wasm32"))]
     pub(crate) follow: Option<crate::follow::Follow>,
     /// Whether the page was told that this file is shown (see `web::announce`).
@@ -460,6 +462,7 @@ impl OpenRun {
             run,
             timeline: TimelineState::default(),
             blocks: crate::blocks::BlocksState::default(),
+            memory: crate::memtimeline::MemoryState::default(),
             #[cfg(not(target_arch = "wasm32"))]
             follow: None,
             #[cfg(target_arch = "wasm32")]

@@ -1126,3 +1126,62 @@ fn a_history_recording_leads_with_its_own_verdict() {
         Ok((collector::open::Kind::Recording, lead.text.clone()))
     );
 }
+
+#[test]
+fn memory_timeline_of_a_real_snapshot() {
+    // A real training step's snapshot (bcrafton/assignment2-systems, MIT): its history began
+    // after some of its blocks were allocated, which the view says.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/real-snapshots/bcrafton_cs336_training_step.pickle");
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.get_by_label("Memory timeline").click();
+    harness.run();
+    assert_eq!(harness.state().tab, Tab::Memory);
+    harness.get_by_label_contains("Active memory timeline of cuda:0");
+    harness.get_by_label_contains("the history began late");
+    // The lowest bands are blocks alive from before the trace to the end: the bottom of the
+    // plot, anywhere along it, is a block.
+    harness.hover_at(egui::pos2(640.0, 700.0));
+    harness.run();
+    harness.snapshot("memory_timeline");
+    harness.get_by_label_contains("allocated: before the trace began");
+
+    // Pinned, the largest block alive at the end shows its stack, and Ctrl+C copies it.
+    let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
+    let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+    let device = &layout.devices[0];
+    let mut live = Vec::new();
+    device.live_at(device.steps(), &mut live);
+    let largest = live
+        .iter()
+        .copied()
+        .max_by_key(|&b| device.block(&snapshot, b).unwrap().size)
+        .unwrap();
+    let block = device.block(&snapshot, largest).unwrap();
+    harness.state_mut().current_run_mut().unwrap().memory.pinned = Some((0, largest));
+    harness.run();
+    harness.get_by_label("Pinned block");
+    harness.get_by_label_contains(&format!("at 0x{:x}", block.addr));
+    harness.event(egui::Event::Copy);
+    // One frame: the copy is in that frame's output.
+    harness.step();
+    let copied: Vec<&String> = harness
+        .output()
+        .platform_output
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            egui::OutputCommand::CopyText(text) => Some(text),
+            _ => None,
+        })
+        .collect();
+    let expected = tidemark_app::memtimeline::stack_text(&snapshot, block.stack);
+    assert_eq!(copied, vec![&expected]);
+    assert!(
+        expected.contains(".py:") || expected.contains("??"),
+        "{expected}"
+    );
+}

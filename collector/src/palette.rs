@@ -97,6 +97,35 @@ pub fn phase(name: &str) -> Rgb {
     }
 }
 
+/// The colour of the `rank`-th allocation site (sites ranked by bytes, largest first) in the
+/// active memory timeline: twelve tints of distinct hues for the largest sites, then the same
+/// hues again, a step darker, so neighbouring bands stay apart; never a neutral (the summary of
+/// the sites beyond them is [`OTHER_SITES`]).
+pub fn site(rank: u32) -> Rgb {
+    const HUES: [Rgb; 12] = [
+        Rgb(0x4e, 0x79, 0xa7),
+        Rgb(0xf2, 0x8e, 0x2b),
+        Rgb(0x59, 0xa1, 0x4f),
+        Rgb(0xe1, 0x57, 0x59),
+        Rgb(0x76, 0xb7, 0xb2),
+        Rgb(0xed, 0xc9, 0x48),
+        Rgb(0xb0, 0x7a, 0xa1),
+        Rgb(0xff, 0x9d, 0xa7),
+        Rgb(0x9c, 0x75, 0x5f),
+        Rgb(0x8c, 0xd1, 0x7d),
+        Rgb(0x49, 0x98, 0xd6),
+        Rgb(0xd4, 0xa6, 0xc8),
+    ];
+    let Rgb(r, g, b) = HUES[rank as usize % HUES.len()];
+    // Each further round of the hues a fifth darker, wrapping after four.
+    let shade = (rank as usize / HUES.len()) % 4;
+    let dim = |c: u8| (u32::from(c) * (10 - 2 * shade as u32) / 10) as u8;
+    Rgb(dim(r), dim(g), dim(b))
+}
+
+/// The band of the small blocks of every site beyond the ranked ones (neutral grey).
+pub const OTHER_SITES: Rgb = Rgb(0xb4, 0xb4, 0xb4);
+
 #[cfg(test)]
 mod tests {
     //! The palette's colours must stay apart: pairwise ΔE (CIE76, in CIELAB) with normal vision

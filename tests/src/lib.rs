@@ -1,6 +1,6 @@
 //! What the tests and benchmarks of both crates build their synthetic recordings from: a header
 //! with one GPU, phase edges, allocator readings, and training steps with allocator numbers at
-//! every edge; and (`inputs`) one input of every kind a path can hold, with what the library
+//! every edge; snapshots built in memory (`snapshots`); and (`inputs`) one input of every kind a path can hold, with what the library
 //! makes of each. (The cross-crate end-to-end tests live in `tests/tests/`.)
 
 use collector::recording::{
@@ -10,6 +10,7 @@ use collector::recording::{
 
 #[cfg(not(target_arch = "wasm32"))] // Files: native only.
 pub mod inputs;
+pub mod snapshots;
 
 /// 1 MiB.
 pub const MIB: u64 = 1 << 20;

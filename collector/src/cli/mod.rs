@@ -4,6 +4,7 @@
 mod check;
 mod diff;
 mod import;
+mod memory_picture;
 mod picture;
 mod ranks;
 mod report;

@@ -509,13 +509,15 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// One self-contained HTML file: the verdict, the picture (inline SVG), the findings with their
-/// evidence, the phase table and the whole text report. No script, font or request.
+/// One self-contained HTML file: the verdict, the picture (inline SVG), `more` (a snapshot's
+/// active memory timeline), the findings with their evidence, the phase table and the whole
+/// text report. No script, font or request.
 pub fn html(
     file: &Path,
     lead: &Headline,
     analysis: &Analysis,
     svg: &str,
+    more: &str,
     text_report: &str,
 ) -> String {
     let line = &lead.text;
@@ -548,6 +550,7 @@ pre{{font-size:12px;background:#f6f6f6;padding:10px;overflow-x:auto}} svg{{max-w
         body.strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")
             .unwrap_or(body),
     );
+    out.push_str(more);
     out.push_str("\n<h2>Findings</h2>\n");
     for f in &analysis.findings {
         let _ = write!(out, "<h3>{}</h3><ul>", escape(&f.title));

@@ -96,7 +96,12 @@ impl Outputs {
             put(out, &svg)?;
         }
         if let Some(out) = self.html {
-            put(out, &super::picture::html(file, lead, analysis, &svg, text))?;
+            let more =
+                snapshot.map_or_else(String::new, |(s, _)| super::memory_picture::section(s));
+            put(
+                out,
+                &super::picture::html(file, lead, analysis, &svg, &more, text),
+            )?;
         }
         if let Some(out) = self.markdown {
             // The picture by a path relative to the summary when it is beside it.

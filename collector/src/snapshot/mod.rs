@@ -20,6 +20,7 @@ mod query;
 pub mod ranks;
 mod read;
 mod sites;
+pub mod timeline;
 mod verdict;
 
 pub use convert::PhaseSpan;

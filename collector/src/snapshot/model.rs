@@ -111,6 +111,28 @@ pub struct TraceEntry {
 }
 
 impl TraceEntry {
+    /// An entry on the default stream without metadata (for snapshots built in memory: tests,
+    /// benchmarks).
+    pub fn new(
+        action: Action,
+        addr: u64,
+        size: u64,
+        time_us: i64,
+        stack: u32,
+        device: u32,
+    ) -> Self {
+        Self {
+            time_us,
+            addr,
+            size,
+            stack,
+            device,
+            metadata: None,
+            stream: 0,
+            action,
+        }
+    }
+
     /// `torch.cuda.memory._set_memory_metadata` at the time (an interned string), if set.
     pub fn user_metadata(&self) -> Option<u32> {
         self.metadata.map(|m| m.get() - 1)
@@ -335,6 +357,20 @@ pub struct Snapshot {
     pub(super) other_actions: Vec<u32>,
     /// How many devices the snapshot describes.
     pub devices: u32,
+}
+
+impl Snapshot {
+    /// Adds a stack of `frames` (indices into [`Snapshot::frames`], innermost first) and returns
+    /// its id (for snapshots built in memory: tests, benchmarks; a read snapshot interns its own).
+    pub fn add_stack(&mut self, frames: &[u32]) -> u32 {
+        // Stack 0 is the empty one.
+        while self.stack_starts.len() < 2 {
+            self.stack_starts.push(0);
+        }
+        self.stack_frames.extend_from_slice(frames);
+        self.stack_starts.push(self.stack_frames.len() as u32);
+        self.stack_starts.len() as u32 - 2
+    }
 }
 
 /// One block's life: allocated in the trace (or before it began), freed in it (or alive at the

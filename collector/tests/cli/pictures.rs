@@ -382,3 +382,38 @@ fn real_snapshots_draw_their_trace_or_say_they_have_none() {
         }
     }
 }
+
+#[test]
+fn a_snapshot_s_html_report_shows_its_active_memory_timeline_by_site() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let file = real.join("bcrafton_cs336_training_step.pickle");
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    let output = report(&file, &["--html".as_ref(), html.as_os_str()]);
+    assert!(output.status.success(), "{}", crate::stderr(&output));
+    let page = std::fs::read_to_string(&html).unwrap();
+    let at = page
+        .find("<h2>Active memory timeline of cuda:0</h2>")
+        .unwrap_or_else(|| panic!("no active memory timeline in {page}"));
+    // Its picture parses, with a band per ranked site and one for the rest.
+    let section = &page[at..];
+    let svg = &section[section.find("<svg").unwrap()..section.find("</svg>").unwrap() + 6];
+    let (names, _) = parse(svg);
+    let paths = names.iter().filter(|n| *n == "path").count();
+    let legend = &section[section.find("<ul class=\"sites\">").unwrap()..];
+    let legend = &legend[..legend.find("</ul>").unwrap()];
+    let entries = legend.matches("<li>").count();
+    assert_eq!(paths, entries, "{legend}");
+    assert!(legend.contains("other sites"), "{legend}");
+    // The largest site is the blocks alive before the trace began, which it says.
+    assert!(section.contains("the history began late"));
+    // The bytes alive at the snapshot are those the layout finds in the trace and segments.
+    let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&file).unwrap()).unwrap();
+    let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+    let alive = collector::format::format_bytes(layout.devices[0].end_bytes as f64);
+    assert!(
+        section.contains(&format!("{alive} alive at the snapshot")),
+        "{alive}"
+    );
+}

@@ -1,0 +1,444 @@
+//! A snapshot's active memory timeline, the view pytorch.org/memory_viz opens on: one band per
+//! allocation over the trace's steps, stacked in the order the blocks were allocated (laid out
+//! by `collector::snapshot::timeline`), coloured by allocation site, the blocks too small for a
+//! pixel summed per site on top. Hover names a block (size, address, stream, when it was
+//! allocated and freed, its stack); a click pins it and Ctrl+C copies its stack; scroll zooms,
+//! dragging pans, a double click shows the whole trace again.
+
+use std::sync::Arc;
+
+use collector::format::{format_bytes, format_seconds};
+use collector::palette;
+use collector::snapshot::Snapshot;
+use collector::snapshot::timeline::{
+    BlockInfo, DeviceTimeline, Hit, MemoryTimeline, NEVER, Picture, SUMMARY_SITES,
+};
+use egui::{Color32, Mesh, Rect, Sense, Shape, Stroke, pos2, vec2};
+
+/// What the view shows of one snapshot: its layout (made the first time it is shown), the
+/// device, the steps in view, the pinned block, and the picture last sampled.
+#[derive(Default)]
+pub struct MemoryState {
+    layout: Option<Arc<MemoryTimeline>>,
+    /// The device shown (its place in the layout's devices).
+    pub device: usize,
+    /// The steps in view (`None`: the whole trace).
+    pub range: Option<(f64, f64)>,
+    /// The pinned block: (device's place, band).
+    pub pinned: Option<(usize, u32)>,
+    cached: Option<Cached>,
+}
+
+/// A picture sampled for one view, and its mesh for one rectangle.
+struct Cached {
+    key: (usize, u32, u32, u32, u64),
+    picture: Picture,
+    mesh: Option<(Rect, Arc<Mesh>)>,
+}
+
+impl MemoryState {
+    /// The layout, made now if it was not yet.
+    pub fn layout(&mut self, snapshot: &Snapshot) -> Arc<MemoryTimeline> {
+        self.layout
+            .get_or_insert_with(|| Arc::new(MemoryTimeline::new(snapshot)))
+            .clone()
+    }
+}
+
+const fn color(c: palette::Rgb) -> Color32 {
+    Color32::from_rgb(c.0, c.1, c.2)
+}
+
+/// A site's colour, by its rank.
+fn site_color(layout: &MemoryTimeline, site: u32) -> Color32 {
+    layout
+        .sites
+        .get(site as usize)
+        .map_or(color(palette::OTHER_SITES), |s| {
+            color(palette::site(s.rank))
+        })
+}
+
+/// `c` darker by `factor` (opaque, on any background).
+fn darker(c: Color32, factor: f32) -> Color32 {
+    let f = |v: u8| (f32::from(v) * factor) as u8;
+    Color32::from_rgb(f(c.r()), f(c.g()), f(c.b()))
+}
+
+/// The stack of a block as text, innermost frame first.
+pub fn stack_text(snapshot: &Snapshot, stack: u32) -> String {
+    let frames: Vec<String> = snapshot
+        .stack(stack)
+        .map(|f| snapshot.frame_text(f))
+        .collect();
+    if frames.is_empty() {
+        "(no frames recorded: allocated before the history was recorded, or recorded without stacks)"
+            .to_owned()
+    } else {
+        frames.join("\n")
+    }
+}
+
+/// Seconds since the trace's start at `step`, as text.
+fn when(snapshot: &Snapshot, device: &DeviceTimeline, step: u32, start_us: i64) -> String {
+    match device.time_at(snapshot, step) {
+        Some(t) if start_us > 0 => format!(
+            "step {step} (+{})",
+            format_seconds((t - start_us) as f64 / 1e6)
+        ),
+        _ => format!("step {step}"),
+    }
+}
+
+/// What one block is, for the tooltip and the pinned panel.
+fn block_lines(
+    snapshot: &Snapshot,
+    layout: &MemoryTimeline,
+    device: &DeviceTimeline,
+    b: &BlockInfo,
+    start_us: i64,
+) -> Vec<String> {
+    let allocated = if b.allocated_us.is_none() && b.alloc_step == 0 {
+        "before the trace began".to_owned()
+    } else {
+        when(snapshot, device, b.alloc_step, start_us)
+    };
+    let freed = if b.free_step == NEVER {
+        "alive at the snapshot".to_owned()
+    } else {
+        when(snapshot, device, b.free_step, start_us)
+    };
+    vec![
+        format!("{} at 0x{:x}", format_bytes(b.size as f64), b.addr),
+        format!("stream 0x{:x}, cuda:{}", b.stream, device.device),
+        format!("allocated: {allocated}"),
+        format!("freed: {freed}"),
+        format!("site: {}", layout.site_name(snapshot, b.site)),
+    ]
+}
+
+/// The view.
+pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState) {
+    let layout = state.layout(snapshot);
+    if layout.devices.is_empty() {
+        ui.weak("The snapshot has no trace and no segments: there is no timeline to draw.");
+        return;
+    }
+    state.device = state.device.min(layout.devices.len() - 1);
+    let start_us = snapshot.time_range_us().map_or(0, |r| r.0);
+    ui.horizontal_wrapped(|ui| {
+        if layout.devices.len() > 1 {
+            egui::ComboBox::from_id_salt("memory device")
+                .selected_text(format!("cuda:{}", layout.devices[state.device].device))
+                .show_ui(ui, |ui| {
+                    for (i, d) in layout.devices.iter().enumerate() {
+                        if ui
+                            .selectable_value(&mut state.device, i, format!("cuda:{}", d.device))
+                            .changed()
+                        {
+                            state.range = None;
+                            state.pinned = None;
+                        }
+                    }
+                });
+        }
+        let d = &layout.devices[state.device];
+        ui.label(format!(
+            "Active memory timeline of cuda:{}: {} bands over {} trace entries, peak {}, {} alive at the snapshot",
+            d.device,
+            d.band_count(),
+            d.steps(),
+            format_bytes(d.peak as f64),
+            format_bytes(d.end_bytes as f64)
+        ));
+    });
+    let device = &layout.devices[state.device];
+    for line in device.lacks.describe() {
+        ui.colored_label(ui.visuals().warn_fg_color, line);
+    }
+    ui.weak(
+        "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack.",
+    );
+    let pinned_height = if state.pinned.is_some() { 170.0 } else { 0.0 };
+    let size = vec2(
+        ui.available_width(),
+        (ui.available_height() - pinned_height - 28.0).max(160.0),
+    );
+    let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
+    let plot = Rect::from_min_max(
+        pos2(rect.left() + 72.0, rect.top() + 4.0),
+        pos2(rect.right() - 8.0, rect.bottom() - 22.0),
+    );
+    let end = f64::from(device.end());
+    // Zoom and pan.
+    let (mut x0, mut x1) = state.range.unwrap_or((0.0, end));
+    let per_px = (x1 - x0) / f64::from(plot.width().max(1.0));
+    if response.double_clicked() {
+        (x0, x1) = (0.0, end);
+    } else {
+        if response.dragged() {
+            let dx = f64::from(response.drag_delta().x) * per_px;
+            let dx = dx.clamp(x1 - end, x0);
+            x0 -= dx;
+            x1 -= dx;
+        }
+        if response.hovered() {
+            let (scroll, zoom) = ui.input(|i| (i.smooth_scroll_delta.y, i.zoom_delta()));
+            let factor = f64::from(zoom) * (f64::from(scroll) * 0.003).exp();
+            if (factor - 1.0).abs() > 1e-6
+                && let Some(p) = response.hover_pos()
+            {
+                let at = x0 + f64::from(p.x - plot.left()) * per_px;
+                let span = ((x1 - x0) / factor).clamp(8.0_f64.min(end), end);
+                let left = (at - x0) / (x1 - x0);
+                x0 = (at - span * left).clamp(0.0, end - span);
+                x1 = x0 + span;
+            }
+        }
+    }
+    state.range = ((x0, x1) != (0.0, end)).then_some((x0, x1));
+    let y_max = (device.peak.max(device.capacity.unwrap_or(0)) as f64 * 1.05).max(1.0);
+    // The picture for this view: bands of at least a pixel's bytes on their own.
+    let columns = plot.width().max(1.0) as u32;
+    let threshold = (y_max / f64::from(plot.height().max(1.0))) as u64;
+    let key = (
+        state.device,
+        x0.floor() as u32,
+        x1.ceil() as u32,
+        columns,
+        threshold,
+    );
+    if state.cached.as_ref().is_none_or(|c| c.key != key) {
+        let sites: Vec<u32> = layout
+            .ranked_sites()
+            .into_iter()
+            .take(SUMMARY_SITES)
+            .collect();
+        state.cached = Some(Cached {
+            key,
+            picture: device.picture(key.1, key.2, columns, threshold, &sites),
+            mesh: None,
+        });
+    }
+    let Some(cached) = state.cached.as_mut() else {
+        return;
+    };
+    let sx =
+        move |step: f64| plot.left() + ((step - x0) / (x1 - x0).max(1e-9)) as f32 * plot.width();
+    let sy = move |bytes: f64| plot.bottom() - (bytes / y_max) as f32 * plot.height();
+    if cached.mesh.as_ref().is_none_or(|(r, _)| *r != plot) {
+        let mesh = mesh(&layout, &cached.picture, &sx, &sy);
+        cached.mesh = Some((plot, Arc::new(mesh)));
+    }
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(plot, 0.0, ui.visuals().extreme_bg_color);
+    axes(ui, &painter, plot, y_max, &sy);
+    if let Some((_, mesh)) = &cached.mesh {
+        ui.painter_at(plot).add(Shape::Mesh(mesh.clone()));
+    }
+    if let Some(cap) = device.capacity {
+        let y = sy(cap as f64);
+        painter.add(Shape::dashed_line(
+            &[pos2(plot.left(), y), pos2(plot.right(), y)],
+            Stroke::new(1.5, color(palette::BASELINE)),
+            6.0,
+            4.0,
+        ));
+        painter.text(
+            pos2(plot.left() + 4.0, y - 2.0),
+            egui::Align2::LEFT_BOTTOM,
+            format!("device memory {}", format_bytes(cap as f64)),
+            egui::FontId::proportional(11.0),
+            ui.visuals().text_color(),
+        );
+    }
+    // The x axis: the steps and times at both ends of the view.
+    for (x, align) in [(x0, egui::Align2::LEFT_TOP), (x1, egui::Align2::RIGHT_TOP)] {
+        painter.text(
+            pos2(sx(x), plot.bottom() + 3.0),
+            align,
+            when(snapshot, device, x as u32, start_us),
+            egui::FontId::proportional(11.0),
+            ui.visuals().weak_text_color(),
+        );
+    }
+    // The pinned block, outlined where it is drawn.
+    if let Some((d, band)) = state.pinned
+        && d == state.device
+        && let Some(drawn) = cached.picture.bands.iter().find(|b| b.band == band)
+    {
+        let outline: Vec<egui::Pos2> = drawn
+            .points
+            .iter()
+            .map(|&(x, b)| pos2(sx(f64::from(x)), sy(b as f64)))
+            .chain(
+                drawn
+                    .points
+                    .iter()
+                    .rev()
+                    .map(|&(x, b)| pos2(sx(f64::from(x)), sy((b + drawn.size) as f64))),
+            )
+            .collect();
+        ui.painter_at(plot).add(Shape::closed_line(
+            outline,
+            Stroke::new(2.0, ui.visuals().strong_text_color()),
+        ));
+    }
+    // What is under the pointer.
+    let hit = response
+        .hover_pos()
+        .filter(|p| plot.contains(*p))
+        .and_then(|p| {
+            let step = x0 + f64::from(p.x - plot.left()) * per_px;
+            let step = cached.picture.sample_near(step)?;
+            let y = ((f64::from(plot.bottom() - p.y) / f64::from(plot.height())) * y_max).max(0.0);
+            device.hit(snapshot, &cached.picture, step, y as u64)
+        });
+    if response.clicked() {
+        state.pinned = match &hit {
+            Some(Hit::Block(b)) => Some((state.device, b.band)),
+            _ => None,
+        };
+    }
+    if let Some(hit) = &hit {
+        let text = match hit {
+            Hit::Block(b) => {
+                let mut lines = block_lines(snapshot, &layout, device, b, start_us);
+                let frames: Vec<String> = snapshot
+                    .user_frames(b.stack)
+                    .iter()
+                    .take(8)
+                    .map(|f| snapshot.frame_text(f))
+                    .collect();
+                lines.push(String::new());
+                lines.extend(frames);
+                lines.join("\n")
+            }
+            Hit::Small {
+                site,
+                bytes,
+                blocks,
+            } => format!(
+                "{} in {} blocks each smaller than a pixel, from {}",
+                format_bytes(*bytes as f64),
+                blocks,
+                site.map_or("the smaller sites".to_owned(), |s| layout
+                    .site_name(snapshot, s))
+            ),
+        };
+        response.on_hover_ui_at_pointer(|ui| {
+            ui.label(text);
+        });
+    }
+    // The pinned block's details, and Ctrl+C.
+    if let Some((d, band)) = state.pinned
+        && let Some(pinned_device) = layout.devices.get(d)
+        && let Some(b) = pinned_device.block(snapshot, band)
+    {
+        let stack = stack_text(snapshot, b.stack);
+        if ui.input(|i| i.events.iter().any(|e| matches!(e, egui::Event::Copy))) {
+            ui.ctx().copy_text(stack.clone());
+        }
+        ui.horizontal(|ui| {
+            ui.strong("Pinned block");
+            if ui.small_button("Copy stack").clicked() {
+                ui.ctx().copy_text(stack.clone());
+            }
+            if ui.small_button("Unpin").clicked() {
+                state.pinned = None;
+            }
+        });
+        ui.label(block_lines(snapshot, &layout, pinned_device, &b, start_us).join("  ·  "));
+        egui::ScrollArea::vertical()
+            .id_salt("pinned stack")
+            .max_height(110.0)
+            .show(ui, |ui| {
+                ui.monospace(stack);
+            });
+    }
+}
+
+/// The bands and the summaries as one mesh.
+fn mesh(
+    layout: &MemoryTimeline,
+    picture: &Picture,
+    sx: &dyn Fn(f64) -> f32,
+    sy: &dyn Fn(f64) -> f32,
+) -> Mesh {
+    let mut mesh = Mesh::default();
+    let mut quad = |a: (f32, f32, f32), b: (f32, f32, f32), c: Color32| {
+        // a, b: (x, bottom, top) at either side.
+        let i = mesh.vertices.len() as u32;
+        mesh.colored_vertex(pos2(a.0, a.1), c);
+        mesh.colored_vertex(pos2(b.0, b.1), c);
+        mesh.colored_vertex(pos2(b.0, b.2), c);
+        mesh.colored_vertex(pos2(a.0, a.2), c);
+        mesh.add_triangle(i, i + 1, i + 2);
+        mesh.add_triangle(i, i + 2, i + 3);
+    };
+    for band in &picture.bands {
+        // Neighbours from one site told apart by a slightly different shade.
+        let shade = [1.0, 0.86, 0.93][(band.band % 3) as usize];
+        let c = darker(site_color(layout, band.site), shade);
+        let size = band.size as f64;
+        for w in band.points.windows(2) {
+            let (xa, ba) = (sx(f64::from(w[0].0)), w[0].1 as f64);
+            let (mut xb, bb) = (sx(f64::from(w[1].0)), w[1].1 as f64);
+            // A band narrower than a pixel is drawn a pixel wide.
+            if band.points.len() == 2 && xb - xa < 1.0 {
+                xb = xa + 1.0;
+            }
+            quad((xa, sy(ba), sy(ba + size)), (xb, sy(bb), sy(bb + size)), c);
+        }
+    }
+    let n = picture.summary_sites.len() + 2;
+    for i in 1..picture.samples.len() {
+        let (l, r) = (picture.levels_at(i - 1), picture.levels_at(i));
+        let (xl, xr) = (
+            sx(f64::from(picture.samples[i - 1])),
+            sx(f64::from(picture.samples[i])),
+        );
+        for k in 0..n - 1 {
+            if l[k] == l[k + 1] && r[k] == r[k + 1] {
+                continue;
+            }
+            let c = picture
+                .summary_sites
+                .get(k)
+                .map_or(color(palette::OTHER_SITES), |&s| {
+                    darker(site_color(layout, s), 0.7)
+                });
+            quad(
+                (xl, sy(l[k] as f64), sy(l[k + 1] as f64)),
+                (xr, sy(r[k] as f64), sy(r[k + 1] as f64)),
+                c,
+            );
+        }
+    }
+    mesh
+}
+
+/// The y axis: a few round byte counts, with their grid lines.
+fn axes(ui: &egui::Ui, painter: &egui::Painter, plot: Rect, y_max: f64, sy: &dyn Fn(f64) -> f32) {
+    let raw = y_max / 5.0;
+    let unit = 1024f64.powf((raw.max(1.0).ln() / 1024f64.ln()).floor());
+    let step = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]
+        .iter()
+        .map(|m| m * unit)
+        .find(|s| *s >= raw)
+        .unwrap_or(unit * 1024.0);
+    let grid = ui.visuals().widgets.noninteractive.bg_stroke;
+    let mut y = 0.0;
+    while y <= y_max {
+        let py = sy(y);
+        painter.line_segment([pos2(plot.left(), py), pos2(plot.right(), py)], grid);
+        painter.text(
+            pos2(plot.left() - 4.0, py),
+            egui::Align2::RIGHT_CENTER,
+            format_bytes(y),
+            egui::FontId::proportional(11.0),
+            ui.visuals().weak_text_color(),
+        );
+        y += step;
+    }
+}

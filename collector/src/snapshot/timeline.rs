@@ -1,0 +1,1018 @@
+//! The active memory timeline of a snapshot's trace, laid out as pytorch.org/memory_viz draws it:
+//! per device, one band per allocation from its `alloc` to the free that ends it
+//! (`free_completed`, or the older traces' `free`; a `free_requested` alone ends nothing), the
+//! bands stacked in the order their blocks were allocated, so that at any moment a band's bottom
+//! is the bytes still alive of the blocks allocated before it (a band slides down when one below
+//! it is freed).
+//!
+//! The x axis is the trace itself: step `k` is the state after the device's first `k` trace
+//! entries (step 0: before the first), as memory_viz counts. A block is known by its address and
+//! the step it was allocated at: a free ends the block last allocated at its address, and a free
+//! at an address whose block is already freed is a repeat (old traces write `free` and
+//! `free_completed`), never a new block. Blocks alive before the trace began are bands from step
+//! 0: those the trace frees without allocating, and those the segments hold that the trace never
+//! mentions; what such a late-started history lacks is counted in [`Lacks`].
+//!
+//! Held compactly (24 bytes a band, 4 a free, and the live bands at checkpoints no more than one
+//! per band), a band's place at any step is read off the checkpoint before it and the few steps
+//! after, never a sweep of the trace: [`DeviceTimeline::live_at`], [`DeviceTimeline::hit`]. What
+//! a picture shows at a given width is sampled by [`DeviceTimeline::picture`]: the bands of at
+//! least a threshold's bytes each, and the smaller blocks summed per site (the largest sites each
+//! a band, the rest one band) on top of them, so no byte is left out of the totals.
+
+use foldhash::{HashMap, HashMapExt};
+
+use super::{Action, BlockState, Frame, Snapshot};
+
+/// A band's free step when its block is alive at the end of the trace.
+pub const NEVER: u32 = u32::MAX;
+
+/// `Band::source`: the block was allocated before the trace began.
+const PRE: u32 = 1 << 31;
+/// With [`PRE`]: the block is known from the segments alone (an index into `resident`).
+const RESIDENT: u32 = 1 << 30;
+/// The index part of `Band::source`.
+const INDEX: u32 = RESIDENT - 1;
+/// The most trace entries of one device a layout takes (the rest are counted as left out).
+const MAX_STEPS: usize = INDEX as usize;
+/// How many of the largest sites the picture summarises each in a band of its own.
+pub const SUMMARY_SITES: usize = 8;
+
+/// One allocation's band: 24 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Band {
+    /// The step it appears at (0: alive before the trace began).
+    alloc: u32,
+    /// The step it is gone at ([`NEVER`]: alive at the end).
+    free: u32,
+    /// The trace entry that allocated it (global index); with [`PRE`], the entry that freed it,
+    /// or with [`RESIDENT`] too, its place in `resident`.
+    source: u32,
+    /// Its site (an index into [`MemoryTimeline::sites`]).
+    site: u32,
+    /// Bytes.
+    size: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Band>() == 24);
+
+/// A block the segments hold that the trace never mentions.
+#[derive(Clone, Copy, Debug)]
+struct Resident {
+    addr: u64,
+    stack: u32,
+    stream: u64,
+}
+
+/// What a trace lacks for the whole story: counts of what the layout drew from less than a
+/// complete history (all zero for a trace recorded from the allocator's start that never
+/// wrapped).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lacks {
+    /// Frees of blocks the trace never allocated: the blocks were allocated before the history
+    /// began (it was started late, or its ring buffer wrapped); each is a band from step 0.
+    pub frees_without_alloc: usize,
+    /// Blocks alive in the segments that the trace never mentions; each is a band from step 0.
+    pub blocks_before_trace: usize,
+    /// Segments with no `segment_alloc` or `segment_map` in the trace at their address.
+    pub segments_without_alloc: usize,
+    /// Allocations at an address whose earlier block the trace never freed (that block is taken
+    /// to end there).
+    pub allocs_over_live: usize,
+    /// Blocks alive in the segments at an address whose last block the trace freed: the trace
+    /// and the segments disagree; not drawn.
+    pub unexplained_live: usize,
+    /// Trace entries beyond the most one device's layout holds.
+    pub entries_left_out: usize,
+    /// The history began late and holds a round number of entries (a power of ten or of two,
+    /// from 1,000): what `_record_memory_history(max_entries=…)` keeps once its ring buffer has
+    /// wrapped, dropping the oldest.
+    pub ring_wrapped: bool,
+}
+
+impl Lacks {
+    /// Whether the trace holds the whole history (nothing is lacking).
+    pub fn is_whole(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// What is lacking, one sentence each (empty when nothing is).
+    pub fn describe(&self) -> Vec<String> {
+        let n = crate::format::count;
+        let mut out = Vec::new();
+        if self.ring_wrapped {
+            out.push(
+                "the trace holds a round number of entries: the history's ring buffer (max_entries) most likely wrapped, dropping the oldest"
+                    .to_owned(),
+            );
+        }
+        if self.frees_without_alloc > 0 {
+            out.push(format!(
+                "the history began late: {} freed in the trace were allocated before it (drawn from its start)",
+                n(self.frees_without_alloc, "block")
+            ));
+        }
+        if self.blocks_before_trace > 0 {
+            out.push(format!(
+                "{} alive in the segments were allocated before the trace (drawn from its start, with the segments' stacks)",
+                n(self.blocks_before_trace, "block")
+            ));
+        }
+        if self.segments_without_alloc > 0 {
+            out.push(if self.segments_without_alloc == 1 {
+                "1 segment was reserved before the trace began".to_owned()
+            } else {
+                format!(
+                    "{} segments were reserved before the trace began",
+                    self.segments_without_alloc
+                )
+            });
+        }
+        if self.allocs_over_live > 0 {
+            out.push(format!(
+                "{} reused an address whose block the trace never freed",
+                n(self.allocs_over_live, "allocation")
+            ));
+        }
+        if self.unexplained_live > 0 {
+            out.push(format!(
+                "{} alive in the segments were freed in the trace (not drawn)",
+                n(self.unexplained_live, "block")
+            ));
+        }
+        if self.entries_left_out > 0 {
+            out.push(format!(
+                "{} beyond the first {MAX_STEPS} of the device are left out",
+                n(self.entries_left_out, "trace entry")
+            ));
+        }
+        out
+    }
+}
+
+/// An allocation site: the frame its blocks are known by.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SiteInfo {
+    /// The frame ([`site_frame`]); `None`: the stacks have no frame worth naming.
+    pub frame: Option<Frame>,
+    /// A stack of the site (the first seen).
+    pub stack: u32,
+    /// Its rank by bytes × steps alive over all devices, 0 the largest (its colour:
+    /// [`crate::palette::site`]).
+    pub rank: u32,
+}
+
+/// The frame a block's allocation site is known by: the site's ([`Snapshot::site`]: the first
+/// frame of the user's code), as the report and the Blocks tab name it. The one rule the timeline
+/// groups, colours and names blocks by; `None` for a stack without a Python frame.
+pub fn site_frame(snapshot: &Snapshot, stack: u32) -> Option<Frame> {
+    match snapshot.site(stack) {
+        super::SiteKey::Frame(frame) => Some(frame),
+        super::SiteKey::CppOnly | super::SiteKey::NoFrames => None,
+    }
+}
+
+/// Every device's active memory timeline.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryTimeline {
+    /// Per device with trace entries or segments, by device.
+    pub devices: Vec<DeviceTimeline>,
+    /// The allocation sites, by the index bands name them by.
+    pub sites: Vec<SiteInfo>,
+}
+
+/// One device's active memory timeline.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceTimeline {
+    /// The device.
+    pub device: u32,
+    /// The global index of the device's first trace entry.
+    first: usize,
+    /// The device's trace entries (the last step).
+    steps: u32,
+    /// In stacking order: the blocks from the segments alone, those freed without being
+    /// allocated (the last freed lowest), then the trace's allocations in order.
+    bands: Vec<Band>,
+    /// The bands that end, in the order they end.
+    frees: Vec<u32>,
+    resident: Vec<Resident>,
+    /// Steps between checkpoints.
+    every: u32,
+    /// Checkpoint `c` (the state at step `c × every`): `live[starts[c]..starts[c + 1]]`.
+    starts: Vec<u32>,
+    live: Vec<u32>,
+    /// The most bytes alive at once.
+    pub peak: u64,
+    /// The bytes alive at the end.
+    pub end_bytes: u64,
+    /// The device's memory as an out-of-memory entry tells it (the bytes it said were free,
+    /// and those the segments held then); `None` when the trace has no such entry.
+    pub capacity: Option<u64>,
+    /// What the trace lacks.
+    pub lacks: Lacks,
+}
+
+/// One block, as the hover and the pinned block show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockInfo {
+    /// The band.
+    pub band: u32,
+    /// Its address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// The CUDA stream.
+    pub stream: u64,
+    /// The stack of its allocation (0: unknown).
+    pub stack: u32,
+    /// Its site.
+    pub site: u32,
+    /// The step it appears at, and when (µs since the epoch; `None`: before the trace).
+    pub alloc_step: u32,
+    /// When it was allocated.
+    pub allocated_us: Option<i64>,
+    /// The step it is gone at ([`NEVER`]: alive at the end), and when.
+    pub free_step: u32,
+    /// When it was freed.
+    pub freed_us: Option<i64>,
+}
+
+/// What lies under a point of the picture.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Hit {
+    /// A band of its own.
+    Block(BlockInfo),
+    /// The small blocks of one site (`Some`), or of every site beyond the ranked ones, summed.
+    Small {
+        /// The site, or `None` for the rest.
+        site: Option<u32>,
+        /// Their bytes at that step.
+        bytes: u64,
+        /// How many blocks.
+        blocks: usize,
+    },
+}
+
+/// A band drawn on its own, sampled: its bottom at the samples where it changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrawnBand {
+    /// The band.
+    pub band: u32,
+    /// Its site.
+    pub site: u32,
+    /// Bytes (the band's height).
+    pub size: u64,
+    /// (step, bottom in bytes): the first at its start (or the range's), the last at its end
+    /// (or the range's); between two, the bottom moves linearly (a slide within one sample).
+    pub points: Vec<(u32, u64)>,
+}
+
+/// What a picture of a range of steps shows: the layout sampled at most once a column.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Picture {
+    /// The first and last step shown.
+    pub range: (u32, u32),
+    /// Blocks of at least this many bytes are bands of their own.
+    pub threshold: u64,
+    /// The bands of their own.
+    pub bands: Vec<DrawnBand>,
+    /// The steps sampled, in order.
+    pub samples: Vec<u32>,
+    /// The sites summed in bands of their own ([`SUMMARY_SITES`] at most), bottom to top; then
+    /// one band for the rest.
+    pub summary_sites: Vec<u32>,
+    /// Per sample, `summary_sites.len() + 2` levels: the top of the bands of their own, then
+    /// the top of each summary band, the last being the bytes alive.
+    pub levels: Vec<u64>,
+    /// Per sample, the most bytes alive at any step since the sample before (spikes between
+    /// samples stay visible).
+    pub peaks: Vec<u64>,
+}
+
+impl Picture {
+    /// The levels at sample `i`.
+    pub fn levels_at(&self, i: usize) -> &[u64] {
+        let n = self.summary_sites.len() + 2;
+        self.levels.get(i * n..(i + 1) * n).unwrap_or(&[])
+    }
+
+    /// The sample nearest to `step`.
+    pub fn sample_near(&self, step: f64) -> Option<u32> {
+        let i = self.samples.partition_point(|&s| f64::from(s) <= step);
+        let before = i.checked_sub(1).and_then(|i| self.samples.get(i));
+        let after = self.samples.get(i);
+        match (before, after) {
+            (Some(&b), Some(&a)) => Some(if step - f64::from(b) <= f64::from(a) - step {
+                b
+            } else {
+                a
+            }),
+            (Some(&b), None) => Some(b),
+            (None, a) => a.copied(),
+        }
+    }
+
+    /// The most bytes drawn anywhere (for the y axis).
+    pub fn top(&self) -> u64 {
+        self.peaks.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Sites by the frame they are known by.
+struct Sites<'a> {
+    snapshot: &'a Snapshot,
+    by_stack: Vec<u32>,
+    by_frame: HashMap<Option<Frame>, u32>,
+    sites: Vec<SiteInfo>,
+    weight: Vec<f64>,
+}
+
+impl<'a> Sites<'a> {
+    fn new(snapshot: &'a Snapshot) -> Self {
+        Self {
+            snapshot,
+            by_stack: vec![u32::MAX; snapshot.stack_count() + 1],
+            by_frame: HashMap::new(),
+            sites: Vec::new(),
+            weight: Vec::new(),
+        }
+    }
+
+    fn of(&mut self, stack: u32) -> u32 {
+        if let Some(&s) = self.by_stack.get(stack as usize)
+            && s != u32::MAX
+        {
+            return s;
+        }
+        let frame = site_frame(self.snapshot, stack);
+        let next = self.sites.len() as u32;
+        let site = *self.by_frame.entry(frame).or_insert(next);
+        if site == next {
+            self.sites.push(SiteInfo {
+                frame,
+                stack,
+                rank: 0,
+            });
+            self.weight.push(0.0);
+        }
+        if let Some(slot) = self.by_stack.get_mut(stack as usize) {
+            *slot = site;
+        }
+        site
+    }
+}
+
+impl MemoryTimeline {
+    /// Lays out every device's trace.
+    pub fn new(snapshot: &Snapshot) -> Self {
+        // The devices' runs of entries (entries are device by device).
+        let mut runs: Vec<(u32, usize, usize)> = Vec::new();
+        for (i, e) in snapshot.entries.iter().enumerate() {
+            match runs.last_mut() {
+                Some((d, _, len)) if *d == e.device => *len += 1,
+                _ => runs.push((e.device, i, 1)),
+            }
+        }
+        let mut devices: Vec<u32> = runs.iter().map(|r| r.0).collect();
+        devices.extend(snapshot.segments.iter().map(|s| s.device));
+        devices.sort_unstable();
+        devices.dedup();
+        let ends: Vec<u32> = snapshot
+            .other_actions
+            .iter()
+            .enumerate()
+            .filter(|(_, name)| snapshot.string(**name) == "free")
+            .filter_map(|(i, _)| u8::try_from(i).ok())
+            .map(u32::from)
+            .collect();
+        let mut sites = Sites::new(snapshot);
+        let mut out = Vec::with_capacity(devices.len());
+        for device in devices {
+            let (first, len) = runs
+                .iter()
+                .find(|r| r.0 == device)
+                .map_or((snapshot.entries.len(), 0), |r| (r.1, r.2));
+            out.push(DeviceTimeline::lay_out(
+                snapshot, device, first, len, &ends, &mut sites,
+            ));
+        }
+        // Rank the sites by bytes × steps alive.
+        let mut order: Vec<u32> = (0..sites.sites.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            sites.weight[b as usize]
+                .total_cmp(&sites.weight[a as usize])
+                .then(a.cmp(&b))
+        });
+        for (rank, &s) in order.iter().enumerate() {
+            sites.sites[s as usize].rank = rank as u32;
+        }
+        Self {
+            devices: out,
+            sites: sites.sites,
+        }
+    }
+
+    /// A site's name: its frame, short (`name (file:line)`), or why it has none.
+    pub fn site_name(&self, snapshot: &Snapshot, site: u32) -> String {
+        match self.sites.get(site as usize) {
+            Some(s) => snapshot.site_name_short(snapshot.site(s.stack)),
+            None => super::BEFORE_HISTORY.to_owned(),
+        }
+    }
+
+    /// The sites by rank, largest first.
+    pub fn ranked_sites(&self) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..self.sites.len() as u32).collect();
+        order.sort_by_key(|&s| self.sites[s as usize].rank);
+        order
+    }
+
+    /// The bytes this layout holds (for the budget of bytes per allocation).
+    pub fn heap_bytes(&self) -> usize {
+        self.devices
+            .iter()
+            .map(DeviceTimeline::heap_bytes)
+            .sum::<usize>()
+            + self.sites.capacity() * std::mem::size_of::<SiteInfo>()
+    }
+}
+
+impl DeviceTimeline {
+    /// Lays out the entries `first..first + len` of one device.
+    fn lay_out(
+        snapshot: &Snapshot,
+        device: u32,
+        first: usize,
+        len: usize,
+        legacy_free: &[u32],
+        sites: &mut Sites<'_>,
+    ) -> Self {
+        let mut lacks = Lacks {
+            entries_left_out: len.saturating_sub(MAX_STEPS),
+            ..Lacks::default()
+        };
+        let len = len.min(MAX_STEPS);
+        let ends = |a: Action| match a {
+            Action::FreeCompleted => true,
+            Action::Other(i) => legacy_free.contains(&u32::from(i)),
+            _ => false,
+        };
+        // Bands allocated in the trace, and those freed without being allocated, apart: the
+        // latter go below the former once their number is known.
+        let mut traced: Vec<Band> = Vec::with_capacity(len / 3 + 1);
+        let mut freed_first: Vec<Band> = Vec::new();
+        // The frees in order, by (list, index): PRE marks `freed_first`.
+        let mut frees: Vec<u32> = Vec::with_capacity(len / 3 + 1);
+        // Each address' latest block (PRE marks `freed_first`), and whether it is alive.
+        let mut latest: HashMap<u64, (u32, bool)> = HashMap::with_capacity(1024);
+        let mut segments_seen: foldhash::HashSet<u64> = foldhash::HashSet::default();
+        // The segments' bytes as the trace changes them, and at each out-of-memory entry
+        // (with the bytes it said were free).
+        let mut reserved: i128 = 0;
+        let mut ooms: Vec<(i128, u64)> = Vec::new();
+        for k in 0..len {
+            let g = first + k;
+            let Some(e) = snapshot.entries.get(g) else {
+                break;
+            };
+            let step = k as u32 + 1;
+            match e.action {
+                Action::Alloc => {
+                    if let Some((at, alive)) = latest.get_mut(&e.addr)
+                        && *alive
+                    {
+                        lacks.allocs_over_live += 1;
+                        frees.push(*at);
+                        let band = if *at & PRE != 0 {
+                            &mut freed_first[(*at & INDEX) as usize]
+                        } else {
+                            &mut traced[*at as usize]
+                        };
+                        band.free = step;
+                    }
+                    let site = sites.of(e.stack);
+                    latest.insert(e.addr, (traced.len() as u32, true));
+                    traced.push(Band {
+                        alloc: step,
+                        free: NEVER,
+                        source: g as u32,
+                        site,
+                        size: e.size,
+                    });
+                }
+                a if ends(a) => match latest.get_mut(&e.addr) {
+                    Some((at, alive)) => {
+                        if *alive {
+                            *alive = false;
+                            frees.push(*at);
+                            traced[*at as usize].free = step;
+                        }
+                        // Else a repeat of a free already seen.
+                    }
+                    None => {
+                        lacks.frees_without_alloc += 1;
+                        let at = PRE | freed_first.len() as u32;
+                        latest.insert(e.addr, (at, false));
+                        frees.push(at);
+                        let site = sites.of(e.stack);
+                        freed_first.push(Band {
+                            alloc: 0,
+                            free: step,
+                            source: PRE | g as u32,
+                            site,
+                            size: e.size,
+                        });
+                    }
+                },
+                Action::SegmentAlloc | Action::SegmentMap => {
+                    segments_seen.insert(e.addr);
+                    reserved += i128::from(e.size);
+                }
+                Action::SegmentFree | Action::SegmentUnmap => reserved -= i128::from(e.size),
+                Action::Oom => ooms.push((reserved, snapshot.entries.device_free(g))),
+                _ => {}
+            }
+        }
+        // The blocks the segments hold that the trace never mentions.
+        let mut resident: Vec<Resident> = Vec::new();
+        let mut resident_bands: Vec<Band> = Vec::new();
+        let mut reserved_end: u64 = 0;
+        for s in snapshot.segments.iter().filter(|s| s.device == device) {
+            reserved_end += s.total_size;
+            if !segments_seen.contains(&s.address) {
+                lacks.segments_without_alloc += 1;
+            }
+            for b in &s.blocks {
+                if b.state != BlockState::ActiveAllocated {
+                    continue;
+                }
+                match latest.get(&b.address) {
+                    Some((_, true)) => {}
+                    Some((_, false)) => lacks.unexplained_live += 1,
+                    None => {
+                        lacks.blocks_before_trace += 1;
+                        let site = sites.of(b.stack);
+                        resident_bands.push(Band {
+                            alloc: 0,
+                            free: NEVER,
+                            source: PRE | RESIDENT | resident.len() as u32,
+                            site,
+                            // As the trace counts a block: the bytes asked for (memory_viz's
+                            // choice too), the block's own when the snapshot has no such field.
+                            size: if b.requested_size > 0 {
+                                b.requested_size
+                            } else {
+                                b.size
+                            },
+                        });
+                        resident.push(Resident {
+                            addr: b.address,
+                            stack: b.stack,
+                            stream: s.stream,
+                        });
+                    }
+                }
+            }
+        }
+        drop(latest);
+        // Stacking order: resident, then freed-first with the last freed lowest (so that
+        // none slides when they go: the first freed is on top), then the trace's allocations.
+        let n_resident = resident_bands.len() as u32;
+        let n_freed = freed_first.len() as u32;
+        let offset = n_resident + n_freed;
+        let mut bands = resident_bands;
+        bands.reserve_exact(freed_first.len() + traced.len());
+        bands.extend(freed_first.iter().rev());
+        bands.extend_from_slice(&traced);
+        drop(traced);
+        drop(freed_first);
+        for f in &mut frees {
+            *f = if *f & PRE != 0 {
+                n_resident + (n_freed - 1 - (*f & INDEX))
+            } else {
+                offset + *f
+            };
+        }
+        let steps = len as u32;
+        let round = |n: usize| {
+            n >= 1000
+                && (n.is_power_of_two() || {
+                    let mut m = n;
+                    while m.is_multiple_of(10) {
+                        m /= 10;
+                    }
+                    m == 1
+                })
+        };
+        lacks.ring_wrapped = lacks.frees_without_alloc > 0 && round(len);
+        bands.shrink_to_fit();
+        frees.shrink_to_fit();
+        let capacity = (!ooms.is_empty()).then(|| {
+            ooms.iter()
+                .map(|&(at, free)| {
+                    let held = i128::from(reserved_end) - (reserved - at);
+                    (held.max(0) as u64).saturating_add(free)
+                })
+                .max()
+                .unwrap_or(0)
+        });
+        let mut timeline = Self {
+            device,
+            first,
+            steps,
+            bands,
+            frees,
+            resident,
+            every: 1,
+            starts: Vec::new(),
+            live: Vec::new(),
+            peak: 0,
+            end_bytes: 0,
+            capacity,
+            lacks,
+        };
+        timeline.checkpoints(sites);
+        timeline
+    }
+
+    /// The step a band ends at ([`NEVER`]: it is alive at every step).
+    fn end_of(&self, band: &Band) -> u32 {
+        band.free
+    }
+
+    /// Just past the last step: where the bands alive at the end stop.
+    pub fn end(&self) -> u32 {
+        self.steps.saturating_add(1)
+    }
+
+    /// How many trace entries (steps) the device has.
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// How many bands (allocations, and blocks alive before the trace).
+    pub fn band_count(&self) -> usize {
+        self.bands.len()
+    }
+
+    /// The bytes this layout holds.
+    pub fn heap_bytes(&self) -> usize {
+        self.bands.capacity() * std::mem::size_of::<Band>()
+            + self.frees.capacity() * 4
+            + self.resident.capacity() * std::mem::size_of::<Resident>()
+            + self.starts.capacity() * 4
+            + self.live.capacity() * 4
+    }
+
+    /// The checkpoints (spaced so that they hold no more than one entry per band), the peak,
+    /// and each site's bytes × steps.
+    fn checkpoints(&mut self, sites: &mut Sites<'_>) {
+        let end = self.end();
+        let mut lifetimes: f64 = 0.0;
+        for b in &self.bands {
+            let life = f64::from(b.free.min(end) - b.alloc);
+            lifetimes += life;
+            if let Some(w) = sites.weight.get_mut(b.site as usize) {
+                *w += life * b.size as f64;
+            }
+        }
+        let per_band = lifetimes / self.bands.len().max(1) as f64;
+        self.every = ((2.0 * per_band).ceil() as u32).clamp(64, 1 << 20);
+        // The peak, by one merge of allocations and frees in step order.
+        let (mut total, mut peak) = (0u64, 0u64);
+        let (mut a, mut f) = (0usize, 0usize);
+        while a < self.bands.len() || f < self.frees.len() {
+            let next_alloc = self.bands.get(a).map_or(u32::MAX, |b| b.alloc);
+            let next_free = self
+                .frees
+                .get(f)
+                .map_or(u32::MAX, |&i| self.bands[i as usize].free);
+            if next_free <= next_alloc {
+                total -= self.bands[self.frees[f] as usize].size;
+                f += 1;
+            } else {
+                total += self.bands[a].size;
+                a += 1;
+                // Bands appearing together (before the trace) count once they all have.
+                if self.bands.get(a).is_none_or(|b| b.alloc != next_alloc) {
+                    peak = peak.max(total);
+                }
+            }
+        }
+        self.peak = peak;
+        self.end_bytes = total;
+        // Checkpoint c: the bands alive at step c × every (the last at the end), from
+        // checkpoint c - 1 and the bands allocated since.
+        let every = self.every;
+        let mut starts = vec![0u32];
+        let mut live: Vec<u32> = Vec::new();
+        let mut next = 0usize; // the first band not allocated by the checkpoint
+        let mut previous = (0usize, 0usize);
+        let mut at = 0u32;
+        loop {
+            let begin = live.len();
+            for i in previous.0..previous.1 {
+                let b = live[i];
+                if self.end_of(&self.bands[b as usize]) > at {
+                    live.push(b);
+                }
+            }
+            while next < self.bands.len() && self.bands[next].alloc <= at {
+                if self.end_of(&self.bands[next]) > at {
+                    live.push(next as u32);
+                }
+                next += 1;
+            }
+            starts.push(live.len() as u32);
+            previous = (begin, live.len());
+            if at >= end {
+                break;
+            }
+            at = at.saturating_add(every).min(end);
+        }
+        self.starts = starts;
+        self.live = live;
+        self.starts.shrink_to_fit();
+        self.live.shrink_to_fit();
+    }
+
+    /// The bands alive at `step` (and their total), in stacking order, into `out`.
+    pub fn live_at(&self, step: u32, out: &mut Vec<u32>) -> u64 {
+        out.clear();
+        let step = step.min(self.end());
+        let c = ((step / self.every) as usize).min(self.checkpoint_count().saturating_sub(1));
+        let base = (c as u32).saturating_mul(self.every);
+        let (from, to) = self.checkpoint(c);
+        let mut total = 0;
+        for &b in &self.live[from..to] {
+            let band = &self.bands[b as usize];
+            if self.end_of(band) > step {
+                out.push(b);
+                total += band.size;
+            }
+        }
+        let lo = self.bands.partition_point(|b| b.alloc <= base);
+        let hi = self.bands.partition_point(|b| b.alloc <= step);
+        for i in lo..hi {
+            let band = &self.bands[i];
+            if self.end_of(band) > step {
+                out.push(i as u32);
+                total += band.size;
+            }
+        }
+        total
+    }
+
+    fn checkpoint_count(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+
+    /// Checkpoint `c`'s range in `live`.
+    fn checkpoint(&self, c: usize) -> (usize, usize) {
+        let from = self.starts.get(c).copied().unwrap_or(0) as usize;
+        let to = self.starts.get(c + 1).copied().unwrap_or(from as u32) as usize;
+        (from, to)
+    }
+
+    /// One band's block.
+    pub fn block(&self, snapshot: &Snapshot, band: u32) -> Option<BlockInfo> {
+        let b = self.bands.get(band as usize)?;
+        let time = |step: u32| {
+            (step != NEVER && step > 0)
+                .then(|| snapshot.entries.get(self.first + step as usize - 1))
+                .flatten()
+                .map(|e| e.time_us)
+                .filter(|&t| t > 0)
+        };
+        let (addr, stack, stream) = if b.source & RESIDENT != 0 {
+            let r = self.resident.get((b.source & INDEX) as usize)?;
+            (r.addr, r.stack, r.stream)
+        } else {
+            let e = snapshot.entries.get((b.source & !PRE) as usize)?;
+            (e.addr, e.stack, snapshot.stream(e))
+        };
+        Some(BlockInfo {
+            band,
+            addr,
+            size: b.size,
+            stream,
+            stack,
+            site: b.site,
+            alloc_step: b.alloc,
+            allocated_us: time(b.alloc),
+            free_step: b.free,
+            freed_us: time(b.free),
+        })
+    }
+
+    /// The trace's time at `step` (µs since the epoch), if the entry has one.
+    pub fn time_at(&self, snapshot: &Snapshot, step: u32) -> Option<i64> {
+        let step = step.clamp(1, self.steps.max(1));
+        snapshot
+            .entries
+            .get(self.first + step as usize - 1)
+            .map(|e| e.time_us)
+            .filter(|&t| t > 0)
+    }
+
+    /// The picture of steps `from..=to`, sampled at most `columns + 1` times: blocks of at
+    /// least `threshold` bytes as bands of their own, smaller ones summed per site (the
+    /// `summary_sites`, then the rest in one band) on top of them.
+    pub fn picture(
+        &self,
+        from: u32,
+        to: u32,
+        columns: u32,
+        threshold: u64,
+        summary_sites: &[u32],
+    ) -> Picture {
+        let to = to.min(self.end());
+        let from = from.min(to);
+        let span = to - from;
+        let columns = columns.max(1);
+        let samples: Vec<u32> = if span <= columns {
+            (from..=to).collect()
+        } else {
+            let mut s: Vec<u32> = (0..=columns)
+                .map(|c| from + ((u64::from(span) * u64::from(c)) / u64::from(columns)) as u32)
+                .collect();
+            s.dedup();
+            s
+        };
+        let summary_sites: Vec<u32> = summary_sites.iter().take(SUMMARY_SITES).copied().collect();
+        let n_levels = summary_sites.len() + 2;
+        // A site's summary band: its place among `summary_sites`, else the last (the rest).
+        let mut slot_of: HashMap<u32, usize> = HashMap::new();
+        for (i, &s) in summary_sites.iter().enumerate() {
+            slot_of.insert(s, i);
+        }
+        let rest = summary_sites.len();
+        let slot = |site: u32| slot_of.get(&site).copied().unwrap_or(rest);
+        let mut small = vec![0u64; summary_sites.len() + 1];
+        // The bands of their own alive: (band, its place in `bands` once drawn, last bottom).
+        let mut drawn: Vec<(u32, u32, u64)> = Vec::new();
+        let mut drawn_total = 0u64;
+        let mut bands: Vec<DrawnBand> = Vec::new();
+        let mut scratch = Vec::new();
+        let mut total = self.live_at(from, &mut scratch);
+        for &b in &scratch {
+            let band = &self.bands[b as usize];
+            if band.size >= threshold {
+                drawn.push((b, u32::MAX, 0));
+                drawn_total += band.size;
+            } else {
+                small[slot(band.site)] += band.size;
+            }
+        }
+        drop(scratch);
+        let mut picture = Picture {
+            range: (from, to),
+            threshold,
+            summary_sites,
+            levels: Vec::with_capacity(samples.len() * n_levels),
+            peaks: Vec::with_capacity(samples.len()),
+            ..Picture::default()
+        };
+        // The next allocation and free after `from`.
+        let mut a = self.bands.partition_point(|b| b.alloc <= from);
+        let mut f = self
+            .frees
+            .partition_point(|&i| self.bands[i as usize].free <= from);
+        let mut prev_sample: Option<u32> = None;
+        let mut changed = true;
+        for &x in &samples {
+            let mut peak = total;
+            // The steps since the previous sample, in order (frees before allocations of a
+            // step: an address reused at once).
+            loop {
+                let next_free = self
+                    .frees
+                    .get(f)
+                    .map_or(u32::MAX, |&i| self.bands[i as usize].free);
+                let next_alloc = self.bands.get(a).map_or(u32::MAX, |b| b.alloc);
+                let next = next_free.min(next_alloc);
+                if next > x {
+                    break;
+                }
+                if next_free <= next_alloc {
+                    let i = self.frees[f];
+                    f += 1;
+                    let band = &self.bands[i as usize];
+                    total -= band.size;
+                    if band.size >= threshold {
+                        if let Ok(at) = drawn.binary_search_by_key(&i, |d| d.0) {
+                            let (_, pos, bottom) = drawn.remove(at);
+                            if let Some(d) = bands.get_mut(pos as usize) {
+                                d.points.push((band.free, bottom));
+                            }
+                            changed = true;
+                        }
+                        drawn_total -= band.size;
+                    } else {
+                        small[slot(band.site)] -= band.size;
+                    }
+                } else {
+                    let band = &self.bands[a];
+                    total += band.size;
+                    peak = peak.max(total);
+                    if band.size >= threshold {
+                        drawn.push((a as u32, u32::MAX, 0));
+                        drawn_total += band.size;
+                        changed = true;
+                    } else {
+                        small[slot(band.site)] += band.size;
+                    }
+                    a += 1;
+                }
+            }
+            // The bands of their own at this sample.
+            if changed {
+                let mut bottom = 0u64;
+                for d in &mut drawn {
+                    let band = &self.bands[d.0 as usize];
+                    if d.1 == u32::MAX {
+                        d.1 = bands.len() as u32;
+                        bands.push(DrawnBand {
+                            band: d.0,
+                            site: band.site,
+                            size: band.size,
+                            points: vec![(band.alloc.max(from), bottom)],
+                        });
+                    } else if d.2 != bottom
+                        && let Some(drawn_band) = bands.get_mut(d.1 as usize)
+                    {
+                        // Flat until the sample before, then sliding to here.
+                        if let Some(p) = prev_sample
+                            && drawn_band.points.last().is_some_and(|l| l.0 < p)
+                        {
+                            drawn_band.points.push((p, d.2));
+                        }
+                        drawn_band.points.push((x, bottom));
+                    }
+                    d.2 = bottom;
+                    bottom += band.size;
+                }
+                changed = false;
+            }
+            picture.samples.push(x);
+            let mut level = drawn_total;
+            picture.levels.push(level);
+            for s in &small {
+                level += s;
+                picture.levels.push(level);
+            }
+            picture.peaks.push(peak.max(total));
+            prev_sample = Some(x);
+        }
+        // The bands still alive end at the range's end.
+        for d in &drawn {
+            if let Some(drawn_band) = bands.get_mut(d.1 as usize) {
+                let end = self.end_of(&self.bands[d.0 as usize]).min(to);
+                if drawn_band.points.last().is_some_and(|l| l.0 < end) {
+                    drawn_band.points.push((end, d.2));
+                }
+            }
+        }
+        picture.bands = bands;
+        picture
+    }
+
+    /// What lies at `step`, `y` bytes up, as `picture` stacks it.
+    pub fn hit(&self, snapshot: &Snapshot, picture: &Picture, step: u32, y: u64) -> Option<Hit> {
+        let mut live = Vec::new();
+        self.live_at(step, &mut live);
+        let slot = |site: u32| {
+            picture
+                .summary_sites
+                .iter()
+                .position(|&s| s == site)
+                .unwrap_or(picture.summary_sites.len())
+        };
+        let mut bottom = 0u64;
+        let mut small = vec![(0u64, 0usize); picture.summary_sites.len() + 1];
+        for &b in &live {
+            let band = &self.bands[b as usize];
+            if band.size >= picture.threshold {
+                if (bottom..bottom + band.size).contains(&y) {
+                    return self.block(snapshot, b).map(Hit::Block);
+                }
+                bottom += band.size;
+            } else {
+                let s = &mut small[slot(band.site)];
+                s.0 += band.size;
+                s.1 += 1;
+            }
+        }
+        for (i, (bytes, blocks)) in small.into_iter().enumerate() {
+            if (bottom..bottom + bytes).contains(&y) {
+                return Some(Hit::Small {
+                    site: picture.summary_sites.get(i).copied(),
+                    bytes,
+                    blocks,
+                });
+            }
+            bottom += bytes;
+        }
+        None
+    }
+}
