@@ -286,20 +286,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         beside,
     } = loaded;
     let (snapshot, verdict) = judged.unzip();
-    // A recording made with --history names the snapshots dumped next to it: the one at the OOM
-    // says what was alive when the job died.
-    let paired = snapshot
-        .is_none()
-        .then(|| collector::open::paired_snapshot(&beside, &recording))
-        .flatten()
-        .map(|paired| {
-            let verdict = paired
-                .snapshot
-                .as_ref()
-                .ok()
-                .map(|s| SnapshotVerdict::judge(s).2);
-            (paired, verdict)
-        });
+    let paired = paired(snapshot.is_none(), &beside, &recording);
     let report = text(&args.file, &recording, &analysis, verdict.as_ref());
     if outputs.any()
         && let Err(err) = outputs.write(
@@ -314,40 +301,15 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if args.json {
-        let headline = verdict.as_ref().map_or_else(
-            || collector::analysis::headline(&analysis).0,
-            |v| v.headline.clone(),
-        );
-        let report = JsonReport {
-            schema: REPORT_SCHEMA,
-            file: args.file.display().to_string(),
-            input: kind,
-            headline,
-            command: &recording.header.command,
-            host: &recording.header.host,
-            duration_s: recording.duration_ns() as f64 / 1e9,
-            complete: recording.end.is_some(),
-            warnings: &recording.warnings,
-            dropped_probe_messages: recording.dropped_total(),
-            ooms: recording.ooms.len(),
+        let judged = Judged {
+            kind,
+            recording: &recording,
             analysis: &analysis,
-            snapshot: snapshot
-                .as_ref()
-                .zip(verdict)
-                .map(|(s, v)| SnapshotJson::new(s, v)),
-            paired_snapshot: paired.map(|(paired, verdict)| PairedJson {
-                file: paired.path.display().to_string(),
-                reason: paired.reason,
-                error: paired.snapshot.as_ref().err().map(ToString::to_string),
-                snapshot: paired
-                    .snapshot
-                    .as_ref()
-                    .ok()
-                    .zip(verdict)
-                    .map(|(s, v)| SnapshotJson::new(s, v)),
-            }),
+            snapshot: snapshot.as_ref(),
+            verdict,
+            paired,
         };
-        match serde_json::to_string_pretty(&report) {
+        match judged.json(&args.file) {
             Ok(json) => super::out(format_args!("{json}\n")),
             Err(err) => {
                 eprintln!("collector: cannot write the report as JSON: {err}");
@@ -430,6 +392,123 @@ fn judge(path: &Path, input: Input) -> Loaded {
         judged: snapshot,
         beside,
     }
+}
+
+/// The snapshot a recording made with `--history` names (the one at the OOM says what was alive
+/// when the job died), judged; none for a snapshot (`snapshot_read`).
+fn paired(
+    snapshot_read: bool,
+    beside: &Path,
+    recording: &Recording,
+) -> Option<(collector::open::PairedSnapshot, Option<SnapshotVerdict>)> {
+    snapshot_read
+        .then(|| collector::open::paired_snapshot(beside, recording))
+        .flatten()
+        .map(|paired| {
+            let verdict = paired
+                .snapshot
+                .as_ref()
+                .ok()
+                .map(|s| SnapshotVerdict::judge(s).2);
+            (paired, verdict)
+        })
+}
+
+/// What the JSON report is made of: an input read and judged.
+struct Judged<'a> {
+    kind: Kind,
+    recording: &'a Recording,
+    analysis: &'a Analysis,
+    snapshot: Option<&'a Snapshot>,
+    verdict: Option<SnapshotVerdict>,
+    paired: Option<(collector::open::PairedSnapshot, Option<SnapshotVerdict>)>,
+}
+
+impl Judged<'_> {
+    /// The verdict in one line: a snapshot's own, else the recording's.
+    fn headline(&self) -> String {
+        self.verdict.as_ref().map_or_else(
+            || collector::analysis::headline(self.analysis).0,
+            |v| v.headline.clone(),
+        )
+    }
+
+    /// The JSON report of `file` (`collector report --json`).
+    fn json(self, file: &Path) -> Result<String, serde_json::Error> {
+        let headline = self.headline();
+        let Self {
+            kind,
+            recording,
+            analysis,
+            snapshot,
+            verdict,
+            paired,
+        } = self;
+        let report = JsonReport {
+            schema: REPORT_SCHEMA,
+            file: file.display().to_string(),
+            input: kind,
+            headline,
+            command: &recording.header.command,
+            host: &recording.header.host,
+            duration_s: recording.duration_ns() as f64 / 1e9,
+            complete: recording.end.is_some(),
+            warnings: &recording.warnings,
+            dropped_probe_messages: recording.dropped_total(),
+            ooms: recording.ooms.len(),
+            analysis,
+            snapshot: snapshot.zip(verdict).map(|(s, v)| SnapshotJson::new(s, v)),
+            paired_snapshot: paired.map(|(paired, verdict)| PairedJson {
+                file: paired.path.display().to_string(),
+                reason: paired.reason,
+                error: paired.snapshot.as_ref().err().map(ToString::to_string),
+                snapshot: paired
+                    .snapshot
+                    .as_ref()
+                    .ok()
+                    .zip(verdict)
+                    .map(|(s, v)| SnapshotJson::new(s, v)),
+            }),
+        };
+        serde_json::to_string_pretty(&report)
+    }
+}
+
+/// A report as `collector report PATH --json` prints it, and its headline: what `collector
+/// serve` answers for a run (a file, a folder of nodes' recordings or of per-rank snapshots).
+/// The error names the path.
+pub fn json_report(path: &Path) -> Result<(String, String), String> {
+    let input = open_path(path).map_err(|err| err.to_string())?;
+    let cannot = |err: serde_json::Error| {
+        format!(
+            "cannot write the report as JSON ({err}): {}",
+            path.display()
+        )
+    };
+    if let Input::RankSnapshots(folder) = &input {
+        return super::ranks::folder_json(path, folder).map_err(cannot);
+    }
+    let Loaded {
+        kind,
+        recording,
+        analysis,
+        judged,
+        beside,
+    } = judge(path, input);
+    let (snapshot, verdict) = judged.unzip();
+    let judged = Judged {
+        kind,
+        recording: &recording,
+        analysis: &analysis,
+        snapshot: snapshot.as_ref(),
+        paired: paired(snapshot.is_none(), &beside, &recording),
+        verdict,
+    };
+    let headline = judged.headline();
+    judged
+        .json(path)
+        .map(|json| (headline, json))
+        .map_err(cannot)
 }
 
 /// Several nodes' recordings as one run (see [`collector::open::read_one_run`]).
