@@ -140,10 +140,10 @@ fn handle(state: &State, request: Request) {
         return;
     }
     let cookie = queried
-        .then(|| state.config.token.as_ref())
+        .then_some(state.config.token.as_ref())
         .flatten()
         .map(|t| format!("{COOKIE}={t}; Path=/; HttpOnly; SameSite=Lax"));
-    let respond = |request: Request, response: Response<Box<dyn std::io::Read + Send>>| {
+    let respond = |request: Request, response: Streamed| {
         let mut response = response.with_chunked_threshold(usize::MAX);
         if let Some(c) = cookie.as_deref().and_then(|c| header("Set-Cookie", c)) {
             response.add_header(c);
@@ -154,9 +154,7 @@ fn handle(state: &State, request: Request) {
     respond(request, response);
 }
 
-fn boxed(
-    response: Response<impl std::io::Read + Send + 'static>,
-) -> Response<Box<dyn std::io::Read + Send>> {
+fn boxed(response: Response<impl std::io::Read + Send + 'static>) -> Streamed {
     let status = response.status_code();
     let headers = response.headers().to_vec();
     let length = response.data_length();
@@ -169,12 +167,7 @@ fn boxed(
     )
 }
 
-fn route(
-    state: &State,
-    request: &Request,
-    path: &str,
-    query: &str,
-) -> Response<Box<dyn std::io::Read + Send>> {
+fn route(state: &State, request: &Request, path: &str, query: &str) -> Streamed {
     let viewer = state.config.viewer.present();
     if path == "/" || path == "/index.html" {
         let runs = state.runs.list();
@@ -234,11 +227,7 @@ fn report(state: &State, name: &str) -> Response<std::io::Cursor<Vec<u8>>> {
 }
 
 /// A run's bytes: a file as it is (with `Range`), a folder run as the recording it reads as.
-fn run_bytes(
-    state: &State,
-    request: &Request,
-    name: &str,
-) -> Response<Box<dyn std::io::Read + Send>> {
+fn run_bytes(state: &State, request: &Request, name: &str) -> Streamed {
     let Some(path) = resolve(state.runs.root(), name) else {
         return boxed(not_found());
     };
@@ -276,20 +265,33 @@ fn folder_recording(path: &Path, kind: Kind) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The answer to a request for `len` bytes with `range`: the status, `Content-Range`, and
-/// which bytes.
-fn ranged(
-    range: Option<&str>,
-    len: u64,
-) -> Result<(u16, Option<String>, u64, u64), Response<Box<dyn std::io::Read + Send>>> {
+/// A response whose body is read as it is sent.
+type Streamed = Response<Box<dyn std::io::Read + Send>>;
+
+/// The part a request for `len` bytes with `range` gets: its status, `Content-Range`, and which
+/// bytes (`start..end`).
+struct Part {
+    status: u16,
+    content_range: Option<String>,
+    start: u64,
+    end: u64,
+}
+
+/// The answer to a request for `len` bytes with `range`: the part to send, or the refusal.
+fn ranged(range: Option<&str>, len: u64) -> Result<Part, Streamed> {
     match parse_range(range, len) {
-        Range::Whole => Ok((200, None, 0, len)),
-        Range::Part { start, end } => Ok((
-            206,
-            Some(format!("bytes {start}-{}/{len}", end - 1)),
+        Range::Whole => Ok(Part {
+            status: 200,
+            content_range: None,
+            start: 0,
+            end: len,
+        }),
+        Range::Part { start, end } => Ok(Part {
+            status: 206,
+            content_range: Some(format!("bytes {start}-{}/{len}", end - 1)),
             start,
             end,
-        )),
+        }),
         Range::Unsatisfiable => {
             let all = format!("bytes */{len}");
             Err(boxed(with(
@@ -306,7 +308,7 @@ fn bytes_response(
     status: u16,
     content_range: Option<String>,
     length: u64,
-) -> Response<Box<dyn std::io::Read + Send>> {
+) -> Streamed {
     let mut headers: Vec<Header> = [
         ("Content-Type", "application/octet-stream"),
         ("Accept-Ranges", "bytes"),
@@ -327,13 +329,15 @@ fn bytes_response(
 
 /// A file's bytes as the range asks: the length is the file's now (a growing file's later bytes
 /// are the next request's), streamed.
-fn file_range(
-    mut file: std::fs::File,
-    range: Option<&str>,
-) -> Response<Box<dyn std::io::Read + Send>> {
+fn file_range(mut file: std::fs::File, range: Option<&str>) -> Streamed {
     let len = file.metadata().map_or(0, |m| m.len());
-    let (status, content_range, start, end) = match ranged(range, len) {
-        Ok(r) => r,
+    let Part {
+        status,
+        content_range,
+        start,
+        end,
+    } = match ranged(range, len) {
+        Ok(part) => part,
         Err(response) => return response,
     };
     if let Err(err) = file.seek(SeekFrom::Start(start)) {
@@ -347,10 +351,15 @@ fn file_range(
     )
 }
 
-fn bytes_range(bytes: Vec<u8>, range: Option<&str>) -> Response<Box<dyn std::io::Read + Send>> {
+fn bytes_range(bytes: Vec<u8>, range: Option<&str>) -> Streamed {
     let len = bytes.len() as u64;
-    let (status, content_range, start, end) = match ranged(range, len) {
-        Ok(r) => r,
+    let Part {
+        status,
+        content_range,
+        start,
+        end,
+    } = match ranged(range, len) {
+        Ok(part) => part,
         Err(response) => return response,
     };
     let mut cursor = std::io::Cursor::new(bytes);
@@ -364,7 +373,7 @@ fn bytes_range(bytes: Vec<u8>, range: Option<&str>) -> Response<Box<dyn std::io:
 }
 
 /// A file of the web viewer.
-fn viewer_file(viewer: &Viewer, name: &str) -> Response<Box<dyn std::io::Read + Send>> {
+fn viewer_file(viewer: &Viewer, name: &str) -> Streamed {
     let content_type = http::content_type(name);
     match viewer {
         Viewer::Embedded(files) => {
