@@ -279,7 +279,6 @@ impl Run {
     /// Takes an analysis of this run's recording made elsewhere (of the recording as it was a
     /// moment ago, for a followed file): the views drawn from the analysis are made again, the
     /// curves kept.
-    #[cfg(not(target_arch = "wasm32"))]
     pub fn adopt(&mut self, analysis: Analysis) {
         let traces = std::mem::take(&mut self.view.traces);
         self.view = RunView::with_traces(&self.recording, &analysis, traces);
@@ -391,7 +390,6 @@ pub struct OpenRun {
     pub timeline: TimelineState,
     /// The blocks view's time (snapshots only).
     pub blocks: crate::blocks::BlocksState,
-    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) follow: Option<crate::follow::Follow>,
     /// Whether the page was told that this file is shown (see `web::announce`).
     #[cfg(target_arch = "wasm32")]
@@ -405,7 +403,6 @@ impl OpenRun {
             run,
             timeline: TimelineState::default(),
             blocks: crate::blocks::BlocksState::default(),
-            #[cfg(not(target_arch = "wasm32"))]
             follow: None,
             #[cfg(target_arch = "wasm32")]
             announced: false,
