@@ -97,7 +97,10 @@ pub fn rows(runs: &[Run], viewer: bool) -> String {
         let open = if viewer && run.error.is_none() {
             format!(
                 "<a class=\"open\" href=\"{}\">{name}</a>",
-                escape(&viewer_link(&run.name))
+                escape(&viewer_link(
+                    &run.name,
+                    run.growing && run.kind == collector::open::Kind::Recording
+                ))
             )
         } else {
             name
@@ -177,8 +180,12 @@ mod tests {
     #[test]
     fn the_viewer_link_is_relative_and_encoded() {
         assert_eq!(
-            viewer_link("a b/run.msgpack"),
+            viewer_link("a b/run.msgpack", false),
             "viewer/?url=..%2Fruns%2Fa%2520b%2Frun.msgpack"
+        );
+        assert_eq!(
+            viewer_link("live.msgpack", true),
+            "viewer/?url=..%2Fruns%2Flive.msgpack&follow=1"
         );
         assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
         assert_eq!(ago(100, 130), "30 s ago");
