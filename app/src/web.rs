@@ -23,9 +23,13 @@ pub fn follow_parameter() -> bool {
 }
 
 /// The bytes of `url` (same origin) from byte `from` on, at most `most` of them: what a file
-/// being written gained since it was last read (`Range: bytes=FROM-`). A server that answers
-/// the whole file is read past `from`; a range past the end (`416`) is nothing new.
+/// being written gained since it was last read (`Range: bytes=N-`). The range starts a byte
+/// early, so that a file that did not grow is one byte, not a range past its end (which a server
+/// refuses with `416`, and the browser logs as an error); `416` is then a file that became
+/// shorter. A server that answers the whole file is read past `from`.
 pub async fn fetch_from(url: &str, from: u64, most: u64) -> Result<Vec<u8>, String> {
+    let early = u64::from(from > 0);
+    let asked = from - early;
     let window = web_sys::window().ok_or("no window")?;
     let init = web_sys::RequestInit::new();
     init.set_method("GET");
@@ -37,7 +41,7 @@ pub async fn fetch_from(url: &str, from: u64, most: u64) -> Result<Vec<u8>, Stri
         .set(
             "Range",
             &format!(
-                "bytes={from}-{}",
+                "bytes={asked}-{}",
                 from.saturating_add(most).saturating_sub(1)
             ),
         )
@@ -47,6 +51,9 @@ pub async fn fetch_from(url: &str, from: u64, most: u64) -> Result<Vec<u8>, Stri
         .map_err(|err| format!("cannot be fetched: {}", describe(err)))?;
     let response: web_sys::Response = response.dyn_into().map_err(describe)?;
     match response.status() {
+        416 if from > 0 => {
+            return Err("the file became shorter: it was replaced; open it again".to_owned());
+        }
         416 => return Ok(Vec::new()),
         200 | 206 => {}
         status => {
@@ -60,11 +67,13 @@ pub async fn fetch_from(url: &str, from: u64, most: u64) -> Result<Vec<u8>, Stri
         .await
         .map_err(|err| format!("cannot be read: {}", describe(err)))?;
     let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
-    if response.status() == 200 {
-        let skip = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
-        return Ok(bytes[skip..].to_vec());
-    }
-    Ok(bytes)
+    let skip = if response.status() == 200 {
+        from
+    } else {
+        early
+    };
+    let skip = usize::try_from(skip).unwrap_or(usize::MAX).min(bytes.len());
+    Ok(bytes[skip..].to_vec())
 }
 
 fn describe(err: JsValue) -> String {

@@ -72,11 +72,12 @@ fn ago(modified: u64, now: u64) -> String {
 }
 
 /// The link that opens `name` in the web viewer (relative to the page, so the server may sit
-/// behind a proxy's prefix).
-pub fn viewer_link(name: &str) -> String {
+/// behind a proxy's prefix); `follow`: the viewer keeps fetching what is added to it.
+pub fn viewer_link(name: &str, follow: bool) -> String {
     let url = format!("../runs/{}", percent_encode_path(name));
+    let follow = if follow { "&follow=1" } else { "" };
     format!(
-        "viewer/?url={}",
+        "viewer/?url={}{follow}",
         percent_encode_path(&url).replace('/', "%2F")
     )
 }
@@ -148,7 +149,7 @@ pub fn page(folder: &str, runs: &[Run], viewer: bool) -> String {
     };
     format!(
         r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>tidemark — {folder}</title>
+<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>tidemark — {folder}</title>
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; width: 100%; }}
