@@ -43,7 +43,7 @@ impl Viewer {
 }
 
 /// How to build the viewer in, said where it is missing.
-pub const NOT_BUILT: &str = "The web viewer was not built into this collector. Build it with `trunk build --release` (it writes dist/), then rebuild the collector (`cargo build --release -p tidemark-collector`; set TIDEMARK_WEB_DIST=/path/to/dist when dist/ is elsewhere), or pass --web /path/to/dist. The runs can still be listed, downloaded and reported here.";
+pub const NOT_BUILT: &str = "The web viewer was not built into this collector. Build it with `trunk build --release` (it writes dist/), then build the collector again naming that folder: `TIDEMARK_WEB_DIST=$PWD/dist cargo build --release -p tidemark-collector`; or pass --web /path/to/dist. The runs can still be listed, downloaded and reported here.";
 
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
