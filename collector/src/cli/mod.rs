@@ -8,6 +8,7 @@ mod import;
 mod picture;
 mod ranks;
 mod report;
+mod report_json;
 mod serve;
 
 use std::ffi::OsString;

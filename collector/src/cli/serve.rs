@@ -123,7 +123,7 @@ pub fn serve(args: &ServeArgs) -> ExitCode {
         shown: dir.display().to_string(),
         token,
         viewer,
-        judge: super::report::json_report,
+        judge: super::report_json::json_report,
     };
     match crate::serve::serve(listener, config) {
         Ok(()) => ExitCode::SUCCESS,
