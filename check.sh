@@ -98,6 +98,10 @@ if ! $quick; then
     || fail "writing the 1-million-sample recording"
   .venv/bin/python scripts/web-check.py dist target/web-check-1M.msgpack test-output/web \
     || fail "web check (screenshots in test-output/web/)"
+
+  step "collector serve in headless Chromium (scripts/serve-check.py)"
+  .venv/bin/python scripts/serve-check.py target/debug/collector dist test-output/serve \
+    || fail "serve check (screenshots in test-output/serve/)"
 fi
 
 step "all checks passed"

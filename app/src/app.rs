@@ -164,7 +164,6 @@ impl TidemarkApp {
         if let Some(image) = self.picture.take() {
             self.picture.save(&image, self.image_destination.clone());
         }
-        #[cfg(not(target_arch = "wasm32"))]
         self.poll_follow(ui.ctx());
 
         egui::Panel::top("files").show(ui, |ui| {
@@ -198,8 +197,10 @@ impl TidemarkApp {
         egui::CentralPanel::default().show(ui, |ui| self.central(ui));
         drop_hint(ui.ctx());
         #[cfg(target_arch = "wasm32")]
+        // A followed file still waiting for its first bytes is neither shown nor failed yet.
         if let Some(open) = self.runs.get_mut(self.current)
             && !open.announced
+            && !(open.run.is_err() && open.follow.as_ref().is_some_and(|f| !f.is_done()))
         {
             open.announced = true;
             crate::web::announce(&open.name, open.run.as_ref().err());
@@ -326,7 +327,6 @@ impl TidemarkApp {
                 });
                 let Ok(run) = &open.run else { return };
                 ui.horizontal_wrapped(|ui| {
-                    #[cfg(not(target_arch = "wasm32"))]
                     if let Some(follow) = &open.follow {
                         ui.colored_label(crate::style::GREEN, follow.status());
                         ui.separator();

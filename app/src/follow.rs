@@ -1,17 +1,21 @@
 //! Following a recording while the collector writes it: the file is re-read from where the last
-//! read stopped, and what arrived is handed back as the grown recording (the app grows its
-//! curves from it at every poll, and analyses it again when this module says it is due, on a
-//! thread of its own that this module keeps; it knows nothing of the views).
+//! read stopped — natively from disk, in a browser by asking the server for the bytes from there
+//! on (`Range: bytes=N-`, as `collector serve` answers) — and what arrived is handed back as the
+//! grown recording (the app grows its curves from it at every poll, and analyses it again when
+//! this module says it is due, on a thread of its own that this module keeps natively, at once
+//! in a tab, which has one thread; it knows nothing of the views).
 
-use std::io::{Read as _, Seek as _, SeekFrom};
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use collector::analysis::{Analysis, analyze};
 use collector::recording::{Follower, Recording};
+use web_time::Instant;
 
-/// How often the file is checked.
+/// How often the file is checked (a server is asked at most once a second).
+#[cfg(not(target_arch = "wasm32"))]
 const POLL: Duration = Duration::from_millis(250);
+#[cfg(target_arch = "wasm32")]
+const POLL: Duration = Duration::from_secs(1);
 
 /// How often, at most, a growing run is analysed again (its curves grow at every poll).
 const ANALYSIS: Duration = Duration::from_secs(1);
@@ -20,9 +24,34 @@ const ANALYSIS: Duration = Duration::from_secs(1);
 /// up with.
 const MAX_READ: u64 = 64 << 20;
 
+/// An analysis being made: natively on a thread of its own; in a tab, made already.
+#[cfg(not(target_arch = "wasm32"))]
+type Analysing = std::thread::JoinHandle<Analysis>;
+#[cfg(target_arch = "wasm32")]
+type Analysing = Analysis;
+
+/// The answer to the request under way, once it came: the bytes it brought, or why none.
+#[cfg(target_arch = "wasm32")]
+type Arrived = std::rc::Rc<std::cell::RefCell<Option<Result<Vec<u8>, String>>>>;
+
+/// Where the bytes come from: a file natively, a URL in a browser (with the request under way,
+/// whose answer the next poll takes).
+enum Source {
+    #[cfg(not(target_arch = "wasm32"))]
+    Path(std::path::PathBuf),
+    #[cfg(target_arch = "wasm32")]
+    Url {
+        url: String,
+        arrived: Arrived,
+        asking: bool,
+    },
+}
+
 /// A file being followed.
 pub struct Follow {
-    path: PathBuf,
+    /// The path or URL, for messages.
+    name: String,
+    source: Source,
     offset: u64,
     follower: Follower,
     last_poll: Option<Instant>,
@@ -32,7 +61,7 @@ pub struct Follow {
     last_analysis: Option<Instant>,
     analysis_interval: Duration,
     /// The analysis running on its own thread, and when it started.
-    analysing: Option<(std::thread::JoinHandle<Analysis>, Instant)>,
+    analysing: Option<(Analysing, Instant)>,
     /// The recording grew since it was last analysed (or since that analysis started).
     stale: bool,
     last_data: Option<Instant>,
@@ -41,9 +70,28 @@ pub struct Follow {
 
 impl Follow {
     /// Starts following `path` from its first byte.
-    pub fn new(path: PathBuf) -> Self {
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new(path: std::path::PathBuf) -> Self {
+        Self::of(path.display().to_string(), Source::Path(path))
+    }
+
+    /// Starts following the file at `url` (same origin) from its first byte.
+    #[cfg(target_arch = "wasm32")]
+    pub fn url(url: String) -> Self {
+        Self::of(
+            url.clone(),
+            Source::Url {
+                url,
+                arrived: Default::default(),
+                asking: false,
+            },
+        )
+    }
+
+    fn of(name: String, source: Source) -> Self {
         Self {
-            path,
+            name,
+            source,
             offset: 0,
             follower: Follower::new(),
             last_poll: None,
@@ -95,7 +143,7 @@ impl Follow {
         let bytes = match self.read_more() {
             Ok(bytes) => bytes,
             Err(err) => {
-                self.error = Some(format!("{}: {err}", self.path.display()));
+                self.error = Some(format!("{}: {err}", self.name));
                 return None;
             }
         };
@@ -109,14 +157,14 @@ impl Follow {
         let mut recording = if first { None } else { current() };
         let fed = self.follower.feed(&bytes, &mut recording);
         if let Err(err) = &fed {
-            self.error = Some(format!("{}: {err}", self.path.display()));
+            self.error = Some(format!("{}: {err}", self.name));
         }
         Some(match (recording, fed) {
             (Some(recording), _) => Ok(recording),
-            (None, Err(err)) => Err(format!("{}: {err}", self.path.display())),
+            (None, Err(err)) => Err(format!("{}: {err}", self.name)),
             (None, Ok(_)) => Err(format!(
                 "{}: waiting for the recording's header…",
-                self.path.display()
+                self.name
             )),
         })
     }
@@ -147,9 +195,15 @@ impl Follow {
     /// Analyses `recording` on a thread of its own (a copy that shares its series), so that
     /// the frames go on meanwhile; [`Follow::analysis`] hands the result over.
     pub fn analyse_in_background(&mut self, recording: &Recording) {
-        let copy = recording.clone();
         self.stale = false;
-        self.analysing = Some((std::thread::spawn(move || analyze(&copy)), Instant::now()));
+        #[cfg(not(target_arch = "wasm32"))]
+        let analysing = {
+            let copy = recording.clone();
+            std::thread::spawn(move || analyze(&copy))
+        };
+        #[cfg(target_arch = "wasm32")]
+        let analysing = analyze(recording);
+        self.analysing = Some((analysing, Instant::now()));
     }
 
     /// Whether an analysis runs on its thread. The recording is not grown meanwhile: growing a
@@ -160,19 +214,56 @@ impl Follow {
 
     /// The analysis made on its thread, once it is done (`wait`: waited for).
     pub fn analysis(&mut self, wait: bool) -> Option<Analysis> {
+        #[cfg(not(target_arch = "wasm32"))]
         if !wait && !self.analysing.as_ref()?.0.is_finished() {
             return None;
         }
-        let (thread, started) = self.analysing.take()?;
-        let analysis = thread
+        let _ = wait;
+        let (analysing, started) = self.analysing.take()?;
+        #[cfg(not(target_arch = "wasm32"))]
+        let analysis = analysing
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        #[cfg(target_arch = "wasm32")]
+        let analysis = analysing;
         self.analysed_in(started.elapsed());
         Some(analysis)
     }
 
+    /// What was added since the last read (from a server: what its last answer brought, the
+    /// next question asked meanwhile).
+    #[cfg(target_arch = "wasm32")]
+    fn read_more(&mut self) -> Result<Vec<u8>, String> {
+        let Source::Url {
+            url,
+            arrived,
+            asking,
+        } = &mut self.source;
+        let answer = arrived.borrow_mut().take();
+        let bytes = match answer {
+            Some(answer) => {
+                *asking = false;
+                answer?
+            }
+            None => Vec::new(),
+        };
+        self.offset += bytes.len() as u64;
+        if !*asking {
+            *asking = true;
+            let (url, arrived, from) = (url.clone(), arrived.clone(), self.offset);
+            wasm_bindgen_futures::spawn_local(async move {
+                let answer = crate::web::fetch_from(&url, from, MAX_READ).await;
+                *arrived.borrow_mut() = Some(answer);
+            });
+        }
+        Ok(bytes)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
     fn read_more(&mut self) -> std::io::Result<Vec<u8>> {
-        let mut file = std::fs::File::open(&self.path)?;
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let Source::Path(path) = &self.source;
+        let mut file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
         if len < self.offset {
             return Err(std::io::Error::other(

@@ -2,7 +2,6 @@
 //! files followed while the collector writes them.
 
 use crate::app::TidemarkApp;
-#[cfg(not(target_arch = "wasm32"))]
 use crate::run::OpenRun;
 use crate::run::Run;
 
@@ -177,6 +176,27 @@ impl TidemarkApp {
     }
 }
 
+impl TidemarkApp {
+    /// Reads what was added to followed files (each at its own pace, see `Follow::poll`, unless
+    /// `now`).
+    pub(crate) fn poll_follow(&mut self, ctx: &egui::Context) {
+        let mut any = false;
+        for open in &mut self.runs {
+            any |= open.follow.is_some();
+            poll(open, false);
+        }
+        if any {
+            ctx.request_repaint_after(std::time::Duration::from_millis(250));
+        }
+    }
+
+    fn poll_follow_now(&mut self) {
+        for open in &mut self.runs {
+            poll(open, true);
+        }
+    }
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 impl TidemarkApp {
     /// Reads a file in the background and shows it when it is read.
@@ -240,25 +260,6 @@ impl TidemarkApp {
         open.follow = Some(crate::follow::Follow::new(path.to_owned()));
         self.add(open);
         self.poll_follow_now();
-    }
-
-    /// Reads what was added to followed files (each at its own pace, see `Follow::poll`, unless
-    /// `now`).
-    pub(crate) fn poll_follow(&mut self, ctx: &egui::Context) {
-        let mut any = false;
-        for open in &mut self.runs {
-            any |= open.follow.is_some();
-            poll(open, false);
-        }
-        if any {
-            ctx.request_repaint_after(std::time::Duration::from_millis(250));
-        }
-    }
-
-    fn poll_follow_now(&mut self) {
-        for open in &mut self.runs {
-            poll(open, true);
-        }
     }
 
     /// Starts or stops following the current file.
@@ -341,6 +342,18 @@ impl TidemarkApp {
             ctx.request_repaint();
         });
     }
+
+    /// Follows a recording hosted next to the page (same origin) while it is written: its bytes
+    /// are fetched from where the last fetch stopped, about once a second (`Range: bytes=N-`).
+    pub fn follow_url(&mut self, url: String) {
+        let mut open = OpenRun::new(
+            url.clone(),
+            Err("waiting for the recording's first bytes…".to_owned()),
+        );
+        open.follow = Some(crate::follow::Follow::url(url));
+        self.add(open);
+        self.poll_follow_now();
+    }
 }
 
 /// While files are dragged over the window, say that dropping opens them.
@@ -366,7 +379,6 @@ pub(crate) fn drop_hint(ctx: &egui::Context) {
 /// One followed file: what arrived goes into its recording, its curves grow, and it is analysed
 /// again when that is due — on a thread of its own, unless `now` or the recording is complete
 /// (then at once): the frames go on meanwhile, and the file is read again once it is done.
-#[cfg(not(target_arch = "wasm32"))]
 fn poll(open: &mut OpenRun, now: bool) {
     let Some(follow) = &mut open.follow else {
         return;
@@ -400,11 +412,13 @@ fn poll(open: &mut OpenRun, now: bool) {
         }
         return;
     };
-    let started = std::time::Instant::now();
+    let started = web_time::Instant::now();
     match (update, kept) {
         (Ok(recording), Some(mut previous)) => {
             let at_once = now || recording.end.is_some();
             previous.grow(recording, at_once);
+            #[cfg(target_arch = "wasm32")]
+            crate::web::announce_growth(previous.recording.sample_count());
             if at_once {
                 follow.analysed_in(started.elapsed());
             } else {

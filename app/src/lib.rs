@@ -8,7 +8,6 @@ mod attribution;
 pub mod blocks;
 mod cards;
 mod compare;
-#[cfg(not(target_arch = "wasm32"))]
 mod follow;
 mod intake;
 pub mod lod;

@@ -116,7 +116,11 @@ fn main() {
                     let app = match tidemark_app::web::url_parameter() {
                         Some(url) => {
                             let mut app = tidemark_app::TidemarkApp::empty();
-                            app.open_url(&cc.egui_ctx, url);
+                            if tidemark_app::web::follow_parameter() {
+                                app.follow_url(url);
+                            } else {
+                                app.open_url(&cc.egui_ctx, url);
+                            }
                             app
                         }
                         None => tidemark_app::TidemarkApp::default(),

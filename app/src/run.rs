@@ -329,7 +329,6 @@ impl Run {
     /// Takes an analysis of this run's recording made elsewhere (of the recording as it was a
     /// moment ago, for a followed file): the views drawn from the analysis are made again, the
     /// curves kept.
-    #[cfg(not(target_arch = "wasm32"))]
     pub fn adopt(&mut self, analysis: Analysis) {
         let traces = std::mem::take(&mut self.view.traces);
         self.analysis = analysis;
@@ -448,7 +447,6 @@ pub struct OpenRun {
     pub blocks: crate::blocks::BlocksState,
     /// The active memory timeline's view (snapshots only).
     pub memory: crate::memtimeline::MemoryState,
-    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) follow: Option<crate::follow::Follow>,
     /// Whether the page was told that this file is shown (see `web::announce`).
     #[cfg(target_arch = "wasm32")]
@@ -463,7 +461,6 @@ impl OpenRun {
             timeline: TimelineState::default(),
             blocks: crate::blocks::BlocksState::default(),
             memory: crate::memtimeline::MemoryState::default(),
-            #[cfg(not(target_arch = "wasm32"))]
             follow: None,
             #[cfg(target_arch = "wasm32")]
             announced: false,

@@ -11,6 +11,71 @@ pub fn url_parameter() -> Option<String> {
     params.get("url").filter(|u| !u.is_empty())
 }
 
+/// Whether the page asks to follow the file (`?follow=1`): it is still being written.
+pub fn follow_parameter() -> bool {
+    let Some(search) = web_sys::window().and_then(|w| w.location().search().ok()) else {
+        return false;
+    };
+    web_sys::UrlSearchParams::new_with_str(&search)
+        .ok()
+        .and_then(|p| p.get("follow"))
+        .is_some_and(|f| f == "1" || f == "true")
+}
+
+/// The bytes of `url` (same origin) from byte `from` on, at most `most` of them: what a file
+/// being written gained since it was last read (`Range: bytes=N-`). The range starts a byte
+/// early, so that a file that did not grow is one byte, not a range past its end (which a server
+/// refuses with `416`, and the browser logs as an error); `416` is then a file that became
+/// shorter. A server that answers the whole file is read past `from`.
+pub async fn fetch_from(url: &str, from: u64, most: u64) -> Result<Vec<u8>, String> {
+    let early = u64::from(from > 0);
+    let asked = from - early;
+    let window = web_sys::window().ok_or("no window")?;
+    let init = web_sys::RequestInit::new();
+    init.set_method("GET");
+    init.set_mode(web_sys::RequestMode::SameOrigin);
+    init.set_cache(web_sys::RequestCache::NoStore);
+    let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(describe)?;
+    request
+        .headers()
+        .set(
+            "Range",
+            &format!(
+                "bytes={asked}-{}",
+                from.saturating_add(most).saturating_sub(1)
+            ),
+        )
+        .map_err(describe)?;
+    let response = JsFuture::from(window.fetch_with_request(&request))
+        .await
+        .map_err(|err| format!("cannot be fetched: {}", describe(err)))?;
+    let response: web_sys::Response = response.dyn_into().map_err(describe)?;
+    match response.status() {
+        416 if from > 0 => {
+            return Err("the file became shorter: it was replaced; open it again".to_owned());
+        }
+        416 => return Ok(Vec::new()),
+        200 | 206 => {}
+        status => {
+            return Err(format!(
+                "cannot be fetched: the server answered {status} {}",
+                response.status_text()
+            ));
+        }
+    }
+    let buffer = JsFuture::from(response.array_buffer().map_err(describe)?)
+        .await
+        .map_err(|err| format!("cannot be read: {}", describe(err)))?;
+    let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
+    let skip = if response.status() == 200 {
+        from
+    } else {
+        early
+    };
+    let skip = usize::try_from(skip).unwrap_or(usize::MAX).min(bytes.len());
+    Ok(bytes[skip..].to_vec())
+}
+
 fn describe(err: JsValue) -> String {
     err.as_string()
         .or_else(|| {
@@ -135,6 +200,12 @@ pub fn announce(name: &str, error: Option<&String>) {
     performance_mark(mark, &detail.into());
     let memory = core::arch::wasm32::memory_size::<0>() as f64 * 65536.0;
     performance_mark("wasm-memory", &memory.into());
+}
+
+/// Tells the page that a followed file grew: a performance mark `tidemark:grew` whose detail is
+/// the samples the run holds now (the browser test waits for more samples than were first shown).
+pub fn announce_growth(samples: u64) {
+    performance_mark("tidemark:grew", &(samples as f64).into());
 }
 
 /// `performance.mark(name, { detail })`; web-sys has the options only as an unstable API.

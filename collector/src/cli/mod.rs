@@ -1,5 +1,6 @@
 //! The command line: the clap types of every command, and one file per command (`record` is
-//! the [`crate::record`] module; `report`, `check`, `diff` and `import` are here).
+//! the [`crate::record`] module; `report`, `check`, `diff`, `import` and `serve` are here, the
+//! server itself in [`crate::serve`]).
 
 mod check;
 mod diff;
@@ -8,6 +9,8 @@ mod memory_picture;
 mod picture;
 mod ranks;
 mod report;
+mod report_json;
+mod serve;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -59,6 +62,12 @@ enum Command {
     /// Convert a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`) into a recording:
     /// its allocated and reserved curves, OOMs and phases.
     Import(import::ImportArgs),
+    /// Serve the runs in a folder and the web viewer over HTTP, for a machine reached by
+    /// `ssh -L` (as `tensorboard --logdir`): the page lists the runs (growing or finished, with
+    /// their verdicts) and opens one in the viewer. Only this machine can connect unless
+    /// `--host` says otherwise (then with a token). Exit 2 when the folder cannot be read or the
+    /// port is taken.
+    Serve(serve::ServeArgs),
 }
 
 /// What to record, and how.
@@ -143,6 +152,7 @@ pub fn main() -> ExitCode {
         Some(Command::Check(args)) => check::check(&args),
         Some(Command::Diff(args)) => diff::diff(&args),
         Some(Command::Import(args)) => import::import(&args),
+        Some(Command::Serve(args)) => serve::serve(&args),
         None => crate::record::run(cli.record),
     }
 }

@@ -13,46 +13,46 @@ use collector::open::Kind;
 use collector::snapshot::ranks::{RankFolder, RankSnapshot, short};
 use serde::Serialize;
 
-/// `collector report DIR [--json]`: the folder as [`collector::open::open_path`] read it.
-pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> ExitCode {
+/// The JSON report of a folder of per-rank snapshots (`collector report DIR --json`), and its
+/// headline.
+pub fn folder_json(dir: &Path, folder: &RankFolder) -> Result<(String, String), serde_json::Error> {
+    #[derive(Serialize)]
+    struct Folder<'a> {
+        schema: u32,
+        folder: String,
+        /// `rank_snapshots`.
+        input: Kind,
+        /// The verdict in one line, as the text report and the viewer lead with it.
+        headline: &'a str,
+        ranks: &'a [RankSnapshot],
+        standout: Option<String>,
+        /// Ranks below the highest without a file.
+        missing: &'a [u32],
+        /// The traces merged by wall clock and judged rank by rank (absent without traces).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        analysis: Option<&'a collector::analysis::Analysis>,
+    }
     // The traces on one timeline: each rank judged on its own.
     let analysis = folder.recording.as_ref().map(analyze);
-    let rows = &folder.rows;
-    let standout = folder.standout.clone();
-    let collector::headline::Headline {
-        text: headline,
-        problem,
-        ..
-    } = collector::headline::leading(analysis.as_ref(), None, Some(folder));
+    let headline = collector::headline::leading(analysis.as_ref(), None, Some(folder)).text;
+    let json = serde_json::to_string_pretty(&Folder {
+        schema: super::report::REPORT_SCHEMA,
+        folder: dir.display().to_string(),
+        input: Kind::RankSnapshots,
+        headline: &headline,
+        ranks: &folder.rows,
+        standout: folder.standout.clone(),
+        missing: &folder.missing,
+        analysis: analysis.as_ref(),
+    })?;
+    Ok((headline, json))
+}
+
+/// `collector report DIR [--json]`: the folder as [`collector::open::open_path`] read it.
+pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> ExitCode {
     if json {
-        #[derive(Serialize)]
-        struct Folder<'a> {
-            schema: u32,
-            folder: String,
-            /// `rank_snapshots`.
-            input: Kind,
-            /// The verdict in one line, as the text report and the viewer lead with it.
-            headline: &'a str,
-            ranks: &'a [RankSnapshot],
-            standout: Option<String>,
-            /// Ranks below the highest without a file.
-            missing: &'a [u32],
-            /// The traces merged by wall clock and judged rank by rank (absent without traces).
-            #[serde(skip_serializing_if = "Option::is_none")]
-            analysis: Option<&'a collector::analysis::Analysis>,
-        }
-        let folder = Folder {
-            schema: super::report::REPORT_SCHEMA,
-            folder: dir.display().to_string(),
-            input: Kind::RankSnapshots,
-            headline: &headline,
-            ranks: rows,
-            standout,
-            missing: &folder.missing,
-            analysis: analysis.as_ref(),
-        };
-        match serde_json::to_string_pretty(&folder) {
-            Ok(text) => super::out(format_args!("{text}\n")),
+        match folder_json(dir, folder) {
+            Ok((_, text)) => super::out(format_args!("{text}\n")),
             Err(err) => {
                 eprintln!("collector: cannot write the report as JSON: {err}");
                 return ExitCode::from(2);
@@ -60,6 +60,13 @@ pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    let analysis = folder.recording.as_ref().map(analyze);
+    let rows = &folder.rows;
+    let collector::headline::Headline {
+        text: headline,
+        problem,
+        ..
+    } = collector::headline::leading(analysis.as_ref(), None, Some(folder));
     let mut out = String::new();
     let read = rows.iter().filter(|r| r.error.is_none()).count();
     let _ = writeln!(

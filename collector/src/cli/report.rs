@@ -9,8 +9,9 @@ use collector::format::{count, format_bytes, format_duration, format_seconds};
 use collector::headline::{Headline, leading};
 use collector::open::{Input, Kind, open_path};
 use collector::recording::Recording;
-use collector::snapshot::{Judged, Snapshot, SnapshotVerdict};
-use serde::Serialize;
+use collector::snapshot::{Snapshot, SnapshotVerdict};
+
+use super::report_json::{Judged, paired};
 
 /// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
 pub const REPORT_SCHEMA: u32 = 1;
@@ -119,127 +120,6 @@ impl Outputs {
     }
 }
 
-/// The JSON report.
-#[derive(Serialize)]
-struct JsonReport<'a> {
-    schema: u32,
-    file: String,
-    /// What the input is: `recording`, `snapshot`, `node_recordings`.
-    input: Kind,
-    /// The verdict in one line, as the text report and the viewer lead with it.
-    headline: String,
-    command: &'a [String],
-    host: &'a str,
-    duration_s: f64,
-    complete: bool,
-    warnings: &'a [String],
-    dropped_probe_messages: u64,
-    ooms: usize,
-    analysis: &'a Analysis,
-    /// Present for PyTorch memory snapshots.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    snapshot: Option<SnapshotJson>,
-    /// The snapshot dumped next to the recording (`collector --history`), when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    paired_snapshot: Option<PairedJson>,
-}
-
-/// A snapshot dumped next to the recording.
-#[derive(Serialize)]
-struct PairedJson {
-    file: String,
-    /// `oom` or `end`.
-    reason: String,
-    /// Why it cannot be read (then `snapshot` is absent).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    snapshot: Option<SnapshotJson>,
-}
-
-/// What a snapshot adds to the JSON report.
-#[derive(Serialize)]
-struct SnapshotJson {
-    /// What the snapshot answers first: out of memory, what is held and by whom, fragmentation.
-    verdict: SnapshotVerdict,
-    trace_entries: usize,
-    entries_by_action: std::collections::BTreeMap<String, usize>,
-    live_blocks_at_end: usize,
-    live_bytes_at_end: u64,
-    leak_suspects: Vec<SuspectJson>,
-    segments: Vec<SegmentJson>,
-}
-
-#[derive(Serialize)]
-struct SuspectJson {
-    device: u32,
-    /// The allocation site: the first frame of the user's code.
-    site: String,
-    phase: Option<String>,
-    occurrences: usize,
-    of: usize,
-    blocks: usize,
-    bytes: u64,
-    frames: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct SegmentJson {
-    device: u32,
-    segments: usize,
-    reserved: u64,
-    allocated: u64,
-    pending_free: u64,
-    free: u64,
-    free_pieces: usize,
-    largest_free: u64,
-}
-
-impl SnapshotJson {
-    fn new(s: &Snapshot, verdict: SnapshotVerdict) -> Self {
-        Self {
-            trace_entries: s.entries.len(),
-            entries_by_action: s.action_counts(),
-            live_blocks_at_end: verdict.live.len(),
-            live_bytes_at_end: verdict.live.iter().map(|b| b.size).sum(),
-            leak_suspects: verdict
-                .suspects
-                .iter()
-                .cloned()
-                .map(|x| SuspectJson {
-                    site: s.site_name(s.site(x.stack)),
-                    frames: s
-                        .user_frames(x.stack)
-                        .iter()
-                        .map(|f| s.frame_text(f))
-                        .collect(),
-                    device: x.device,
-                    phase: x.phase,
-                    occurrences: x.occurrences,
-                    of: x.of,
-                    blocks: x.blocks,
-                    bytes: x.bytes,
-                })
-                .collect(),
-            segments: verdict
-                .held
-                .iter()
-                .map(|g| SegmentJson {
-                    device: g.device,
-                    segments: g.segments,
-                    reserved: g.reserved,
-                    allocated: g.allocated,
-                    pending_free: g.pending_free,
-                    free: g.free,
-                    free_pieces: g.free_pieces,
-                    largest_free: g.largest_free,
-                })
-                .collect(),
-            verdict,
-        }
-    }
-}
-
 /// `collector report FILE [MORE…] [--json]`.
 pub fn report(args: &ReportArgs) -> ExitCode {
     let fail = |err: &dyn std::fmt::Display| {
@@ -299,17 +179,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
     let lead = leading(Some(&analysis), verdict.as_ref(), None);
     // A recording made with --history names the snapshots dumped next to it: the one at the OOM
     // says what was alive when the job died.
-    let paired = snapshot
-        .is_none()
-        .then(|| collector::open::paired_snapshot(&beside, &recording))
-        .flatten()
-        .map(|paired| {
-            let judged = paired.snapshot.map(|s| {
-                let judged = Judged::new(s);
-                (judged.snapshot, judged.verdict)
-            });
-            (paired.path, paired.reason, judged)
-        });
+    let paired = paired(snapshot.is_some(), &beside, &recording);
     let report = text(
         &args.file,
         &recording,
@@ -331,31 +201,15 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if args.json {
-        let report = JsonReport {
-            schema: REPORT_SCHEMA,
-            file: args.file.display().to_string(),
-            input: kind,
-            headline: lead.text,
-            command: &recording.header.command,
-            host: &recording.header.host,
-            duration_s: recording.duration_ns() as f64 / 1e9,
-            complete: recording.end.is_some(),
-            warnings: &recording.warnings,
-            dropped_probe_messages: recording.dropped_total(),
-            ooms: recording.ooms.len(),
+        let judged = Judged {
+            kind,
+            recording: &recording,
             analysis: &analysis,
-            snapshot: snapshot
-                .as_ref()
-                .zip(verdict)
-                .map(|(s, v)| SnapshotJson::new(s, v)),
-            paired_snapshot: paired.map(|(path, reason, judged)| PairedJson {
-                file: path.display().to_string(),
-                reason,
-                error: judged.as_ref().err().map(ToString::to_string),
-                snapshot: judged.ok().map(|(s, v)| SnapshotJson::new(&s, v)),
-            }),
+            snapshot: snapshot.as_ref(),
+            verdict,
+            paired,
         };
-        match serde_json::to_string_pretty(&report) {
+        match judged.json(&args.file) {
             Ok(json) => super::out(format_args!("{json}\n")),
             Err(err) => {
                 eprintln!("collector: cannot write the report as JSON: {err}");
@@ -367,7 +221,12 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         if let (Some(snapshot), Some(verdict)) = (&snapshot, &verdict) {
             super::out(format_args!("\n{}", snapshot_text(snapshot, verdict, 10)));
         }
-        if let Some((path, reason, judged)) = &paired {
+        if let Some(super::report_json::Paired {
+            path,
+            reason,
+            judged,
+        }) = &paired
+        {
             let when = if reason == "oom" {
                 "AT THE OUT-OF-MEMORY ERROR"
             } else {
@@ -389,26 +248,26 @@ pub fn report(args: &ReportArgs) -> ExitCode {
 /// An input read and judged: what it is, its recording (a snapshot's trace, nodes merged) and
 /// that recording's analysis, the snapshot with its verdict, and where a snapshot dumped next to
 /// the recording would be (beside this file).
-struct Loaded {
-    kind: Kind,
-    recording: Recording,
-    analysis: Analysis,
-    judged: Option<(Snapshot, SnapshotVerdict)>,
-    beside: PathBuf,
+pub(super) struct Loaded {
+    pub(super) kind: Kind,
+    pub(super) recording: Recording,
+    pub(super) analysis: Analysis,
+    pub(super) judged: Option<(Snapshot, SnapshotVerdict)>,
+    pub(super) beside: PathBuf,
 }
 
-/// Analyses what was opened; a snapshot is judged ([`Judged::new`]).
-fn judge(path: &Path, input: Input) -> Loaded {
+/// Analyses what was opened; a snapshot is judged ([`collector::snapshot::Judged::new`]).
+pub(super) fn judge(path: &Path, input: Input) -> Loaded {
     let kind = input.kind();
     let (recording, beside, snapshot) = match input {
         Input::Snapshot(snapshot) => {
-            let Judged {
+            let collector::snapshot::Judged {
                 snapshot,
                 recording,
                 analysis,
                 verdict,
                 ..
-            } = Judged::new(*snapshot);
+            } = collector::snapshot::Judged::new(*snapshot);
             return Loaded {
                 kind,
                 recording,

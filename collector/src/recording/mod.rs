@@ -598,9 +598,14 @@ pub fn read_file(path: &std::path::Path) -> Result<Recording, FileError> {
 /// reads back is the same recording (warnings aside).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn write_file(path: &std::path::Path, recording: &Recording) -> std::io::Result<()> {
-    const CHUNK: usize = 1 << 16;
     let file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut writer = Writer::new(file, &recording.header)?;
+    write_to(file, recording)
+}
+
+/// Writes a whole recording to `out` as [`write_file`] writes it to a file.
+pub fn write_to<W: std::io::Write>(out: W, recording: &Recording) -> std::io::Result<()> {
+    const CHUNK: usize = 1 << 16;
+    let mut writer = Writer::new(out, &recording.header)?;
     for series in &recording.series {
         for (times, values) in series
             .times_ns

@@ -15,6 +15,7 @@ mod pictures;
 mod probe;
 mod ranks;
 mod report;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

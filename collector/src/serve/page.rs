@@ -1,0 +1,195 @@
+//! What `collector serve` shows a browser: the page that lists the runs (rendered here, its rows
+//! refreshed every few seconds by a few lines of script), and the web viewer's files: built into
+//! the binary when `trunk build --release` had made them before it was compiled (see
+//! `collector/build.rs`), or read from a folder named with `--web`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use collector::format::format_bytes;
+
+use super::http::percent_encode_path;
+use super::runs::Run;
+
+// `WEB_DIST`: the web viewer's files (`dist/`), by name, when they were built in.
+include!(concat!(env!("OUT_DIR"), "/web_dist.rs"));
+
+/// Where the web viewer's files come from.
+pub enum Viewer {
+    /// Built into the binary.
+    Embedded(&'static [(&'static str, &'static [u8])]),
+    /// A folder on this machine (`--web`), canonical.
+    Folder(PathBuf),
+    /// Neither: the page says how to build it in.
+    Missing,
+}
+
+impl Viewer {
+    /// The viewer built in, if any, else `folder`, else none.
+    pub fn new(folder: Option<PathBuf>) -> Self {
+        match folder {
+            Some(folder) => Self::Folder(folder),
+            None if WEB_DIST.iter().any(|(name, _)| *name == "index.html") => {
+                Self::Embedded(WEB_DIST)
+            }
+            None => Self::Missing,
+        }
+    }
+
+    /// Whether runs can be opened in it.
+    pub fn present(&self) -> bool {
+        !matches!(self, Self::Missing)
+    }
+}
+
+/// How to build the viewer in, said where it is missing.
+pub const NOT_BUILT: &str = "The web viewer was not built into this collector. Build it with `trunk build --release` (it writes dist/), then build the collector again naming that folder: `TIDEMARK_WEB_DIST=$PWD/dist cargo build --release -p tidemark-collector`; or pass --web /path/to/dist. The runs can still be listed, downloaded and reported here.";
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// How long ago, in words: `12 s ago`, `5 min ago`, `3 h ago`, `2 days ago`.
+fn ago(modified: u64, now: u64) -> String {
+    let s = now.saturating_sub(modified);
+    match s {
+        0..60 => format!("{s} s ago"),
+        60..3600 => format!("{} min ago", s / 60),
+        3600..86400 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86400),
+    }
+}
+
+/// The link that opens `name` in the web viewer (relative to the page, so the server may sit
+/// behind a proxy's prefix); `follow`: the viewer keeps fetching what is added to it.
+pub fn viewer_link(name: &str, follow: bool) -> String {
+    let url = format!("../runs/{}", percent_encode_path(name));
+    let follow = if follow { "&follow=1" } else { "" };
+    format!(
+        "viewer/?url={}{follow}",
+        percent_encode_path(&url).replace('/', "%2F")
+    )
+}
+
+/// The table's rows.
+pub fn rows(runs: &[Run], viewer: bool) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut out = String::new();
+    if runs.is_empty() {
+        out.push_str("<tr><td colspan=\"6\">No runs here yet: recordings, snapshots and profiler traces appear as they are written.</td></tr>");
+    }
+    for run in runs {
+        let name = escape(&run.name);
+        let raw = format!("runs/{}", percent_encode_path(&run.name));
+        let report = format!("api/runs/{}/report", percent_encode_path(&run.name));
+        let open = if viewer && run.error.is_none() {
+            format!(
+                "<a class=\"open\" href=\"{}\">{name}</a>",
+                escape(&viewer_link(
+                    &run.name,
+                    run.growing && run.kind == collector::open::Kind::Recording
+                ))
+            )
+        } else {
+            name
+        };
+        let state = if run.growing { "growing" } else { "finished" };
+        let verdict = match (&run.error, &run.headline) {
+            (Some(err), _) => format!("<span class=\"error\">{}</span>", escape(err)),
+            (None, Some(h)) if run.judged_current => escape(h),
+            (None, Some(h)) => format!("{} <i>(judging the newer bytes…)</i>", escape(h)),
+            (None, None) => "<i>judging…</i>".to_owned(),
+        };
+        let _ = write!(
+            out,
+            "<tr data-name=\"{}\"><td>{open}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{state}\">{state}</td><td>{verdict} <a href=\"{}\">report</a> <a href=\"{}\">bytes</a></td></tr>",
+            escape(&run.name),
+            escape(kind_word(run)),
+            format_bytes(run.size as f64),
+            ago(run.modified, now),
+            escape(&report),
+            escape(&raw),
+        );
+    }
+    out
+}
+
+fn kind_word(run: &Run) -> &'static str {
+    use collector::open::Kind;
+    match run.kind {
+        Kind::Recording => "recording",
+        Kind::Snapshot => "snapshot",
+        Kind::Trace => "profiler trace",
+        Kind::MemoryTimeline => "memory timeline",
+        Kind::NodeRecordings => "nodes' recordings",
+        Kind::RankSnapshots => "per-rank snapshots",
+        Kind::Gzip | Kind::Unknown => "unknown",
+    }
+}
+
+/// The whole page.
+pub fn page(folder: &str, runs: &[Run], viewer: bool) -> String {
+    let missing = if viewer {
+        String::new()
+    } else {
+        format!("<p class=\"missing\">{}</p>", escape(NOT_BUILT))
+    };
+    format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>tidemark — {folder}</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
+table {{ border-collapse: collapse; width: 100%; }}
+th, td {{ text-align: left; padding: 4px 10px; border-bottom: 1px solid #ddd; vertical-align: top; }}
+.growing {{ color: #0a6; font-weight: 600; }} .error {{ color: #b00; }} .missing {{ background: #fff3cd; padding: 8px; }}
+</style></head>
+<body><h1>tidemark — runs in {folder}</h1>{missing}
+<table><thead><tr><th>run</th><th>kind</th><th>size</th><th>modified</th><th>state</th><th>verdict</th></tr></thead>
+<tbody id="runs">{rows}</tbody></table>
+<script>
+// The rows again every 2 s: new runs, growing ones, verdicts as they are judged.
+setInterval(async () => {{
+  try {{
+    const r = await fetch("?part=rows", {{ credentials: "same-origin" }});
+    if (r.ok) document.getElementById("runs").innerHTML = await r.text();
+  }} catch (e) {{}}
+}}, 2000);
+</script></body></html>
+"#,
+        folder = escape(folder),
+        rows = rows(runs, viewer),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_viewer_link_is_relative_and_encoded() {
+        assert_eq!(
+            viewer_link("a b/run.msgpack", false),
+            "viewer/?url=..%2Fruns%2Fa%2520b%2Frun.msgpack"
+        );
+        assert_eq!(
+            viewer_link("live.msgpack", true),
+            "viewer/?url=..%2Fruns%2Flive.msgpack&follow=1"
+        );
+        assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+        assert_eq!(ago(100, 130), "30 s ago");
+        assert_eq!(ago(0, 7200), "2 h ago");
+    }
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""`collector serve` in a real browser: starts the collector's server on a folder of runs (with a
+token, and the web viewer from DIST), opens its page in headless Chromium, and checks what a user
+sees.
+
+  scripts/serve-check.py COLLECTOR DIST [OUT]     (OUT default: test-output/serve)
+
+- the page, opened by the printed URL (with its token): every run is listed, with its kind;
+- a finished recording, opened from its link: the viewer draws its curves and verdict (pixels of
+  their colours), with no console error and no request leaving 127.0.0.1;
+- a recording still being written (a file that grows while the page is open), opened from its
+  link (which asks the viewer to follow it): it is shown from its first bytes, then the viewer
+  fetches what is added (`Range: bytes=N-`) and shows more samples (the app's `tidemark:grew`
+  performance mark counts them), with no console error (nor one for a file that stopped growing).
+
+Screenshots go to OUT. Needs what scripts/web-check.py needs.
+"""
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image
+from selenium.webdriver.common.by import By
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from headless import browser as headless_browser, check, count_near, failures, requested_urls  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
+TOKEN = "check-token-0123"
+
+# Colours the viewer draws with (collector/src/palette.rs).
+HOST_MEMORY = (0xCC, 0x79, 0xA7)
+DEVICE_USED = (0x00, 0x9E, 0x73)
+
+
+def browser():
+    return headless_browser(
+        "--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--window-size=1280,800"
+    )
+
+
+def marks(driver):
+    return driver.execute_script(
+        "return performance.getEntriesByType('mark')"
+        ".filter(m => m.name.startsWith('tidemark:'))"
+        ".map(m => [m.name, String(m.detail)]);"
+    )
+
+
+def wait(what, timeout_s=90):
+    """Waits until `what()` is true (None when it never is)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.2)
+    return None
+
+
+def curve_pixels(image):
+    w, h = image.size
+    plot = (0, 100, w, h)
+    return count_near(image, HOST_MEMORY, plot) + count_near(image, DEVICE_USED, plot)
+
+
+def shot(driver, path):
+    time.sleep(1.5)  # the frame after the mark reaches the screen
+    driver.save_screenshot(str(path))
+    return Image.open(path).convert("RGB")
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    collector, dist = Path(sys.argv[1]), Path(sys.argv[2])
+    out = Path(sys.argv[3]) if len(sys.argv) > 3 else ROOT / "test-output" / "serve"
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = Path(tmp) / "runs"
+        (runs / "job-a").mkdir(parents=True)
+        finished = (CORPUS / "forward_keeps_losses.msgpack").read_bytes()
+        (runs / "job-a" / "leak.msgpack").write_bytes(finished)
+        (runs / "healthy.msgpack").write_bytes((CORPUS / "healthy.msgpack").read_bytes())
+        # The growing run: half a recording now, the rest while the page shows it.
+        whole = (CORPUS / "eval_keeps_predictions.msgpack").read_bytes()
+        live = runs / "live.msgpack"
+        live.write_bytes(whole[: len(whole) // 2])
+        server = subprocess.Popen(
+            [str(collector), "serve", "--port", "0", "--token", TOKEN, "--web", str(dist), str(runs)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            url = None
+            for line in server.stdout:
+                found = re.search(r"open (http://127\.0\.0\.1:\d+/\?token=\S+)", line)
+                if found:
+                    url = found.group(1)
+                    break
+            check(url is not None and url.endswith(f"?token={TOKEN}"), f"the URL printed: {url}")
+            if url is None:
+                return 1
+            base = url.split("?")[0]
+            driver = browser()
+            try:
+                print("the runs list")
+                driver.get(url)
+                rows = wait(lambda: driver.find_elements(By.CSS_SELECTOR, "tr[data-name]"))
+                names = sorted(r.get_attribute("data-name") for r in rows or [])
+                check(names == ["healthy.msgpack", "job-a/leak.msgpack", "live.msgpack"], f"listed: {names}")
+                text = driver.find_element(By.ID, "runs").text
+                check(text.count("recording") >= 3, "kinds shown")
+                driver.save_screenshot(str(out / "list.png"))
+                judged = wait(lambda: "judging" not in driver.find_element(By.ID, "runs").text, 60)
+                check(judged is not None, "every run judged, the rows refreshed by the page")
+
+                print("a finished recording, opened from the list")
+                link = driver.find_element(By.CSS_SELECTOR, 'tr[data-name="job-a/leak.msgpack"] a.open')
+                link.click()
+                shown = wait(lambda: [m for m in marks(driver) if m[0] != "tidemark:grew"])
+                check(shown and shown[0][0] == "tidemark:shown", f"shown: {shown}")
+                image = shot(driver, out / "leak.png")
+                curve = curve_pixels(image)
+                check(curve > 400, f"curves drawn: {curve} pixels of their colours")
+                errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+                check(not errors, f"console errors: {errors}")
+                urls = requested_urls(driver)
+                foreign = [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
+                check(urls and not foreign, f"{len(urls)} requests, none elsewhere: {foreign}")
+
+                print("a growing recording, followed")
+                live.write_bytes(whole[: len(whole) // 2])  # changed just now: growing
+                driver.get(url)
+                link = wait(lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-name="live.msgpack"] a.open'))
+                href = link[0].get_attribute("href") if link else ""
+                check("follow=1" in href, f"the link asks to follow: {href}")
+                driver.get(href)
+                shown = wait(lambda: [m for m in marks(driver) if m[0] != "tidemark:grew"])
+                check(shown and shown[0][0] == "tidemark:shown", f"shown from its first bytes: {shown}")
+                before = shot(driver, out / "live-before.png")
+                check(curve_pixels(before) > 100, f"drawn from its first bytes: {curve_pixels(before)} pixels")
+                first = max((float(d) for n, d in marks(driver) if n == "tidemark:grew"), default=0.0)
+                with open(live, "ab") as f:
+                    f.write(whole[len(whole) // 2:])
+                grew = wait(
+                    lambda: [float(d) for n, d in marks(driver) if n == "tidemark:grew" and float(d) > first],
+                    30,
+                )
+                check(bool(grew), f"new samples shown: {first:.0f} → {max(grew or [0]):.0f}")
+                after = shot(driver, out / "live-after.png")
+                ranged = [u for u in requested_urls(driver) if "/runs/live.msgpack" in u]
+                check(len(ranged) >= 2, f"fetched again as it grew: {len(ranged)} requests")
+                check(curve_pixels(after) > 100, f"drawn as it grew: {curve_pixels(after)} pixels")
+                errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+                check(not errors, f"console errors: {errors}")
+            finally:
+                driver.quit()
+        finally:
+            server.kill()
+            server.wait()
+    if failures:
+        print(f"FAILED: {len(failures)} checks (screenshots in {out})")
+        return 1
+    print("serve check passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
