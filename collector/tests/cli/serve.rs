@@ -149,15 +149,21 @@ fn folder() -> (tempfile::TempDir, Vec<(String, PathBuf)>) {
     let samples = tidemark_tests::inputs::samples(dir.path()).unwrap();
     let mut runs = Vec::new();
     for sample in samples.iter().filter(|s| s.kind.is_some()) {
-        let name = sample
-            .path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        if !sample.path.starts_with(dir.path()) {
-            std::fs::copy(&sample.path, dir.path().join(&name)).unwrap();
-        }
+        // Named by the path under the folder (a sample made in a folder of its own, as the
+        // `--history` one, keeps it: `history/run.msgpack`).
+        let name = match sample.path.strip_prefix(dir.path()) {
+            Ok(inside) => inside.to_string_lossy().into_owned(),
+            Err(_) => {
+                let name = sample
+                    .path
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                std::fs::copy(&sample.path, dir.path().join(&name)).unwrap();
+                name
+            }
+        };
         runs.push((name.clone(), dir.path().join(name)));
     }
     (dir, runs)
@@ -186,10 +192,13 @@ fn the_list_shows_every_run_with_the_librarys_kind_and_headline() {
         };
         assert_eq!(run["size"], size, "{name}");
     }
-    // The folders are one run each: their files are not listed apart.
+    // The folders of nodes and of ranks are one run each: their files are not listed apart (a
+    // plain folder's files are: `history/`).
     assert!(
-        list.iter()
-            .all(|r| !r["name"].as_str().unwrap().contains('/')),
+        list.iter().all(|r| {
+            let name = r["name"].as_str().unwrap();
+            !name.starts_with("nodes/") && !name.starts_with("ranks/")
+        }),
         "{list:?}"
     );
     // Files named like runs that are none are listed with what is wrong; an empty folder is not.
