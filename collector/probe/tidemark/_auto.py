@@ -159,6 +159,7 @@ def _global_post(module, args, output):
 _open = {}
 _saving = {}  # (id(module), thread) -> the saved-tensors hooks entered around that forward
 _saved = {}   # storage address -> (weak reference, bytes, device): what the measured forwards saved
+_SAVED_MAX = 65536  # forwards that no backward follows (a no_grad forgotten) add no more than this
 
 
 def _saves_measured(step):
@@ -172,7 +173,7 @@ def _note_saved(tensor):
     try:
         storage = tensor.untyped_storage()
         key = storage.data_ptr()
-        if key and key not in _saved:
+        if key and key not in _saved and len(_saved) < _SAVED_MAX:
             _saved[key] = (_StorageWeakRef(storage), storage.nbytes(), tensor.get_device())
     except Exception:
         pass
