@@ -359,7 +359,7 @@ impl TidemarkApp {
             }
             Tab::Info => {
                 egui::ScrollArea::vertical().show(ui, |ui| {
-                    crate::cards::run_info_ui(ui, &open.name, &run.recording);
+                    crate::cards::run_info_ui(ui, &open.name, run);
                 });
             }
             Tab::Blocks => {

@@ -2,7 +2,6 @@
 
 use collector::analysis::FindingKind;
 use collector::format::{format_bytes, format_duration};
-use collector::recording::Recording;
 
 use crate::run::Run;
 
@@ -168,7 +167,8 @@ pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
 }
 
 /// Command, host, devices, duration, samples, lost messages, warnings and notes.
-pub fn run_info_ui(ui: &mut egui::Ui, name: &str, run: &Recording) {
+pub fn run_info_ui(ui: &mut egui::Ui, name: &str, opened: &Run) {
+    let run = &opened.recording;
     let header = &run.header;
     egui::Grid::new("run_info")
         .num_columns(2)
@@ -228,6 +228,10 @@ pub fn run_info_ui(ui: &mut egui::Ui, name: &str, run: &Recording) {
                     (Some(code), None) => format!("exit status {code}"),
                     (None, None) => "ended".to_owned(),
                 },
+                // A snapshot has no job's end: its trace ends where it was dumped.
+                (None, _) if opened.input == collector::open::Kind::Snapshot => {
+                    "the snapshot (no job's end in it)".to_owned()
+                }
                 (None, Some(_)) => "recording complete, no exit recorded".to_owned(),
                 (None, None) => "incomplete recording".to_owned(),
             };

@@ -1104,6 +1104,11 @@ fn a_snapshots_caption_agrees_with_its_headline() {
             "{recording_only}"
         );
     }
+    // Run info: a snapshot has no job's end, and is not an incomplete recording.
+    harness.get_by_label("Run info").click();
+    harness.run();
+    harness.get_by_label("the snapshot (no job's end in it)");
+    assert!(harness.query_by_label("incomplete recording").is_none());
 }
 
 /// A recording made with `--history` leads with its own verdict, as the report does; the snapshot
