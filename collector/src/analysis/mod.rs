@@ -459,6 +459,12 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
     Some((Basis::Allocated, std::borrow::Cow::Owned(series)))
 }
 
+/// The value read exactly at `t_ns`, if one was (a series sampled at the phase edges).
+pub(crate) fn value_exactly_at(series: &Series, t_ns: u64) -> Option<u64> {
+    let i = series.times_ns.partition_point(|&t| t < t_ns);
+    (series.times_ns.get(i) == Some(&t_ns)).then(|| series.values.at(i))
+}
+
 /// The value of a sorted series at `t`: the first sample at or after it, else the last.
 pub(crate) fn value_at(series: &Series, t_ns: u64) -> Option<u64> {
     let i = series.times_ns.partition_point(|&s| s < t_ns);
@@ -684,10 +690,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
             .step_series
             .times_ns
             .iter()
-            .map(|&t| {
-                let i = heap.times_ns.partition_point(|&x| x < t);
-                (heap.times_ns.get(i) == Some(&t)).then(|| heap.values.at(i) as f64)
-            })
+            .map(|&t| value_exactly_at(heap, t).map(|v| v as f64))
             .collect(),
         _ => None,
     };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::trend::{Trend, trend};
-use super::{StepSeries, value_at};
+use super::{StepSeries, value_at, value_exactly_at};
 use crate::recording::{AllocatorReadings, Edge, Phase, Recording, Series};
 
 /// One run of one phase, from its begin edge to its end edge, in one process.
@@ -412,11 +412,10 @@ fn levels(
     let (begin, end) = if at_edges {
         // Read at the edges themselves: an edge without its reading leaves the occurrence out
         // (the next edge's reading would move its change to the next phase).
-        let exact = |t: u64| {
-            let i = series.times_ns.partition_point(|&x| x < t);
-            (series.times_ns.get(i) == Some(&t)).then(|| series.values.at(i))
-        };
-        (exact(o.begin_ns)? as f64, exact(o.end_ns)? as f64)
+        (
+            value_exactly_at(series, o.begin_ns)? as f64,
+            value_exactly_at(series, o.end_ns)? as f64,
+        )
     } else {
         (
             value_at(series, o.begin_ns)? as f64,

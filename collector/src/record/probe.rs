@@ -310,14 +310,15 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
             field.parse().ok().map(Some)
         }
     };
+    // A rank or a device: a `u32`, or `-`.
+    let optional_u32 = |field: &str| -> Option<Option<u32>> {
+        optional(field)?.map(u32::try_from).transpose().ok()
+    };
     // `<t_ns> <pid> <rank>`: when, and who sent it.
     let sender = |fields: &mut std::str::SplitN<'_, char>| -> Option<(u64, Origin)> {
         let t_ns = clock.since_start_ns(fields.next()?.parse().ok()?);
         let pid = fields.next()?.parse().ok()?;
-        let rank = optional(fields.next()?)?
-            .map(u32::try_from)
-            .transpose()
-            .ok()?;
+        let rank = optional_u32(fields.next()?)?;
         Some((t_ns, Origin { pid, rank }))
     };
     match fields.next()? {
@@ -360,10 +361,7 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
         "C" => {
             let (t_ns, origin) = sender(&mut fields)?;
             let step = optional(fields.next()?)?;
-            let device = optional(fields.next()?)?
-                .map(u32::try_from)
-                .transpose()
-                .ok()?;
+            let device = optional_u32(fields.next()?)?;
             let parameters = fields.next()?.parse().ok()?;
             let gradients = fields.next()?.parse().ok()?;
             let gradients_at_last_end = optional(fields.next()?)?;
@@ -395,10 +393,7 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
         "B" => {
             let (t_ns, origin) = sender(&mut fields)?;
             let step = optional(fields.next()?)?;
-            let device = optional(fields.next()?)?
-                .map(u32::try_from)
-                .transpose()
-                .ok()?;
+            let device = optional_u32(fields.next()?)?;
             let bytes = fields.next()?.trim_end_matches(['\n', '\r']).parse().ok()?;
             fields
                 .next()
