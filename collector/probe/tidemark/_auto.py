@@ -4,7 +4,8 @@
   module). It is eval when gradients are off, in inference mode, or when the model is in eval mode.
   Roots are found with global forward hooks until the first optimizer step; from then on only the
   roots are hooked, so the cost does not grow with the model.
-- backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped.
+- backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped, and
+  ``torch.autograd.grad`` where it is called outside a forward and a backward.
   No global backward hooks: they break in-place operations.
 - optimizer: the optimizer step pre and post hooks. Each optimizer step ends a training step.
 
@@ -105,21 +106,51 @@ def _install(torch):
     backward = torch.autograd.backward
 
     def backward_in_phase(*args, **kwargs):
-        tidemark.begin("backward")
-        saved = _saved_before_backward()
-        try:
-            return backward(*args, **kwargs)
-        finally:
-            if saved:
-                _send_saved_freed(saved)
-            tidemark.end("backward")
+        return _as_backward(backward, args, kwargs)
 
     torch.autograd.backward = backward_in_phase
+
+    grad = torch.autograd.grad
+
+    def grad_in_phase(*args, **kwargs):
+        # Gradients made by `torch.autograd.grad` outside any forward (a loop that assigns
+        # `p.grad` itself, a gradient penalty before the loss' backward) are a backward. Inside a
+        # forward (derivatives a model's forward takes) or a backward (reentrant checkpointing)
+        # they belong to that phase.
+        if _in_backward[0] > 0 or _in_forward():
+            return grad(*args, **kwargs)
+        return _as_backward(grad, args, kwargs)
+
+    torch.autograd.grad = grad_in_phase
 
     from torch.optim import optimizer
 
     optimizer.register_optimizer_step_pre_hook(_optimizer_pre)
     optimizer.register_optimizer_step_post_hook(_optimizer_post)
+
+
+_in_backward = [0]  # backwards running now, in any thread (the engine's threads run nested ones)
+
+
+def _as_backward(run, args, kwargs):
+    """`run(*args, **kwargs)` as a backward phase, with what it freed of the forwards' saved
+    tensors."""
+    tidemark.begin("backward")
+    saved = _saved_before_backward()
+    _in_backward[0] += 1
+    try:
+        return run(*args, **kwargs)
+    finally:
+        _in_backward[0] -= 1
+        if saved:
+            _send_saved_freed(saved)
+        tidemark.end("backward")
+
+
+def _in_forward():
+    """Whether a root model's forward (or eval) is running in this thread."""
+    me = threading.get_ident()
+    return any(thread == me for _, thread in list(_open))
 
 
 def _is_model(module):

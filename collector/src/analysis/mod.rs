@@ -719,7 +719,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
 
 /// The phases a training loop has that the recording could not tell apart, said so that no
 /// phase is named for what it did not measure: a loop without an optimizer step (it updates the
-/// weights itself), or without a backward the probe sees (`torch.autograd.grad`).
+/// weights itself), or without a backward the probe sees.
 fn phases_not_told_apart(occurrences: &[Occurrence]) -> Vec<String> {
     let has = |phase: Phase| occurrences.iter().any(|o| o.phase == phase);
     let (forward, backward, optimizer) = (
@@ -732,7 +732,7 @@ fn phases_not_told_apart(occurrences: &[Occurrence]) -> Vec<String> {
         out.push("no optimizer step seen (the job updates its weights itself): each training forward starts a step, and the update's memory is counted between the phases, not as an optimizer's".to_owned());
     }
     if forward && optimizer && !backward {
-        out.push("no backward seen (gradients by `torch.autograd.grad`, or a backward the probe does not wrap): the gradients' memory is counted between forward and the optimizer, not as a backward's".to_owned());
+        out.push("no backward seen (gradients made where the probe does not see a backward: inside a model's forward, or by C++ or a compiled graph): the gradients' memory is counted between forward and the optimizer, not as a backward's".to_owned());
     }
     out
 }

@@ -495,6 +495,66 @@ print(len(kept))
     );
 }
 
+/// A loop that makes its gradients with `torch.autograd.grad` and assigns them (`p.grad = g`)
+/// has a backward like any other; the derivative a model's own forward takes (a physics-informed
+/// net's du/dx) stays in that forward. A forward hook's kept outputs are still the forward's.
+#[test]
+fn gradients_made_by_autograd_grad_are_a_backward() {
+    let job = Job::new(
+        r#"
+import torch
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+class Pinn(nn.Module):
+    """Its forward takes a derivative itself."""
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(1, 64), nn.Tanh(), nn.Linear(64, 1))
+
+    def forward(self, t):
+        t = t.requires_grad_(True)
+        u = self.net(t)
+        (du,) = torch.autograd.grad(u.sum(), t, create_graph=True)
+        return u, du
+
+kept = []
+model = nn.Sequential(nn.Linear(256, 8192), nn.ReLU(), nn.Linear(8192, 256))
+model[1].register_forward_hook(lambda m, i, out: kept.append(out.detach().clone()))  # 8 MiB a step
+pinn = Pinn()
+params = list(model.parameters()) + list(pinn.parameters())
+opt = torch.optim.SGD(params, lr=0.01)
+x, t = torch.randn(256, 256), torch.rand(64, 1)
+for step in range(30):
+    u, du = pinn(t)
+    loss = model(x).square().mean() + (du - u).square().mean()
+    grads = torch.autograd.grad(loss, params)
+    for p, g in zip(params, grads):
+        p.grad = g
+    opt.step()
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    // One backward a step: the loop's; the forward's own derivative is not one.
+    assert_eq!(begins(&recording, &Phase::Backward).len(), 30);
+    let analysis = collector::analysis::analyze(&recording);
+    assert!(
+        !analysis
+            .lacks
+            .iter()
+            .any(|l| l.contains("no backward seen")),
+        "{:#?}",
+        analysis.lacks
+    );
+    let leak = analysis
+        .finding(collector::analysis::FindingKind::Leak)
+        .unwrap_or_else(|| panic!("no leak finding: {:#?}", analysis.findings));
+    assert_eq!(leak.phase, Some(Phase::Forward), "{leak:#?}");
+}
+
 #[test]
 fn a_heap_too_fragmented_to_read_cheaply_is_read_within_its_share_and_said() {
     // 150,000 free chunks that cannot coalesce: glibc's mallinfo2 walks them all at every read,
