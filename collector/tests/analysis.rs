@@ -1100,16 +1100,29 @@ fn gradients_are_kept_only_where_the_loop_does_not_free_them() {
 /// Resident memory that rises 2 MiB a step while the C heap in use stays flat and the census
 /// finds no holder that grew: the report's own evidence says nothing the job allocates grows, so
 /// the rise is a question (Python's arenas, memory kept after it was freed), not a leak in a
-/// phase. With a holder that grew, it is a leak again.
+/// phase. With a holder that grew outside the heap (shared memory, a mapped file), it is a leak
+/// again; with one that grew inside the heap before the rise (a replay buffer filling up, the
+/// heap rising with it early on and flat since), it is still the question.
 #[test]
 fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
     use collector::recording::{Categories, Census, Edge, Holder, Origin, Record};
-    let build = |holder_grows: bool| {
+    #[derive(PartialEq)]
+    enum Holder_ {
+        Flat,
+        GrowsOutsideTheHeap,
+        GrewInsideTheHeapEarly,
+    }
+    let build = |holder: Holder_| {
         let origin = Origin { pid: 7, rank: None };
         let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
         let (mut times, mut rss) = (Vec::new(), Vec::new());
         for s in 0..60u64 {
-            let heap = 200 * MIB + s % 3 * 64 * 1024;
+            let early = if holder == Holder_::GrewInsideTheHeapEarly {
+                s.min(16) * 8 * MIB
+            } else {
+                0
+            };
+            let heap = 200 * MIB + early + s % 3 * 64 * 1024;
             recording.push(Record::Categories(Categories {
                 t_ns: s * 100_000_000,
                 origin,
@@ -1136,8 +1149,12 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
                 times.push(t_ns);
                 rss.push(resident);
             }
-            if s == 16 || s == 59 {
-                let bytes = if holder_grows { s * 2 * MIB } else { 4 * MIB };
+            if s == 8 || s == 59 {
+                let bytes = match holder {
+                    Holder_::Flat => 4 * MIB,
+                    Holder_::GrowsOutsideTheHeap => s * 2 * MIB,
+                    Holder_::GrewInsideTheHeapEarly => s.min(16) * 8 * MIB,
+                };
                 recording.push(Record::Census(Census {
                     t_ns: s * 100_000_000 + 1,
                     origin,
@@ -1169,7 +1186,7 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
         }));
         analyze(&recording)
     };
-    let flat = build(false);
+    let flat = build(Holder_::Flat);
     assert!(
         flat.finding(FindingKind::Leak).is_none(),
         "{:#?}",
@@ -1188,7 +1205,24 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
     assert_eq!(question.phase, None);
     assert_eq!(collector::analysis::headline(&flat).1, None);
 
-    let held = build(true);
+    let early = build(Holder_::GrewInsideTheHeapEarly);
+    assert!(
+        early.finding(FindingKind::Leak).is_none(),
+        "{:#?}",
+        early.findings
+    );
+    let question = early
+        .finding(FindingKind::ResidentGrowth)
+        .unwrap_or_else(|| panic!("{:#?}", early.findings));
+    assert!(
+        question.evidence.iter().any(
+            |e| e.contains("what the holders that grew keep (__main__.buffer) is in that heap")
+        ),
+        "{:#?}",
+        question.evidence
+    );
+
+    let held = build(Holder_::GrowsOutsideTheHeap);
     assert!(held.finding(FindingKind::ResidentGrowth).is_none());
     let leak = held
         .finding(FindingKind::Leak)

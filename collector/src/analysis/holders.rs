@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::trend::{self, Trend};
 use super::{ALPHA, Analysis, Basis, Finding, FindingKind, GROWTH_FLOOR_BYTES, MIB};
 use crate::format::format_bytes;
-use crate::recording::{Categories, Census, Recording};
+use crate::recording::{Categories, Census, Phase, Recording};
 
 /// A holder must have grown by at least this share of the leak over the same steps to be named.
 const NAMED_SHARE: f64 = 0.5;
@@ -279,9 +279,70 @@ pub(super) fn grown_holders(recording: &Recording, pid: Option<u32>) -> Vec<Hold
             })
         })
         .collect();
+    let objects = grown_together(&grown);
+    grown.extend(objects);
     grown.sort_by(|a, b| b.growth_bytes().total_cmp(&a.growth_bytes()));
     grown.truncate(10);
     grown
+}
+
+/// No single attribute of an object may carry more than this share of what its attributes grew
+/// together, for the object to be the holder (else that attribute is).
+const ONE_ATTRIBUTE_SHARE: f64 = 0.8;
+
+/// Objects whose several attributes grew together (a torchmetrics metric's `preds` and `target`,
+/// a replay buffer's `states` and `actions`): each attribute alone may hold less than the leak,
+/// the object holds it all. One holder per object and device, named by the object's path; an
+/// attribute that carries nearly all of it stays the holder itself.
+fn grown_together(grown: &[HolderGrowth]) -> Vec<HolderGrowth> {
+    /// An object's path and device, its type, and its attributes that grew.
+    type Object<'a> = ((&'a str, Option<u32>), &'a str, Vec<&'a HolderGrowth>);
+    let mut objects: Vec<Object> = Vec::new();
+    for h in grown {
+        let Some((_, owner)) = h.what.rsplit_once("an attribute of ") else {
+            continue;
+        };
+        let Some((object, _)) = h.name.rsplit_once('.') else {
+            continue;
+        };
+        let key = (object, h.device);
+        match objects.iter_mut().find(|(k, ..)| *k == key) {
+            Some((_, _, members)) => members.push(h),
+            None => objects.push((key, owner, vec![h])),
+        }
+    }
+    objects
+        .into_iter()
+        .filter(|(_, _, members)| members.len() > 1)
+        .filter_map(|((object, device), owner, members)| {
+            let growth: f64 = members.iter().map(|m| m.growth_bytes()).sum();
+            let largest = members.iter().map(|m| m.growth_bytes()).fold(0.0, f64::max);
+            if largest > ONE_ATTRIBUTE_SHARE * growth {
+                return None;
+            }
+            let first = members[0];
+            let sum = |f: fn(&HolderGrowth) -> u64| members.iter().map(|m| f(m)).sum::<u64>();
+            let attributes: Vec<String> = members
+                .iter()
+                .filter_map(|m| m.name.rsplit_once('.').map(|(_, a)| format!(".{a}")))
+                .collect();
+            Some(HolderGrowth {
+                key: format!("object:{object}"),
+                name: object.to_owned(),
+                what: format!("a {owner} whose {} grew together", attributes.join(", ")),
+                device,
+                from_step: first.from_step,
+                to_step: first.to_step,
+                from_bytes: sum(|m| m.from_bytes),
+                to_bytes: sum(|m| m.to_bytes),
+                tensors: sum(|m| m.tensors),
+                with_graph: sum(|m| m.with_graph),
+                graph_bytes: sum(|m| m.graph_bytes),
+                items: sum(|m| m.items),
+                per_step_bytes: members.iter().map(|m| m.per_step_bytes).sum(),
+            })
+        })
+        .collect()
 }
 
 /// How many hops a holder's name takes (`a.b[…]` style names count their dots).
@@ -323,6 +384,7 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
         .find(|f| f.kind == FindingKind::Leak)
     {
         let mut in_state = None;
+        let mut optimizer_rate = 0.0;
         // What the categories grow a step (all from the same total): the census counts tensor
         // bytes, as they do, where resident memory may grow faster than what is allocated.
         let mut categories_rate = None;
@@ -343,6 +405,9 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
             if state > 0.0 && state >= NAMED_SHARE * (state + rest) {
                 in_state = Some((state, state + rest));
             }
+            if stats.optimizer_state.grows {
+                optimizer_rate = stats.optimizer_state.per_step_bytes;
+            }
             categories_rate = (state + rest > 0.0).then_some(state + rest);
         }
         if let Some((state, all)) = in_state {
@@ -351,16 +416,28 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
                 format_bytes(state),
                 format_bytes(all)
             ));
+            if optimizer_rate >= NAMED_SHARE * all {
+                kept_by_the_optimizer(leak, optimizer_rate);
+            }
         } else {
-            let named = name_holder(leak, basis, &holders, censuses, categories_rate);
-            // Resident memory that rises while the C heap is flat and no holder grew: the
-            // report's own evidence says nothing the job allocates grows.
-            let heap_flat = basis == Basis::HostRss
-                && censuses.is_some()
-                && categories_rate.is_none()
-                && basis_stats.as_ref().is_some_and(|s| s.rest.is_some());
-            if !named && heap_flat {
-                restate_as_a_question(leak);
+            // Resident memory that rises while the C heap is flat: the report's own evidence
+            // says nothing the job allocates grows, unless a holder grew outside the heap.
+            let flat_heap = basis_stats
+                .as_ref()
+                .filter(|s| {
+                    basis == Basis::HostRss && categories_rate.is_none() && s.rest.is_some()
+                })
+                .filter(|_| censuses.is_some());
+            // A holder whose growth the heap shows too (a replay buffer filling up early on)
+            // grew inside the heap, which is flat: it is not what keeps rising. One that grew
+            // while the heap did not holds memory outside it (shared memory, a mapped file).
+            let (inside, outside): (Vec<HolderGrowth>, Vec<HolderGrowth>) = holders
+                .iter()
+                .cloned()
+                .partition(|h| flat_heap.is_some_and(|s| heap_shows(s, h)));
+            let named = name_holder(leak, basis, &outside, censuses, categories_rate);
+            if !named && flat_heap.is_some() {
+                restate_as_a_question(leak, &inside);
             }
         }
     }
@@ -401,17 +478,78 @@ fn where_(device: Option<u32>) -> String {
     device.map_or_else(|| "host".to_owned(), |d| format!("cuda:{d}"))
 }
 
-/// A rise of resident memory that nothing the job allocates explains, said as the question it is.
-fn restate_as_a_question(leak: &mut Finding) {
+/// The optimizers' state carries the leak: only an optimizer step, or code on it (a step hook,
+/// custom code writing `optimizer.state`), adds to it, so the optimizer keeps it, whichever phase
+/// the levels at the edges pointed at (an optimizer step that also frees more than it keeps, as
+/// LBFGS frees its temporaries, shows no rise of its own).
+fn kept_by_the_optimizer(leak: &mut Finding, optimizer_rate: f64) {
+    if leak.phase == Some(Phase::Optimizer) {
+        return;
+    }
+    let seemed = leak.phase.as_ref().map_or_else(
+        || "the phases looked flat".to_owned(),
+        |p| format!("{p} seemed to keep it"),
+    );
+    leak.evidence.retain(|e| {
+        !e.contains("of what the phases keep")
+            && !e.contains("of the growth came between the phases")
+    });
+    leak.evidence.push(format!(
+        "the optimizers' state grows {}/step, and only an optimizer step or code on it (a step hook, custom code that writes `optimizer.state`) adds to it: the optimizer keeps it (by the levels at the phase edges {seemed}: a step that frees more than it keeps shows no rise of its own)",
+        format_bytes(optimizer_rate)
+    ));
+    if let Some((_, rate)) = leak.title.split_once(": +") {
+        leak.title = format!(
+            "{} leak in {}: +{rate}",
+            super::rules::capitalize(leak.basis.name()),
+            Phase::Optimizer
+        );
+    }
+    leak.phase = Some(Phase::Optimizer);
+    leak.hints = super::rules::leak_hints(leak.basis, Some(&Phase::Optimizer));
+    leak.hints.insert(0, "code on the optimizer step that stores tensors (a step hook, a subclass' `step`, `optimizer.state[p][…] = …`): keep only what the next step needs".to_owned());
+}
+
+/// Whether the C heap at the step starts rose between the holder's censuses by at least the
+/// share of its growth that names a holder: its tensors are in the heap.
+fn heap_shows(stats: &CategoryStats, h: &HolderGrowth) -> bool {
+    let rest_at = |step: u64| {
+        stats
+            .points
+            .iter()
+            .rfind(|c| c.step.is_some_and(|s| s <= step))
+            .or(stats.points.first())
+            .and_then(Categories::rest)
+    };
+    match (rest_at(h.from_step), rest_at(h.to_step)) {
+        (Some(from), Some(to)) => to as f64 - from as f64 >= NAMED_SHARE * h.growth_bytes(),
+        _ => false,
+    }
+}
+
+/// A rise of resident memory that nothing the job allocates explains, said as the question it
+/// is; `grew_inside` are holders that grew, but inside the heap that is flat.
+fn restate_as_a_question(leak: &mut Finding, grew_inside: &[HolderGrowth]) {
     let rate = format_bytes(leak.growth_per_step_bytes.unwrap_or(0.0));
     leak.kind = FindingKind::ResidentGrowth;
     leak.title = format!(
         "Host memory rises {rate}/step, but nothing the job allocates grows: outside malloc, or kept after it was freed?"
     );
     leak.phase = None;
-    leak.evidence
-        .retain(|e| !e.contains("of what the phases keep"));
-    leak.evidence.push("the C heap in use (every tensor on the CPU, and what C code allocates) is flat at each step's start, and no holder the census reached grew: this is not memory the job keeps hold of through malloc".to_owned());
+    leak.evidence.retain(|e| {
+        !e.contains("of what the phases keep")
+            && (grew_inside.is_empty() || !e.starts_with("no holder the census reached grew"))
+    });
+    let holders = if grew_inside.is_empty() {
+        "no holder the census reached grew".to_owned()
+    } else {
+        let names: Vec<&str> = grew_inside.iter().map(|h| h.name.as_str()).collect();
+        format!(
+            "what the holders that grew keep ({}) is in that heap, which rose with them and not since",
+            names.join(", ")
+        )
+    };
+    leak.evidence.push(format!("the C heap in use (every tensor on the CPU, and what C code allocates) is flat at each step's start, and {holders}: this is not memory the job keeps hold of through malloc"));
     leak.hints = vec![
         "Python objects that pile up (lists of numbers, dicts, strings) live in Python's own arenas, not in the C heap: look for what the loop appends to".to_owned(),
         "memory freed but kept resident by glibc's arenas (one per thread): `MALLOC_ARENA_MAX=2`, or `ctypes.CDLL(None).malloc_trim(0)` now and then, shows whether it is given back".to_owned(),
@@ -475,7 +613,9 @@ fn name_holder(
 }
 
 fn holder_hint(h: &HolderGrowth) -> String {
-    let fix = if h.with_graph > 0 {
+    let fix = if h.key.starts_with("object:") {
+        "it keeps every value it is given in several attributes: clear it once they are used (a torchmetrics metric: `reset()` after `compute()`)"
+    } else if h.with_graph > 0 {
         "it keeps tensors with their autograd graph: keep `.item()` (a number) or `.detach().cpu()` instead"
     } else if h.device.is_some() {
         "it keeps GPU tensors: keep `.detach().cpu()` copies, or only the numbers the job needs"
@@ -575,4 +715,68 @@ fn gradients_kept(
             "`optimizer.zero_grad(set_to_none=True)` (the default since PyTorch 2.0) frees them between steps, so the forward has that much more room".to_owned(),
         ],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grew(name: &str, what: &str, device: Option<u32>, mib: u64) -> HolderGrowth {
+        HolderGrowth {
+            key: format!("#{name}"),
+            name: name.to_owned(),
+            what: what.to_owned(),
+            device,
+            from_step: 16,
+            to_step: 64,
+            from_bytes: 0,
+            to_bytes: mib * MIB as u64,
+            tensors: mib,
+            with_graph: 0,
+            graph_bytes: 0,
+            items: mib,
+            per_step_bytes: (mib * MIB as u64) as f64 / 48.0,
+        }
+    }
+
+    #[test]
+    fn attributes_that_grow_together_are_their_object() {
+        let attr = "list, an attribute of BinaryAUROC";
+        let objects = grown_together(&[
+            grew("metric.preds", attr, None, 48),
+            grew("metric.target", attr, None, 96),
+            // Another device's attribute is another holder.
+            grew("metric.preds", attr, Some(0), 8),
+        ]);
+        assert_eq!(objects.len(), 1, "{objects:#?}");
+        let metric = &objects[0];
+        assert_eq!(metric.name, "metric");
+        assert_eq!(
+            metric.what,
+            "a BinaryAUROC whose .preds, .target grew together"
+        );
+        assert_eq!(metric.device, None);
+        assert_eq!(metric.to_bytes, 144 * MIB as u64);
+        assert_eq!(metric.per_step_bytes, 3.0 * MIB);
+        assert_eq!(metric.items, 144);
+    }
+
+    #[test]
+    fn an_attribute_that_holds_nearly_all_of_it_stays_the_holder() {
+        let attr = "an attribute of Net";
+        let objects = grown_together(&[
+            grew("model.bank", attr, None, 90),
+            grew("model.seen", attr, None, 10),
+        ]);
+        assert!(objects.is_empty(), "{objects:#?}");
+    }
+
+    #[test]
+    fn globals_of_a_module_are_not_one_object() {
+        let objects = grown_together(&[
+            grew("__main__.losses", "list, a global of __main__", None, 50),
+            grew("__main__.outputs", "list, a global of __main__", None, 50),
+        ]);
+        assert!(objects.is_empty(), "{objects:#?}");
+    }
 }

@@ -302,7 +302,7 @@ pub(super) fn capitalize(text: &str) -> String {
 }
 
 /// The usual causes for growth in this phase (from the patterns users hit most).
-fn leak_hints(basis: Basis, phase: Option<&Phase>) -> Vec<String> {
+pub(super) fn leak_hints(basis: Basis, phase: Option<&Phase>) -> Vec<String> {
     let mut hints: Vec<&str> = match phase {
         Some(Phase::Eval) => vec![
             "predictions or logits kept on the GPU across batches (`preds.append(out)`): keep `out.detach().cpu()` or the metric's number instead",

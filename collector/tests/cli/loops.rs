@@ -24,10 +24,18 @@ const ORDERS: [&str; 9] = [
 ];
 
 /// What a job that keeps something must be told: the phase (`None`: between the phases) and
-/// the holder.
+/// who keeps it.
 struct Leak {
     phase: Option<Phase>,
-    holder: &'static str,
+    holder: Kept,
+}
+
+/// Who keeps the leak.
+enum Kept {
+    /// A holder the census names (`__main__.` and this).
+    By(&'static str),
+    /// The optimizer's state: a category of its own, which the census leaves out.
+    InOptimizerState,
 }
 
 /// The findings of one run of `train.py ORDER LEAK`, on the allocator's path or not.
@@ -75,7 +83,13 @@ fn wrong(
             ));
         }
         (Some(expected), Some(found)) => {
-            if found.phase != expected.phase {
+            // LBFGS frees its temporaries in the same optimizer piece where the hook keeps the
+            // state: the levels show no rise there, and the optimizer is named by the state's
+            // category, which this scripted path reads on the host, not where the verdict looks
+            // (a real GPU job's state is on its device).
+            let unreadable =
+                allocator && order == "lbfgs" && matches!(expected.holder, Kept::InOptimizerState);
+            if found.phase != expected.phase && !unreadable {
                 return Some(format!(
                     "the leak is put in {:?}, not {:?}: {}",
                     found.phase, expected.phase, found.title
@@ -87,17 +101,40 @@ fn wrong(
                     found.title
                 ));
             }
-            if !allocator
-                && !found
-                    .title
-                    .ends_with(&format!("held by __main__.{}", expected.holder))
-            {
-                return Some(format!(
-                    "the holder is not {}: {} ({:?})",
-                    expected.holder,
-                    found.title,
-                    analysis.holders.first().map(|h| &h.name)
-                ));
+            match expected.holder {
+                Kept::By(holder)
+                    if !allocator
+                        && !found.title.ends_with(&format!("held by __main__.{holder}")) =>
+                {
+                    return Some(format!(
+                        "the holder is not {holder}: {} ({:?})",
+                        found.title,
+                        analysis.holders.first().map(|h| &h.name)
+                    ));
+                }
+                // The category is read on the host (the tensors are on the CPU).
+                Kept::InOptimizerState
+                    if !allocator
+                        && !analysis.findings.iter().any(|f| {
+                            // Its entries are counted every 8th step: it rises in stairs.
+                            let per_step =
+                                f.growth_per_step_bytes.unwrap_or(0.0) / (2 << 20) as f64;
+                            f.kind == FindingKind::StateGrowth
+                                && f.title.starts_with("Optimizer state grows on host")
+                                && (0.85..1.15).contains(&per_step)
+                        }) =>
+                {
+                    return Some(format!(
+                        "optimizer state not said to grow 2 MiB a step: {titles:?}"
+                    ));
+                }
+                Kept::InOptimizerState if found.title.contains("held by") => {
+                    return Some(format!(
+                        "a holder named for the optimizer's state: {}",
+                        found.title
+                    ));
+                }
+                _ => {}
             }
         }
         (None, None) => {}
@@ -140,7 +177,7 @@ fn a_forward_hooks_outputs_are_kept_in_forward_in_any_order() {
         "forward_hook",
         Some(Leak {
             phase: Some(Phase::Forward),
-            holder: "kept",
+            holder: Kept::By("kept"),
         }),
     );
 }
@@ -151,7 +188,7 @@ fn features_kept_on_the_model_are_kept_in_forward_in_any_order() {
         "features",
         Some(Leak {
             phase: Some(Phase::Forward),
-            holder: "model.features",
+            holder: Kept::By("model.features"),
         }),
     );
 }
@@ -162,7 +199,7 @@ fn eval_logits_are_kept_in_eval_in_any_order() {
         "eval_logits",
         Some(Leak {
             phase: Some(Phase::Eval),
-            holder: "all_logits",
+            holder: Kept::By("all_logits"),
         }),
     );
 }
@@ -175,7 +212,20 @@ fn a_backward_hooks_gradients_are_kept_in_backward_in_any_order() {
         "backward_hook",
         Some(Leak {
             phase: Some(Phase::Backward),
-            holder: "grads",
+            holder: Kept::By("grads"),
+        }),
+    );
+}
+
+/// Custom code in an optimizer step hook that stores a tensor in `optimizer.state` each step:
+/// the optimizer phase keeps it, and the optimizer's state is said to grow.
+#[test]
+fn tensors_stored_in_the_optimizers_state_are_kept_in_the_optimizer_in_any_order() {
+    every_order(
+        "optimizer_state",
+        Some(Leak {
+            phase: Some(Phase::Optimizer),
+            holder: Kept::InOptimizerState,
         }),
     );
 }
@@ -186,7 +236,7 @@ fn batches_kept_by_the_loop_are_kept_between_phases_in_any_order() {
         "between",
         Some(Leak {
             phase: None,
-            holder: "batches",
+            holder: Kept::By("batches"),
         }),
     );
 }

@@ -19,6 +19,8 @@ LEAK is what the job keeps, about 2 MiB a step, exactly:
   eval_logits  an eval pass under torch.no_grad() keeps its logits (`all_logits`)
   backward_hook a Grad-CAM style backward hook keeps the gradient it sees (`grads`)
   between      the loop keeps each input batch's copy between the phases (`batches`)
+  optimizer_state an optimizer step hook stores a copy of half a weight in `optimizer.state`
+               under a new key each step (custom code that keeps snapshots in the state)
 
 No tidemark calls: the phases are automatic. Gradients (8 MiB) outweigh what is kept each step, as
 in real models, so a free of the gradients counted in the wrong place hides the leak.
@@ -82,6 +84,13 @@ if ORDER == "lbfgs":
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
 scaler = torch.amp.GradScaler("cpu") if ORDER == "scaler" else None
+if LEAK == "optimizer_state":
+    def keep_in_state(opt, args, kwargs):
+        weight = model.body[0].weight
+        state = opt.state[weight]
+        state[f"snapshot_{len(state)}"] = weight.detach()[:KEEP_ROWS].clone()
+
+    optimizer.register_step_post_hook(keep_in_state)
 x = torch.randn(BATCH, WIDTH)
 y = torch.randn(BATCH, WIDTH)
 x_eval = torch.randn(KEEP_ROWS, WIDTH)  # its logits: 2 MiB, made inside the eval pass
