@@ -21,8 +21,15 @@ use serde::Serialize;
 pub struct DiffArgs {
     /// The baseline: a recording, or a PyTorch memory snapshot.
     pub a: PathBuf,
-    /// The file compared with it, of the same kind.
-    pub b: PathBuf,
+    /// The file compared with it, of the same kind (not with `--at`).
+    #[arg(required_unless_present = "at", conflicts_with = "at")]
+    pub b: Option<PathBuf>,
+    /// Two moments of A's trace (A a snapshot), given twice: what was allocated between them and
+    /// is still alive at the later one, by site. A step of the trace as the memory timeline
+    /// counts it (`1200`), a share of it (`50%`), or a time after its first entry (`2.5s`,
+    /// `800ms`).
+    #[arg(long, value_name = "MOMENT", num_args = 1)]
+    pub at: Vec<String>,
     /// Print the comparison as JSON.
     #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
@@ -160,7 +167,10 @@ fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Judged
 /// `collector diff A B`: 0 with the comparison printed, 2 when the files cannot be read or
 /// compared.
 pub fn diff(args: &DiffArgs) -> ExitCode {
-    let compared = match compare_files(&args.a, &args.b) {
+    let Some(b) = &args.b else {
+        return moments(args);
+    };
+    let compared = match compare_files(&args.a, b) {
         Ok(c) => c,
         Err(why) => {
             eprintln!("collector diff: {why}");
@@ -177,6 +187,30 @@ pub fn diff(args: &DiffArgs) -> ExitCode {
         }
     } else {
         render(&compared, args.markdown, args.sites)
+    };
+    super::out(format_args!("{text}"));
+    ExitCode::SUCCESS
+}
+
+/// `collector diff SNAPSHOT --at T1 --at T2`.
+fn moments(args: &DiffArgs) -> ExitCode {
+    let moments = match super::moments::between(&args.a, &args.at) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("collector diff: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = if args.json {
+        match serde_json::to_string_pretty(&moments) {
+            Ok(json) => json + "\n",
+            Err(err) => {
+                eprintln!("collector diff: {err}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        super::moments::render(&moments, args.markdown, args.sites)
     };
     super::out(format_args!("{text}"));
     ExitCode::SUCCESS

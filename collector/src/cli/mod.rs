@@ -6,6 +6,7 @@ mod check;
 mod diff;
 mod import;
 mod memory_picture;
+mod moments;
 mod picture;
 mod ranks;
 mod report;

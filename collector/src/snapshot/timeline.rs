@@ -237,6 +237,41 @@ pub struct BlockInfo {
     pub freed_us: Option<i64>,
 }
 
+/// What changed between two steps of a device's timeline ([`DeviceTimeline::between`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Between {
+    /// The earlier step.
+    pub from: u32,
+    /// The later step.
+    pub to: u32,
+    /// Bytes alive at `from`.
+    pub alive_from: u64,
+    /// Bytes alive at `to`.
+    pub alive_to: u64,
+    /// Of what was alive at `from`, the bytes freed by `to`.
+    pub freed: u64,
+    /// The blocks allocated after `from` and alive at `to`, by site, largest first.
+    pub kept: Vec<SiteBytes>,
+}
+
+impl Between {
+    /// The bytes allocated after `from` and alive at `to`: `alive_to − alive_from + freed`.
+    pub fn kept_bytes(&self) -> u64 {
+        self.kept.iter().map(|s| s.bytes).sum()
+    }
+}
+
+/// Bytes and blocks of one site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SiteBytes {
+    /// The site ([`MemoryTimeline::sites`]).
+    pub site: u32,
+    /// Bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: usize,
+}
+
 /// What lies under a point of the picture.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Hit {
@@ -772,6 +807,63 @@ impl DeviceTimeline {
         let from = self.starts.get(c).copied().unwrap_or(0) as usize;
         let to = self.starts.get(c + 1).copied().unwrap_or(from as u32) as usize;
         (from, to)
+    }
+
+    /// What changed from step `from` to step `to` (in either order; the earlier is `from`): the
+    /// blocks allocated after `from` and still alive at `to`, by site, largest first, and what
+    /// was alive at `from` and freed by `to`.
+    pub fn between(&self, from: u32, to: u32) -> Between {
+        let (from, to) = (from.min(to).min(self.end()), from.max(to).min(self.end()));
+        let mut scratch = Vec::new();
+        let alive_from = self.live_at(from, &mut scratch);
+        let freed: u64 = scratch
+            .iter()
+            .map(|&b| &self.bands[b as usize])
+            .filter(|band| self.end_of(band) <= to)
+            .map(|band| band.size)
+            .sum();
+        let alive_to = self.live_at(to, &mut scratch);
+        let lo = self.bands.partition_point(|b| b.alloc <= from);
+        let hi = self.bands.partition_point(|b| b.alloc <= to);
+        let mut by_site: HashMap<u32, (u64, usize)> = HashMap::new();
+        for band in &self.bands[lo..hi] {
+            if self.end_of(band) > to {
+                let entry = by_site.entry(band.site).or_insert((0, 0));
+                entry.0 += band.size;
+                entry.1 += 1;
+            }
+        }
+        let mut kept: Vec<SiteBytes> = by_site
+            .into_iter()
+            .map(|(site, (bytes, blocks))| SiteBytes {
+                site,
+                bytes,
+                blocks,
+            })
+            .collect();
+        kept.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+        Between {
+            from,
+            to,
+            alive_from,
+            alive_to,
+            freed,
+            kept,
+        }
+    }
+
+    /// The step at a trace time (µs since the epoch): the state after every entry of the device
+    /// made at or before it (entries are in time order).
+    pub fn step_at_time(&self, snapshot: &Snapshot, time_us: i64) -> u32 {
+        let (mut lo, mut hi) = (0, self.steps as usize);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match snapshot.entries.get(self.first + mid) {
+                Some(e) if e.time_us <= time_us => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        lo as u32
     }
 
     /// One band's block.

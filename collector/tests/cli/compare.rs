@@ -295,6 +295,157 @@ fn files_that_cannot_be_compared_exit_2_saying_why() {
     );
 }
 
+/// `collector diff SNAPSHOT --at T1 --at T2` on the real snapshots with a trace: what was
+/// allocated between the two moments and is alive at the later one, in all and per site, equals
+/// a plain replay of the trace in Python; what was alive changed by what was kept less what was
+/// freed.
+#[test]
+fn two_moments_of_a_real_trace_are_what_a_replay_finds() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    for (name, at) in [
+        ("bcrafton_cs336_training_step.pickle", ["5%", "95%"]),
+        ("cs336_large_fw_bw_fp32.pickle", ["1000", "60%"]),
+        ("cs336_large_fw_bw_bf16.pickle", ["20%", "100%"]),
+    ] {
+        let file = real.join(name);
+        let output = collector(&[
+            "diff".as_ref(),
+            file.as_os_str(),
+            "--at".as_ref(),
+            at[0].as_ref(),
+            "--at".as_ref(),
+            at[1].as_ref(),
+            "--json".as_ref(),
+        ]);
+        let moments = json(&output);
+        let devices = moments["devices"].as_array().unwrap();
+        assert!(!devices.is_empty(), "{name}");
+        for d in devices {
+            let steps: Vec<String> = d["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            assert_ne!(steps[0], steps[1], "{name}");
+            let replay = Command::new(python())
+                .arg(cases())
+                .arg("moments")
+                .arg(&file)
+                .arg(d["device"].to_string())
+                .args(&steps)
+                .output()
+                .unwrap();
+            assert!(replay.status.success(), "{}", stderr(&replay));
+            let truth: Value = serde_json::from_slice(&replay.stdout).unwrap();
+            assert!(
+                f(&truth["bytes"]) > 0.0,
+                "{name}: nothing kept between {steps:?}"
+            );
+            assert_eq!(d["kept"], truth["bytes"], "{name} {steps:?}");
+            let sites = d["sites"].as_array().unwrap();
+            // Per site: the same groups of bytes and blocks (the replay names a site by the
+            // block's own first user frame with its folder; ours by the timeline's site rule,
+            // which also passes over Inductor's generated files, and the file's name alone).
+            let mut ours: Vec<(u64, u64)> = sites
+                .iter()
+                .map(|s| (f(&s["bytes"]) as u64, f(&s["blocks"]) as u64))
+                .collect();
+            let mut theirs: Vec<(u64, u64)> = truth["sites"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| (f(&v[0]) as u64, f(&v[1]) as u64))
+                .collect();
+            ours.sort_unstable();
+            theirs.sort_unstable();
+            assert_eq!(ours, theirs, "{name} {steps:?}: {sites:?} {truth}");
+            let blocks: u64 = ours.iter().map(|v| v.1).sum();
+            assert_eq!(blocks as f64, f(&truth["blocks"]), "{name}");
+            // Sorted by bytes, largest first.
+            assert!(
+                sites
+                    .windows(2)
+                    .all(|w| f(&w[0]["bytes"]) >= f(&w[1]["bytes"]))
+            );
+            let (alive, kept, freed) = (&d["alive"], f(&d["kept"]), f(&d["freed"]));
+            assert_eq!(f(&alive[1]) - f(&alive[0]), kept - freed, "{name}");
+        }
+    }
+    // The text names the top site with its bytes.
+    let file = real.join("bcrafton_cs336_training_step.pickle");
+    let text = stdout(&collector(&[
+        "diff".as_ref(),
+        file.as_os_str(),
+        "--at".as_ref(),
+        "10%".as_ref(),
+        "--at".as_ref(),
+        "90%".as_ref(),
+    ]));
+    assert!(
+        text.contains("cuda:0 from step 649 (") && text.contains("to step 5837 ("),
+        "{text}"
+    );
+    assert!(
+        text.contains("525 MiB      96  step (optimizer.py:74)"),
+        "{text}"
+    );
+}
+
+/// `--at` where it cannot answer: said, exit 2, nothing on stdout.
+#[test]
+fn moments_that_cannot_be_compared_exit_2_saying_why() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let traced = real.join("bcrafton_cs336_training_step.pickle");
+    let untraced = real.join("verl_rollout_state.pickle");
+    let recording =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden_v1_3.msgpack");
+    let at = |file: &Path, moments: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["diff".as_ref(), file.as_os_str()];
+        for m in moments {
+            args.push("--at".as_ref());
+            args.push(m.as_ref());
+        }
+        collector(&args)
+    };
+    for (output, says) in [
+        (at(&untraced, &["1", "2"]), "the snapshot has no trace"),
+        (at(&recording, &["1", "2"]), "this is a tidemark recording"),
+        (
+            at(&traced, &["10%"]),
+            "--at is given 1 time(s): give it twice",
+        ),
+        (
+            at(&traced, &["10%", "later"]),
+            "--at \"later\": expected a step of the trace",
+        ),
+        (
+            at(&traced, &["10%", "150%"]),
+            "expected a step of the trace",
+        ),
+    ] {
+        assert_eq!(output.status.code(), Some(2), "{says}");
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+        assert!(output.stdout.is_empty());
+    }
+    // Another file beside --at: one or the other.
+    let both = collector(&[
+        "diff".as_ref(),
+        traced.as_os_str(),
+        traced.as_os_str(),
+        "--at".as_ref(),
+        "1".as_ref(),
+    ]);
+    assert_eq!(both.status.code(), Some(2));
+    assert!(
+        stderr(&both).contains("cannot be used with"),
+        "{}",
+        stderr(&both)
+    );
+}
+
 /// A small training loop on the CPU whose `torch.cuda` reports the C heap in use (glibc's
 /// `mallinfo2`, where these tensors live) as allocated bytes (`scripted_cuda.py`): the
 /// allocator's path a GPU job takes, with real torch memory. `ROWS` sets the forward's activations (ROWS × 1024 float32),

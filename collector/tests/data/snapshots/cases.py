@@ -10,6 +10,10 @@
                                      and other_device.pickle: after's blocks on cuda:1
   python3 cases.py sites FILE...     prints, per file, the live bytes and blocks per device and
                                      per allocation site (the first frame of the user's code)
+  python3 cases.py moments FILE DEVICE FROM TO
+                                     replays the device's trace: the blocks allocated after step
+                                     FROM (the state after that many entries) and alive at TO, in
+                                     all and per site
 
 Only the standard library: the files are what torch.cuda.memory._dump_snapshot writes (a dict of
 lists and dicts), made without a GPU.
@@ -550,6 +554,31 @@ def sites(path):
     return {"devices": per_device, "sites": per_site}
 
 
+def moments(path, device, start, stop):
+    """A plain replay of one device's trace to step `stop`: a block is its address from its
+    alloc until a free that ends it (`free_completed`, or the older `free`)."""
+    with open(path, "rb") as f:
+        snapshot = pickle.load(f)
+    trace = snapshot["device_traces"][device]
+    alive = {}
+    for k, entry in enumerate(trace[:stop]):
+        if entry["action"] == "alloc":
+            alive[entry["addr"]] = (k, entry)
+        elif entry["action"] in ("free_completed", "free"):
+            alive.pop(entry["addr"], None)
+    kept = [e for k, e in alive.values() if k >= start]
+    per_site = {}
+    for e in kept:
+        one = per_site.setdefault(site(e.get("frames")), [0, 0])
+        one[0] += e["size"]
+        one[1] += 1
+    return {
+        "bytes": sum(e["size"] for e in kept),
+        "blocks": len(kept),
+        "sites": per_site,
+    }
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "generate":
@@ -563,6 +592,8 @@ if __name__ == "__main__":
         big(sys.argv[2], int(sys.argv[3]))
     elif command == "pair":
         pair(sys.argv[2])
+    elif command == "moments":
+        print(json.dumps(moments(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))
     elif command == "sites":
         for p in sys.argv[2:]:
             print(json.dumps(sites(p)))
