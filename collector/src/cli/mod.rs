@@ -4,6 +4,7 @@
 
 mod check;
 mod diff;
+mod flame;
 mod import;
 mod memory_picture;
 mod moments;
@@ -60,6 +61,12 @@ enum Command {
     /// (per phase, the step baseline and its trend, categories, holders, peaks, OOMs): A, B and
     /// the change. Exit 2 when they cannot be read or compared.
     Diff(diff::DiffArgs),
+    /// The flame graph of a PyTorch memory snapshot's memory by allocating stack, per device:
+    /// the bytes alive at a moment of its trace (or bytes × lifetime over it), library frames
+    /// folded into the first frame of your code. Folded stacks on standard output (for
+    /// speedscope, inferno, `flamegraph.pl`), or `--svg FILE`. Exit 2 when the file cannot be
+    /// read or has no trace.
+    Flame(flame::FlameArgs),
     /// Convert a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`) into a recording:
     /// its allocated and reserved curves, OOMs and phases.
     Import(import::ImportArgs),
@@ -152,6 +159,7 @@ pub fn main() -> ExitCode {
         Some(Command::Report(args)) => report::report(&args),
         Some(Command::Check(args)) => check::check(&args),
         Some(Command::Diff(args)) => diff::diff(&args),
+        Some(Command::Flame(args)) => flame::flame(&args),
         Some(Command::Import(args)) => import::import(&args),
         Some(Command::Serve(args)) => serve::serve(&args),
         None => crate::record::run(cli.record),

@@ -12,7 +12,7 @@ use std::path::Path;
 use collector::format::format_bytes;
 use collector::open::{Opened, read_any_file};
 use collector::snapshot::Snapshot;
-use collector::snapshot::timeline::MemoryTimeline;
+use collector::snapshot::timeline::{DeviceTimeline, MemoryTimeline};
 use serde::Serialize;
 
 /// A moment of the trace, as the user wrote it.
@@ -134,27 +134,44 @@ pub(super) fn between(path: &Path, at: &[String]) -> Result<Moments, String> {
     })
 }
 
-/// Per device with trace entries: the change between the two moments.
-fn of_snapshot(snapshot: &Snapshot, moments: [Moment; 2]) -> Vec<DeviceMoments> {
-    let timeline = MemoryTimeline::new(snapshot);
-    let start_us = snapshot
+/// When the trace's first entry (of any device) was made, µs since the epoch.
+pub(super) fn trace_start(snapshot: &Snapshot) -> Option<i64> {
+    snapshot
         .entries
         .iter()
         .map(|e| e.time_us)
         .filter(|&t| t > 0)
-        .min();
+        .min()
+}
+
+impl Moment {
+    /// The step of `device`'s timeline this moment is (`start_us`: [`trace_start`]).
+    pub(super) fn step(
+        self,
+        snapshot: &Snapshot,
+        device: &DeviceTimeline,
+        start_us: Option<i64>,
+    ) -> u32 {
+        match self {
+            Moment::Step(s) => s.min(device.steps()),
+            Moment::Share(p) => (p / 100.0 * f64::from(device.steps())).round() as u32,
+            Moment::Seconds(s) => start_us.map_or(0, |t0| {
+                device.step_at_time(snapshot, t0.saturating_add((s * 1e6).round() as i64))
+            }),
+        }
+    }
+}
+
+/// Per device with trace entries: the change between the two moments.
+fn of_snapshot(snapshot: &Snapshot, moments: [Moment; 2]) -> Vec<DeviceMoments> {
+    let timeline = MemoryTimeline::new(snapshot);
+    let start_us = trace_start(snapshot);
     timeline
         .devices
         .iter()
         .filter(|d| d.steps() > 0)
         .map(|d| {
-            let step = |m: Moment| match m {
-                Moment::Step(s) => s.min(d.steps()),
-                Moment::Share(p) => (p / 100.0 * f64::from(d.steps())).round() as u32,
-                Moment::Seconds(s) => start_us.map_or(0, |t0| {
-                    d.step_at_time(snapshot, t0.saturating_add((s * 1e6).round() as i64))
-                }),
-            };
+            let step = |m: Moment| m.step(snapshot, d, start_us);
             let between = d.between(step(moments[0]), step(moments[1]));
             let seconds = |s: u32| {
                 (s > 0)

@@ -502,7 +502,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -13,6 +13,7 @@
 //! ```
 
 mod convert;
+pub mod flame;
 mod judged;
 mod model;
 mod pickle;

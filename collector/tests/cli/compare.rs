@@ -575,3 +575,140 @@ fn the_gate_passes_a_rerun_and_fails_a_larger_forward_and_a_leak_naming_the_phas
     let slope = f(&compared["diff"]["slope"]["change"]) / MIB;
     assert!((1.5..=2.5).contains(&slope), "{slope}");
 }
+
+/// `collector flame`: the folded stacks of a generated snapshot equal a plain replay of its trace
+/// in Python, stack by stack (`--unfold`: every frame); folded into the first frame of the user's
+/// code by default, where the leaves are the lines that made the memory; on the real snapshots
+/// the weights add up to what is alive at that moment (as `diff --at` replays it); an SVG.
+#[test]
+fn a_flame_graph_is_the_live_bytes_by_stack() {
+    let dir = generated_pair();
+    let after = dir.path().join("after.pickle");
+    let folded = |file: &Path, extra: &[&str]| -> Vec<(String, u64)> {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["flame".as_ref(), file.as_os_str()];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        let output = collector(&args);
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
+            .lines()
+            .map(|l| {
+                let (path, weight) = l.rsplit_once(' ').unwrap();
+                (path.to_owned(), weight.parse().unwrap())
+            })
+            .collect()
+    };
+    let unfolded = folded(&after, &["--unfold"]);
+    let replay = Command::new(python())
+        .arg(cases())
+        .args([
+            "flame".as_ref(),
+            after.as_os_str(),
+            "0".as_ref(),
+            "100".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    let truth: Value = serde_json::from_slice(&replay.stdout).unwrap();
+    let mut theirs: Vec<(String, u64)> = truth
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(path, bytes)| (format!("cuda:0;{path}"), bytes.as_u64().unwrap()))
+        .collect();
+    let mut ours = unfolded.clone();
+    ours.sort();
+    theirs.sort();
+    assert_eq!(ours, theirs);
+    // Folded: torch's einsum, the `__torch_function__` wrapper and the allocator's C++ frames
+    // inside the site are folded into it; heaviest first.
+    let call = "_call_impl (/venv/lib/python3.12/site-packages/torch/nn/modules/module.py:1750)";
+    assert_eq!(
+        folded(&after, &[]),
+        vec![
+            (
+                format!("cuda:0;<module> (/work/train.py:12);{call};remember (/work/train.py:88)"),
+                15 << 20
+            ),
+            (
+                format!("cuda:0;<module> (/work/train.py:12);{call};steady (/work/train.py:20)"),
+                8 << 20
+            ),
+            (
+                format!("cuda:0;<module> (/work/train.py:12);{call};fresh (/work/train.py:60)"),
+                4 << 20
+            ),
+        ]
+    );
+    // Step 12: the 32 MiB temporary (entry 11) is alive, its free only requested (entry 12).
+    let at_peak = folded(&after, &["--at", "12"]);
+    assert!(
+        at_peak
+            .iter()
+            .any(|(p, w)| p.ends_with("forward (/work/model.py:42)") && *w == 32 << 20),
+        "{at_peak:?}"
+    );
+    // Bytes × steps alive: remember's five blocks live from their allocation to the end.
+    let lifetime = folded(&after, &["--lifetime"]);
+    assert!(lifetime.iter().all(|(_, w)| *w > 0), "{lifetime:?}");
+
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    for name in [
+        "bcrafton_cs336_training_step.pickle",
+        "cs336_large_fw_bw_fp32.pickle",
+    ] {
+        let file = real.join(name);
+        let sum: u64 = folded(&file, &["--at", "40%"]).iter().map(|l| l.1).sum();
+        let moments = json(&collector(&[
+            "diff".as_ref(),
+            file.as_os_str(),
+            "--at".as_ref(),
+            "40%".as_ref(),
+            "--at".as_ref(),
+            "40%".as_ref(),
+            "--json".as_ref(),
+        ]));
+        assert_eq!(sum as f64, f(&moments["devices"][0]["alive"][0]), "{name}");
+        let svg = dir.path().join(format!("{name}.svg"));
+        let output = collector(&[
+            "flame".as_ref(),
+            file.as_os_str(),
+            "--svg".as_ref(),
+            svg.as_os_str(),
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(
+            text.starts_with("<svg") && text.contains("alive at step"),
+            "{name}"
+        );
+        assert!(
+            text.contains("<title>step (") || text.contains("<title>forward ("),
+            "{name}"
+        );
+    }
+
+    // What it cannot draw: exit 2, saying why.
+    let recording =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden_v1_3.msgpack");
+    let untraced = real.join("verl_rollout_state.pickle");
+    for (args, says) in [
+        (vec![recording.as_os_str()], "this is a tidemark recording"),
+        (vec![untraced.as_os_str()], "the snapshot has no trace"),
+        (
+            vec![after.as_os_str(), "--device".as_ref(), "3".as_ref()],
+            "no trace of cuda:3",
+        ),
+        (
+            vec![after.as_os_str(), "--at".as_ref(), "soon".as_ref()],
+            "expected a step of the trace",
+        ),
+    ] {
+        let mut all: Vec<&std::ffi::OsStr> = vec!["flame".as_ref()];
+        all.extend(args);
+        let output = collector(&all);
+        assert_eq!(output.status.code(), Some(2), "{says}");
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+    }
+}

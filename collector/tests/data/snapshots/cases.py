@@ -10,6 +10,9 @@
                                      and other_device.pickle: after's blocks on cuda:1
   python3 cases.py sites FILE...     prints, per file, the live bytes and blocks per device and
                                      per allocation site (the first frame of the user's code)
+  python3 cases.py flame FILE DEVICE STEP
+                                     the bytes alive at STEP by whole stack, outermost frame first
+                                     (folded stacks, every frame as `collector flame --unfold`)
   python3 cases.py moments FILE DEVICE FROM TO
                                      replays the device's trace: the blocks allocated after step
                                      FROM (the state after that many entries) and alive at TO, in
@@ -579,6 +582,34 @@ def moments(path, device, start, stop):
     }
 
 
+def frame_text(f):
+    """A frame as tidemark names it: `name (file:line)`."""
+    line, file = f["line"], f["filename"]
+    if 0 < line < 2**32:
+        return f"{f['name']} ({file}:{line})"
+    if file in ("", "??"):
+        return f["name"]
+    return f"{f['name']} ({file})"
+
+
+def flame(path, device, step):
+    """A plain replay of one device's trace to `step`; the blocks alive then by their whole
+    stack, outermost first."""
+    with open(path, "rb") as f:
+        snapshot = pickle.load(f)
+    alive = {}
+    for entry in snapshot["device_traces"][device][:step]:
+        if entry["action"] == "alloc":
+            alive[entry["addr"]] = entry
+        elif entry["action"] in ("free_completed", "free"):
+            alive.pop(entry["addr"], None)
+    out = {}
+    for e in alive.values():
+        key = ";".join(frame_text(f).replace(";", ":") for f in reversed(e["frames"]))
+        out[key] = out.get(key, 0) + e["size"]
+    return out
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "generate":
@@ -592,6 +623,8 @@ if __name__ == "__main__":
         big(sys.argv[2], int(sys.argv[3]))
     elif command == "pair":
         pair(sys.argv[2])
+    elif command == "flame":
+        print(json.dumps(flame(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
     elif command == "moments":
         print(json.dumps(moments(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))
     elif command == "sites":
