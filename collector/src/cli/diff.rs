@@ -167,10 +167,25 @@ fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Judged
 /// `collector diff A B`: 0 with the comparison printed, 2 when the files cannot be read or
 /// compared.
 pub fn diff(args: &DiffArgs) -> ExitCode {
-    let Some(b) = &args.b else {
-        return moments(args);
-    };
-    let compared = match compare_files(&args.a, b) {
+    match &args.b {
+        Some(b) => print(args, compare_files(&args.a, b), |c| {
+            render(c, args.markdown, args.sites)
+        }),
+        // `collector diff SNAPSHOT --at T1 --at T2`.
+        None => print(args, super::moments::between(&args.a, &args.at), |m| {
+            super::moments::render(m, args.markdown, args.sites)
+        }),
+    }
+}
+
+/// Prints what was compared as JSON (`--json`) or as `render` writes it; 2, saying why, when
+/// it could not be compared.
+fn print<T: Serialize>(
+    args: &DiffArgs,
+    compared: Result<T, String>,
+    render: impl FnOnce(&T) -> String,
+) -> ExitCode {
+    let compared = match compared {
         Ok(c) => c,
         Err(why) => {
             eprintln!("collector diff: {why}");
@@ -186,31 +201,7 @@ pub fn diff(args: &DiffArgs) -> ExitCode {
             }
         }
     } else {
-        render(&compared, args.markdown, args.sites)
-    };
-    super::out(format_args!("{text}"));
-    ExitCode::SUCCESS
-}
-
-/// `collector diff SNAPSHOT --at T1 --at T2`.
-fn moments(args: &DiffArgs) -> ExitCode {
-    let moments = match super::moments::between(&args.a, &args.at) {
-        Ok(m) => m,
-        Err(why) => {
-            eprintln!("collector diff: {why}");
-            return ExitCode::from(2);
-        }
-    };
-    let text = if args.json {
-        match serde_json::to_string_pretty(&moments) {
-            Ok(json) => json + "\n",
-            Err(err) => {
-                eprintln!("collector diff: {err}");
-                return ExitCode::from(2);
-            }
-        }
-    } else {
-        super::moments::render(&moments, args.markdown, args.sites)
+        render(&compared)
     };
     super::out(format_args!("{text}"));
     ExitCode::SUCCESS
