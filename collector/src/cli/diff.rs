@@ -26,8 +26,8 @@ pub struct DiffArgs {
     pub b: Option<PathBuf>,
     /// Two moments of A's trace (A a snapshot), given twice: what was allocated between them and
     /// is still alive at the later one, by site. A step of the trace as the memory timeline
-    /// counts it (`1200`), a share of it (`50%`), or a time after its first entry (`2.5s`,
-    /// `800ms`).
+    /// counts it (`1200`), a share of it (`50%`), a time after its first entry (`2.5s`,
+    /// `800ms`), or `peak` (the first step with the most bytes alive).
     #[arg(long, value_name = "MOMENT", num_args = 1)]
     pub at: Vec<String>,
     /// Print the comparison as JSON.

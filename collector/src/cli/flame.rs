@@ -21,7 +21,8 @@ pub struct FlameArgs {
     /// A PyTorch memory snapshot with a trace (`torch.cuda.memory._record_memory_history`).
     pub file: PathBuf,
     /// The moment whose live bytes are weighed: a step of the trace (`1200`), a share of it
-    /// (`50%`) or a time after its first entry (`2.5s`). Default: the trace's end.
+    /// (`50%`), a time after its first entry (`2.5s`), or `peak` (what made up the most memory
+    /// alive at once). Default: the trace's end.
     #[arg(long, value_name = "MOMENT", conflicts_with = "lifetime")]
     pub at: Option<String>,
     /// Weigh each block by its bytes × the steps it lived over the whole trace, instead of the

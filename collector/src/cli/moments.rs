@@ -3,8 +3,8 @@
 //! (the "what grew" question), with what was alive at each and what of the first was freed.
 //!
 //! A moment is a step of the trace as the memory timeline counts it (`1200`: the state after the
-//! device's first 1200 entries), a share of the trace (`50%`), or a time after the trace's first
-//! entry (`2.5s`, `800ms`).
+//! device's first 1200 entries), a share of the trace (`50%`), a time after the trace's first
+//! entry (`2.5s`, `800ms`), or `peak`: the first step at which the most bytes were alive.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -24,12 +24,17 @@ pub(super) enum Moment {
     Share(f64),
     /// Seconds after the trace's first entry (of any device).
     Seconds(f64),
+    /// The first step at which the most bytes were alive.
+    Peak,
 }
 
 impl Moment {
-    /// `1200`, `50%`, `2.5s`, `800ms`.
+    /// `1200`, `50%`, `2.5s`, `800ms`, `peak`.
     pub(super) fn parse(text: &str) -> Result<Self, String> {
         let t = text.trim();
+        if t == "peak" {
+            return Ok(Moment::Peak);
+        }
         let number = |s: &str| {
             s.trim()
                 .parse::<f64>()
@@ -38,7 +43,7 @@ impl Moment {
         };
         let bad = || {
             format!(
-                "--at {text:?}: expected a step of the trace (1200), a share of it (50%) or a time after its first entry (2.5s, 800ms)"
+                "--at {text:?}: expected a step of the trace (1200), a share of it (50%), a time after its first entry (2.5s, 800ms) or `peak`"
             )
         };
         if let Some(p) = t.strip_suffix('%') {
@@ -158,6 +163,7 @@ impl Moment {
             Moment::Seconds(s) => start_us.map_or(0, |t0| {
                 device.step_at_time(snapshot, t0.saturating_add((s * 1e6).round() as i64))
             }),
+            Moment::Peak => device.peak_step,
         }
     }
 }
@@ -304,6 +310,7 @@ mod tests {
         assert_eq!(Moment::parse("50%"), Ok(Moment::Share(50.0)));
         assert_eq!(Moment::parse("2.5s"), Ok(Moment::Seconds(2.5)));
         assert_eq!(Moment::parse("800ms"), Ok(Moment::Seconds(0.8)));
+        assert_eq!(Moment::parse("peak"), Ok(Moment::Peak));
         for bad in ["", "-3", "120%", "abc", "1.5", "nans", "-1s"] {
             let err = Moment::parse(bad).unwrap_err();
             assert!(err.contains("expected a step of the trace"), "{bad}: {err}");

@@ -203,6 +203,8 @@ pub struct DeviceTimeline {
     live: Vec<u32>,
     /// The most bytes alive at once.
     pub peak: u64,
+    /// The first step they were.
+    pub peak_step: u32,
     /// The bytes alive at the end.
     pub end_bytes: u64,
     /// The device's memory as an out-of-memory entry tells it (the bytes it said were free,
@@ -662,6 +664,7 @@ impl DeviceTimeline {
             starts: Vec::new(),
             live: Vec::new(),
             peak: 0,
+            peak_step: 0,
             end_bytes: 0,
             capacity,
             lacks,
@@ -714,7 +717,7 @@ impl DeviceTimeline {
         let per_band = lifetimes / self.bands.len().max(1) as f64;
         self.every = ((2.0 * per_band).ceil() as u32).clamp(64, 1 << 20);
         // The peak, by one merge of allocations and frees in step order.
-        let (mut total, mut peak) = (0u64, 0u64);
+        let (mut total, mut peak, mut peak_step) = (0u64, 0u64, 0u32);
         let (mut a, mut f) = (0usize, 0usize);
         while a < self.bands.len() || f < self.frees.len() {
             let next_alloc = self.bands.get(a).map_or(u32::MAX, |b| b.alloc);
@@ -729,12 +732,14 @@ impl DeviceTimeline {
                 total += self.bands[a].size;
                 a += 1;
                 // Bands appearing together (before the trace) count once they all have.
-                if self.bands.get(a).is_none_or(|b| b.alloc != next_alloc) {
-                    peak = peak.max(total);
+                if self.bands.get(a).is_none_or(|b| b.alloc != next_alloc) && total > peak {
+                    peak = total;
+                    peak_step = next_alloc;
                 }
             }
         }
         self.peak = peak;
+        self.peak_step = peak_step;
         self.end_bytes = total;
         // Checkpoint c: the bands alive at step c × every (the last at the end), from
         // checkpoint c - 1 and the bands allocated since.

@@ -648,6 +648,14 @@ fn a_flame_graph_is_the_live_bytes_by_stack() {
             .any(|(p, w)| p.ends_with("forward (/work/model.py:42)") && *w == 32 << 20),
         "{at_peak:?}"
     );
+    // The peak: the same 32 MiB on top of the 27 MiB kept, 59 MiB, the trace's peak as the
+    // snapshot diff computes it.
+    let peak = folded(&after, &["--at", "peak"]);
+    assert_eq!(peak.iter().map(|l| l.1).sum::<u64>(), 59 << 20, "{peak:?}");
+    assert!(
+        peak.iter()
+            .any(|(p, w)| p.ends_with("forward (/work/model.py:42)") && *w == 32 << 20)
+    );
     // Bytes × steps alive: remember's five blocks live from their allocation to the end.
     let lifetime = folded(&after, &["--lifetime"]);
     assert!(lifetime.iter().all(|(_, w)| *w > 0), "{lifetime:?}");
