@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use collector::format::format_bytes;
-use collector::open::{Opened, read_any_file};
 use collector::snapshot::Snapshot;
 use collector::snapshot::flame::{Flame, Label, Weigh};
 use collector::snapshot::timeline::MemoryTimeline;
 
-use super::moments::{Moment, trace_start};
+use super::moments::{Moment, no_trace, read_snapshot, trace_start};
 use super::picture::escape;
 
 /// Arguments of `collector flame`.
@@ -55,23 +54,15 @@ pub fn flame(args: &FlameArgs) -> ExitCode {
 
 fn run(args: &FlameArgs) -> Result<(), String> {
     let moment = args.at.as_deref().map(Moment::parse).transpose()?;
-    let snapshot = match read_any_file(&args.file).map_err(|e| e.to_string())? {
-        Opened::Snapshot(s) => s,
-        Opened::Recording(_) => {
-            return Err(format!(
-                "{}: a flame graph is drawn from a PyTorch memory snapshot's stacks; this is a tidemark recording",
-                args.file.display()
-            ));
-        }
-    };
+    let snapshot = read_snapshot(
+        &args.file,
+        "a flame graph is drawn from a PyTorch memory snapshot's stacks; this is a tidemark recording",
+    )?;
     let flames = flames(&snapshot, moment, args);
     if flames.is_empty() {
         return Err(match args.device {
             Some(d) => format!("{}: no trace of cuda:{d}", args.file.display()),
-            None => format!(
-                "{}: the snapshot has no trace (record it with `torch.cuda.memory._record_memory_history()` on)",
-                args.file.display()
-            ),
+            None => no_trace(&args.file),
         });
     }
     match &args.svg {

@@ -116,27 +116,35 @@ pub(super) fn between(path: &Path, at: &[String]) -> Result<Moments, String> {
         ));
     };
     let moments = [Moment::parse(first)?, Moment::parse(second)?];
-    let snapshot = match read_any_file(path).map_err(|e| e.to_string())? {
-        Opened::Snapshot(s) => s,
-        Opened::Recording(_) => {
-            return Err(format!(
-                "{}: --at compares two moments of a PyTorch memory snapshot's trace; this is a tidemark recording (compare two recordings with `collector diff A B`)",
-                path.display()
-            ));
-        }
-    };
+    let snapshot = read_snapshot(
+        path,
+        "--at compares two moments of a PyTorch memory snapshot's trace; this is a tidemark recording (compare two recordings with `collector diff A B`)",
+    )?;
     let devices = of_snapshot(&snapshot, moments);
     if devices.is_empty() {
-        return Err(format!(
-            "{}: the snapshot has no trace (record it with `torch.cuda.memory._record_memory_history()` on before the moments you want to compare)",
-            path.display()
-        ));
+        return Err(no_trace(path));
     }
     Ok(Moments {
         file: path.display().to_string(),
         at: [first.clone(), second.clone()],
         devices,
     })
+}
+
+/// The snapshot at `path`; a recording there is refused with `refusal`.
+pub(super) fn read_snapshot(path: &Path, refusal: &str) -> Result<Box<Snapshot>, String> {
+    match read_any_file(path).map_err(|e| e.to_string())? {
+        Opened::Snapshot(s) => Ok(s),
+        Opened::Recording(_) => Err(format!("{}: {refusal}", path.display())),
+    }
+}
+
+/// What is said of a snapshot without a trace.
+pub(super) fn no_trace(path: &Path) -> String {
+    format!(
+        "{}: the snapshot has no trace (record it with `torch.cuda.memory._record_memory_history()` on)",
+        path.display()
+    )
 }
 
 /// When the trace's first entry (of any device) was made, µs since the epoch.

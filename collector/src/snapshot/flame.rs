@@ -72,31 +72,31 @@ impl Flame {
     pub fn new(snapshot: &Snapshot, device: &DeviceTimeline, weigh: Weigh, unfold: bool) -> Self {
         // Blocks by stack first: many blocks share one.
         let mut stacks: HashMap<u32, (f64, u64)> = HashMap::new();
-        let mut add = |band: u32, factor: f64| {
-            if let Some(block) = device.block(snapshot, band) {
-                let entry = stacks.entry(block.stack).or_insert((0.0, 0));
-                entry.0 += block.size as f64 * factor;
-                entry.1 += 1;
-            }
+        let mut add = |block: super::timeline::BlockInfo, factor: f64| {
+            let entry = stacks.entry(block.stack).or_insert((0.0, 0));
+            entry.0 += block.size as f64 * factor;
+            entry.1 += 1;
         };
         match weigh {
             Weigh::LiveAt(step) => {
                 let mut live = Vec::new();
                 device.live_at(step, &mut live);
-                for band in live {
-                    add(band, 1.0);
+                for block in live.into_iter().filter_map(|b| device.block(snapshot, b)) {
+                    add(block, 1.0);
                 }
             }
             Weigh::BytesTimesLifetime => {
                 let end = device.end();
                 for band in 0..device.band_count() as u32 {
+                    // Each block looked up once: its life, then its stack and size.
                     if let Some(block) = device.block(snapshot, band) {
                         let free = if block.free_step == NEVER {
                             end
                         } else {
                             block.free_step
                         };
-                        add(band, f64::from(free.saturating_sub(block.alloc_step)));
+                        let life = f64::from(free.saturating_sub(block.alloc_step));
+                        add(block, life);
                     }
                 }
             }
