@@ -23,6 +23,8 @@ pub enum Tab {
     Blocks,
     /// The active memory timeline: a band per allocation (PyTorch snapshots).
     Memory,
+    /// This run against another open one: by phase and holder, or by allocation site.
+    Compare,
 }
 
 /// The viewer's state.
@@ -182,6 +184,11 @@ impl TidemarkApp {
                     ] {
                         ui.selectable_value(&mut self.tab, tab, label);
                     }
+                    if self.runs.iter().filter(|o| o.run.is_ok()).count() > 1 {
+                        ui.selectable_value(&mut self.tab, Tab::Compare, "Compare");
+                    } else if self.tab == Tab::Compare {
+                        self.tab = Tab::Timeline;
+                    }
                     if run.snapshot.is_some() {
                         ui.selectable_value(&mut self.tab, Tab::Memory, "Memory timeline");
                         ui.selectable_value(&mut self.tab, Tab::Blocks, "Blocks");
@@ -194,7 +201,16 @@ impl TidemarkApp {
                 });
             });
         }
+        let compared = self.compare;
         egui::CentralPanel::default().show(ui, |ui| self.central(ui));
+        // A run picked to compare with: the two are drawn on one step axis.
+        if self.compare != compared
+            && self.compare.is_some()
+            && let Some(open) = self.runs.get_mut(self.current)
+            && open.run.as_ref().is_ok_and(|r| r.view.steps.is_available())
+        {
+            open.timeline.x_axis = crate::timeline::XAxis::Steps;
+        }
         drop_hint(ui.ctx());
         #[cfg(target_arch = "wasm32")]
         // A followed file still waiting for its first bytes is neither shown nor failed yet.
@@ -345,6 +361,7 @@ impl TidemarkApp {
                         &mut open.timeline,
                         overlay.as_ref(),
                     );
+                    crate::diff::moments_panel(ui, run, &mut open.timeline.moments);
                 }
             }
             Tab::Phases => {
@@ -376,6 +393,21 @@ impl TidemarkApp {
                         last_hovered_ns: open.timeline.last_hovered_ns,
                     };
                     crate::blocks::blocks_ui(ui, view, &mut open.blocks, times);
+                }
+            }
+            Tab::Compare => {
+                let names = self.names_ok();
+                ui.horizontal(|ui| {
+                    crate::compare::picker(ui, &mut self.compare, current, &names);
+                });
+                let Some(other) = compare.and_then(|c| self.runs.get(c)) else {
+                    ui.weak("Pick the run to compare this one with (the baseline, A).");
+                    return;
+                };
+                if let (Ok(base), Some(open)) = (&other.run, self.runs.get(current))
+                    && let Ok(run) = &open.run
+                {
+                    crate::diff::runs_ui(ui, (other.title(), base), (open.title(), run));
                 }
             }
             Tab::Memory => {

@@ -20,6 +20,8 @@ pub struct SnapshotView {
     /// For a snapshot dumped next to a recording (`collector --history`): the file and why it
     /// was dumped; `None` when the opened file is the snapshot.
     pub paired: Option<(String, String)>,
+    /// What a comparison reads off it, made the first time it is compared.
+    facts: std::sync::OnceLock<collector::compare::SnapshotFacts>,
 }
 
 impl SnapshotView {
@@ -32,6 +34,7 @@ impl SnapshotView {
             verdict,
             snapshot,
             paired: None,
+            facts: std::sync::OnceLock::new(),
         }
     }
 
@@ -48,6 +51,13 @@ impl SnapshotView {
             paired: Some((file, reason)),
             ..Self::new(snapshot, index, verdict)
         }
+    }
+
+    /// What `collector diff` reads off the snapshot (its sites, devices and trace peak), made
+    /// once.
+    pub fn facts(&self) -> &collector::compare::SnapshotFacts {
+        self.facts
+            .get_or_init(|| collector::compare::SnapshotFacts::of(&self.snapshot))
     }
 
     /// Whether the snapshot has a trace with times (a timeline to show).

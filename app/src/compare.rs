@@ -14,10 +14,25 @@ pub(crate) fn compare_ui(
     run: &Run,
     other: Option<&OpenRun>,
 ) {
+    if picker(ui, compare, current, names) {
+        return;
+    }
+    if let Some(Ok(other_run)) = other.map(|o| &o.run) {
+        ui.label(compare_text(&run.analysis, &other_run.analysis));
+    }
+}
+
+/// "compare with: [run]"; `true` when there is no other run to pick.
+pub(crate) fn picker(
+    ui: &mut egui::Ui,
+    compare: &mut Option<usize>,
+    current: usize,
+    names: &[(usize, String)],
+) -> bool {
     let others: Vec<&(usize, String)> = names.iter().filter(|(i, _)| *i != current).collect();
     if others.is_empty() {
         ui.weak("Open a second recording to compare (before/after a fix).");
-        return;
+        return true;
     }
     let selected = compare
         .and_then(|c| others.iter().find(|(i, _)| *i == c))
@@ -30,9 +45,7 @@ pub(crate) fn compare_ui(
                 ui.selectable_value(compare, Some(*i), name);
             }
         });
-    if let Some(Ok(other_run)) = other.map(|o| &o.run) {
-        ui.label(compare_text(&run.analysis, &other_run.analysis));
-    }
+    false
 }
 
 /// The growth per step of both runs and the difference, in words.

@@ -8,6 +8,7 @@ mod attribution;
 pub mod blocks;
 mod cards;
 mod compare;
+pub mod diff;
 mod follow;
 mod intake;
 pub mod lod;

@@ -26,6 +26,9 @@ pub struct MemoryState {
     pub range: Option<(f64, f64)>,
     /// The pinned block: (device's place, band).
     pub pinned: Option<(usize, u32)>,
+    /// Two steps marked by right-clicking (on the device shown): what changed between them is
+    /// shown under the timeline.
+    pub moments: crate::diff::Marks<u32>,
     cached: Option<Cached>,
 }
 
@@ -138,6 +141,7 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
                         {
                             state.range = None;
                             state.pinned = None;
+                            state.moments = crate::diff::Marks::default();
                         }
                     }
                 });
@@ -157,9 +161,14 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
         ui.colored_label(ui.visuals().warn_fg_color, line);
     }
     ui.weak(
-        "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack.",
+        "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack; right-click two moments to compare them.",
     );
-    let pinned_height = if state.pinned.is_some() { 170.0 } else { 0.0 };
+    let pinned_height = if state.pinned.is_some() { 170.0 } else { 0.0 }
+        + if state.moments.both().is_some() {
+            crate::diff::PANEL_HEIGHT
+        } else {
+            0.0
+        };
     let size = vec2(
         ui.available_width(),
         (ui.available_height() - pinned_height - 28.0).max(160.0),
@@ -294,6 +303,36 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
             let y = ((f64::from(plot.bottom() - p.y) / f64::from(plot.height())) * y_max).max(0.0);
             device.hit(snapshot, &cached.picture, step, y as u64)
         });
+    // The moments marked, and a new one.
+    if response.secondary_clicked()
+        && let Some(p) = response
+            .interact_pointer_pos()
+            .filter(|p| plot.contains(*p))
+    {
+        let step = (x0 + f64::from(p.x - plot.left()) * per_px)
+            .round()
+            .clamp(0.0, end);
+        state.moments.mark(step as u32);
+    }
+    for (label, step) in state.moments.labelled() {
+        let x = sx(f64::from(step));
+        if (plot.left()..=plot.right()).contains(&x) {
+            let stroke = Stroke::new(1.5, crate::style::MOMENT);
+            painter.add(Shape::dashed_line(
+                &[pos2(x, plot.top()), pos2(x, plot.bottom())],
+                stroke,
+                5.0,
+                3.0,
+            ));
+            painter.text(
+                pos2(x + 3.0, plot.top() + 2.0),
+                egui::Align2::LEFT_TOP,
+                label,
+                egui::FontId::proportional(13.0),
+                crate::style::MOMENT,
+            );
+        }
+    }
     if response.clicked() {
         state.pinned = match &hit {
             Some(Hit::Block(b)) => Some((state.device, b.band)),
@@ -330,6 +369,12 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
             ui.label(text);
         });
     }
+    crate::diff::snapshot_moments_panel(
+        ui,
+        &|site| layout.site_name(snapshot, site),
+        device,
+        &mut state.moments,
+    );
     // The pinned block's details, and Ctrl+C.
     if let Some((d, band)) = state.pinned
         && let Some(pinned_device) = layout.devices.get(d)

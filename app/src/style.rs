@@ -25,6 +25,8 @@ pub const GREEN: Color32 = rgb(palette::DEVICE_USED);
 pub const PURPLE: Color32 = rgb(palette::HOST);
 /// The time pinned by a click on the timeline (a neutral marker, like the events).
 pub const PINNED: Color32 = Color32::from_rgb(0xe0, 0xe0, 0xe0);
+/// The two moments marked to compare (A and B): a neutral marker, dashed.
+pub const MOMENT: Color32 = Color32::from_rgb(0xc8, 0xc8, 0xc8);
 /// An out-of-memory error marker (neutral: no curve's or phase's hue).
 pub const OOM: Color32 = rgb(palette::EVENT_ON_SCREEN);
 /// Lost probe messages.

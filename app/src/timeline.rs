@@ -51,6 +51,9 @@ pub struct TimelineState {
     pub last_hovered_ns: Option<u64>,
     /// A time pinned by clicking on the plot (a snapshot's blocks view shows the blocks then).
     pub pinned_ns: Option<u64>,
+    /// Two moments marked by right-clicking the plot, nanoseconds: what changed between them is
+    /// shown under it.
+    pub moments: crate::diff::Marks<u64>,
 }
 
 impl Default for TimelineState {
@@ -69,6 +72,7 @@ impl Default for TimelineState {
             hovered_ns: None,
             last_hovered_ns: None,
             pinned_ns: None,
+            moments: crate::diff::Marks::default(),
         }
     }
 }
@@ -299,6 +303,11 @@ pub fn timeline_ui(
         XAxis::Time => "time since start",
         XAxis::Steps => "step",
     };
+    let below = if state.moments.both().is_some() {
+        crate::diff::PANEL_HEIGHT
+    } else {
+        0.0
+    };
     let mut plot = Plot::new(("timeline", id, axis == XAxis::Steps))
         .legend(
             Legend::default()
@@ -314,8 +323,8 @@ pub fn timeline_ui(
         .include_x(x_end)
         .include_y(0.0)
         .include_y(y_max * 1.05)
-        // Room for the caption under the plot.
-        .height((ui.available_height() - 24.0).max(120.0));
+        // Room for the caption and the moments' hint (or panel) under the plot.
+        .height((ui.available_height() - 48.0 - below).max(120.0));
     plot = match axis {
         XAxis::Time => plot.x_axis_formatter(|mark, _| format_seconds(mark.value)),
         XAxis::Steps => plot.x_axis_formatter(|mark, _| format!("{:.0}", mark.value)),
@@ -327,6 +336,7 @@ pub fn timeline_ui(
     let request_x = state.request_x.take();
     let dark = ui.visuals().dark_mode;
     let pinned = state.pinned_ns;
+    let moments = state.moments;
     let response = plot.show(ui, |pui| {
         if let Some((a, b)) = request_x {
             let (a, b) = (map.x((a * 1e9) as u64), map.x((b * 1e9) as u64));
@@ -409,6 +419,24 @@ pub fn timeline_ui(
                     .width(1.5),
             );
         }
+        for (label, t) in moments.labelled() {
+            pui.vline(
+                VLine::new("", map.x(t))
+                    .color(crate::style::MOMENT)
+                    .style(LineStyle::dashed_dense())
+                    .width(1.5),
+            );
+            pui.text(
+                egui_plot::Text::new(
+                    "",
+                    PlotPoint::new(map.x(t), pui.plot_bounds().max()[1]),
+                    egui::RichText::new(label)
+                        .strong()
+                        .color(crate::style::MOMENT),
+                )
+                .anchor(egui::Align2::LEFT_TOP),
+            );
+        }
         pui.pointer_coordinate().map(|p| map.t_ns(p.x))
     });
     ui.label(egui::RichText::new(&view.verdict.caption).small());
@@ -418,6 +446,11 @@ pub fn timeline_ui(
     }
     if response.response.clicked() && response.inner.is_some() {
         state.pinned_ns = response.inner;
+    }
+    if response.response.secondary_clicked()
+        && let Some(t) = response.inner
+    {
+        state.moments.mark(t);
     }
     if let Some(t_ns) = response.inner {
         response.response.on_hover_ui_at_pointer(|ui| {

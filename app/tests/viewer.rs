@@ -1190,3 +1190,181 @@ fn memory_timeline_of_a_real_snapshot() {
         "{expected}"
     );
 }
+
+/// A right-click at `pos`: the pointer there, the secondary button pressed and released.
+fn right_click(harness: &mut Harness<'static, TidemarkApp>, pos: egui::Pos2) {
+    harness.hover_at(pos);
+    for pressed in [true, false] {
+        harness.event(egui::Event::PointerButton {
+            pos,
+            button: egui::PointerButton::Secondary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+    }
+    harness.run();
+}
+
+#[test]
+fn two_moments_marked_on_the_timeline_show_what_each_phase_did_between_them() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&corpus("forward_keeps_losses.msgpack"));
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.get_by_label_contains("Right-click two moments");
+    right_click(&mut harness, egui::pos2(400.0, 400.0));
+    harness.get_by_label_contains("A is marked");
+    right_click(&mut harness, egui::pos2(1000.0, 400.0));
+    let open = &harness.state().runs()[0];
+    let (a, b) = open.timeline.moments.both().expect("A and B marked");
+    assert!(a < b, "A at {a} ns, B at {b} ns");
+    // The panel shows what the library says of these two moments.
+    let run = open.run.as_ref().unwrap();
+    let moments = collector::compare::compare_moments(&run.recording, &run.analysis, a, b);
+    let forward = moments
+        .phases
+        .iter()
+        .find(|p| p.phase == "forward")
+        .expect("forwards between the moments");
+    assert!(
+        forward.occurrences > 0 && forward.net_bytes > 0.0,
+        "{forward:?}"
+    );
+    let net = collector::compare::signed_bytes(forward.net_bytes);
+    harness.get_by_label_contains("From ");
+    harness.snapshot("timeline_moments");
+    for text in ["forward".to_owned(), forward.occurrences.to_string(), net] {
+        assert!(
+            harness.query_all_by_label(&text).next().is_some(),
+            "{text} is not shown"
+        );
+    }
+    // A third right-click starts again at A; the button clears both.
+    right_click(&mut harness, egui::pos2(600.0, 400.0));
+    let marks = harness.state().runs()[0].timeline.moments;
+    assert!(marks.a.is_some() && marks.b.is_none(), "{marks:?}");
+    right_click(&mut harness, egui::pos2(900.0, 400.0));
+    harness.get_by_label("Clear A and B").click();
+    harness.run();
+    assert_eq!(
+        harness.state().runs()[0].timeline.moments,
+        tidemark_app::diff::Marks::default()
+    );
+}
+
+#[test]
+fn two_moments_of_a_snapshots_memory_timeline_show_what_was_kept_by_site() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/real-snapshots/cs336_large_fw_bw_fp32.pickle");
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = harness(app);
+    harness.run();
+    harness.get_by_label("Memory timeline").click();
+    harness.run();
+    right_click(&mut harness, egui::pos2(200.0, 400.0));
+    right_click(&mut harness, egui::pos2(700.0, 400.0));
+    let (a, b) = harness.state().runs()[0]
+        .memory
+        .moments
+        .both()
+        .expect("A and B marked");
+    assert!(a < b, "A at step {a}, B at step {b}");
+    harness.get_by_label(&format!("From step {a} to step {b}"));
+    // What was allocated between them and is alive at B, by site, as the library replays it.
+    let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
+    let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+    let between = layout.devices[0].between(a, b);
+    let top = between
+        .kept
+        .first()
+        .expect("something kept between A and B");
+    harness.get_by_label(&layout.site_name(&snapshot, top.site));
+    assert!(
+        !harness
+            .query_all_by_label(&collector::format::format_bytes(top.bytes as f64))
+            .collect::<Vec<_>>()
+            .is_empty()
+    );
+    harness.get_by_label_contains(&format!(
+        "alive at A {}",
+        collector::format::format_bytes(between.alive_from as f64)
+    ));
+}
+
+/// Opens `paths`, shows the last, and compares it with the first on the Compare tab.
+fn compared(paths: &[PathBuf]) -> Harness<'static, TidemarkApp> {
+    let mut app = TidemarkApp::empty();
+    for path in paths {
+        app.open_path(path);
+    }
+    let mut harness = harness(app);
+    harness.run();
+    harness.get_by_label("Compare").click();
+    harness.run();
+    assert_eq!(harness.state().tab, Tab::Compare);
+    harness.get_by_label("compare with").click();
+    harness.run();
+    let first = paths[0].file_name().unwrap().to_string_lossy().into_owned();
+    harness.query_all_by_label(&first).last().unwrap().click();
+    harness.run();
+    assert_eq!(harness.state().compare, Some(0));
+    harness
+}
+
+#[test]
+fn two_snapshots_compared_in_the_viewer_by_site_as_collector_diff_does() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let (a, b) = (
+        real.join("cs336_large_fw_bw_fp32.pickle"),
+        real.join("cs336_large_fw_bw_bf16.pickle"),
+    );
+    let harness = compared(&[a.clone(), b.clone()]);
+    let facts = |p: &PathBuf| {
+        collector::compare::SnapshotFacts::of(
+            &collector::snapshot::read_snapshot(&std::fs::read(p).unwrap()).unwrap(),
+        )
+    };
+    let diff = collector::compare::compare_snapshots(&facts(&a), &facts(&b));
+    let top = &diff.sites[0];
+    harness.get_by_label(&format!("cuda:{} {}", top.device, top.site));
+    let change = top.bytes.b.unwrap_or(0.0) - top.bytes.a.unwrap_or(0.0);
+    assert!(
+        !harness
+            .query_all_by_label(&collector::compare::signed_bytes(change))
+            .collect::<Vec<_>>()
+            .is_empty()
+    );
+    harness.get_by_label("cuda:0 peak in the trace");
+}
+
+#[test]
+fn two_recordings_compared_in_the_viewer_by_phase_and_holder() {
+    let harness = compared(&[
+        corpus("healthy.msgpack"),
+        corpus("forward_keeps_losses.msgpack"),
+    ]);
+    harness.get_by_label("A (baseline): healthy.msgpack    B: forward_keeps_losses.msgpack");
+    harness.get_by_label("forward retained");
+    harness.get_by_label("step baseline (median)");
+    // The overlay in the timeline is drawn on one step axis.
+    let mut harness = harness;
+    assert_eq!(harness.state().runs()[1].timeline.x_axis, XAxis::Steps);
+    harness.get_by_label("Timeline").click();
+    harness.run();
+    harness.get_by_label_contains("— healthy.msgpack");
+}
+
+#[test]
+fn a_snapshot_and_a_recording_are_not_compared_and_the_viewer_says_why() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let harness = compared(&[
+        corpus("healthy.msgpack"),
+        real.join("cs336_large_fw_bw_fp32.pickle"),
+    ]);
+    harness.get_by_label(
+        "cs336_large_fw_bw_fp32.pickle is a snapshot and healthy.msgpack a recording: compare two snapshots, or two recordings",
+    );
+}

@@ -1282,3 +1282,92 @@ fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
         analysis.between_phases
     );
 }
+
+/// Two moments of a recording (the viewer's right-clicks A and B): what each phase did between
+/// them, what each curve read at both, and who came to hold more from census to census.
+#[test]
+fn two_moments_of_a_recording_say_what_each_phase_and_holder_did_between_them() {
+    use collector::compare::compare_moments;
+    use collector::recording::{Census, Holder};
+    let run = Run {
+        steps: 50,
+        leak_forward: MIB,
+        leak_backward: 2 * MIB,
+        noise: 0,
+        ..Run::default()
+    };
+    let mut recording = synthesize(&run);
+    // A step is three phases of two edges 10 ms apart: 60 ms; censuses at steps 5, 10, 30, 40.
+    let step_ns = 60_000_000;
+    let origin = Origin {
+        pid: 100,
+        rank: None,
+    };
+    for s in [5, 10, 30, 40] {
+        recording.push(Record::Census(Census {
+            t_ns: s * step_ns,
+            origin,
+            step: Some(s),
+            reason: "step".to_owned(),
+            holders: vec![Holder {
+                key: "k".to_owned(),
+                name: "__main__.losses".to_owned(),
+                what: "list, a global of __main__".to_owned(),
+                device: Some(0),
+                tensors: s,
+                bytes: s * MIB,
+                ..Holder::default()
+            }],
+            ..Census::default()
+        }));
+    }
+    let analysis = analyze(&recording);
+    // B before A: the same answer.
+    let moments = compare_moments(&recording, &analysis, 30 * step_ns, 10 * step_ns);
+    assert_eq!(
+        (moments.from_ns, moments.to_ns),
+        (10 * step_ns, 30 * step_ns)
+    );
+    assert_eq!(moments.steps, [Some(10), Some(30)]);
+    let phase = |name: &str| moments.phases.iter().find(|p| p.phase == name).unwrap();
+    // Steps 10 to 29 lie between the moments: 20 of each phase.
+    assert_eq!(phase("forward").occurrences, 20);
+    assert_eq!(phase("forward").net_bytes, 20.0 * MIB as f64);
+    assert_eq!(phase("backward").net_bytes, 40.0 * MIB as f64);
+    assert_eq!(phase("optimizer").net_bytes, 0.0);
+    assert_eq!(phase("forward").watermark_bytes, 2.0 * GIB as f64);
+    let allocated = moments
+        .series
+        .iter()
+        .find(|s| s.name == "allocated" && s.device == Some(0))
+        .unwrap();
+    assert_eq!(allocated.value.a, Some((4 * GIB + 30 * MIB) as f64));
+    assert_eq!(allocated.value.change, Some(60.0 * MIB as f64));
+    assert_eq!(moments.between_phases_bytes, Some(0.0));
+    // The censuses at steps 10 and 30; the one at 40 is after B.
+    assert_eq!(moments.census_steps, [Some(10), Some(30)]);
+    assert_eq!(moments.holders.len(), 1, "{:?}", moments.holders);
+    assert_eq!(moments.holders[0].name, "__main__.losses");
+    assert_eq!(moments.holders[0].held.change, Some(20.0 * MIB as f64));
+    assert!(moments.notes.is_empty(), "{:?}", moments.notes);
+
+    // Two moments inside one step: no phase whole between them, said; no census between them.
+    let inside = compare_moments(&recording, &analysis, 12 * step_ns + 1, 12 * step_ns + 5);
+    assert!(inside.phases.is_empty());
+    assert!(
+        inside
+            .notes
+            .iter()
+            .any(|n| n.contains("no phase began and ended")),
+        "{:?}",
+        inside.notes
+    );
+    assert!(
+        inside
+            .notes
+            .iter()
+            .any(|n| n.contains("no census was taken")),
+        "{:?}",
+        inside.notes
+    );
+}

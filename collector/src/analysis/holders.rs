@@ -249,6 +249,12 @@ pub(super) fn grown_holders(recording: &Recording, pid: Option<u32>) -> Vec<Hold
     let Some((from, to)) = census_pair(recording, pid) else {
         return Vec::new();
     };
+    holders_between(from, to)
+}
+
+/// The holders that grew from one census to a later one, most growth first (the ten largest;
+/// several attributes of one object that grew together also as that object).
+pub fn holders_between(from: &Census, to: &Census) -> Vec<HolderGrowth> {
     let (from_step, to_step) = (from.step.unwrap_or(0), to.step.unwrap_or(0));
     let span = (to_step - from_step).max(1) as f64;
     let mut grown: Vec<HolderGrowth> = to

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::format::{format_bytes, format_duration};
 
 pub use self::ending::{CONTEXT_ALLOWANCE_BYTES, Contribution, Ending, OomCause, OomVerdict};
-pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair};
+pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair, holders_between};
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::ranks::RankSummary;
 pub use self::trend::{Trend, trend};
@@ -301,6 +301,10 @@ pub struct Analysis {
     /// (`None` where unknown).
     #[serde(skip)]
     pub retained: Vec<Option<f64>>,
+    /// Each occurrence's net Δ and watermark Δ, bytes, in the order of `occurrences` (`None`
+    /// where unknown).
+    #[serde(skip)]
+    pub changes: Vec<Option<(f64, f64)>>,
     /// The median over the steps of what was freed before the backward inside the step, outside
     /// the forward and eval phases (gradients freed after the forward; not reported).
     #[serde(skip)]
@@ -637,6 +641,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
     let phases::Accounts {
         stats: phase_stats,
         retained,
+        changes,
         between: between_phases,
         freed_before_backward,
     } = phases::stats(
@@ -681,6 +686,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         occurrences: Default::default(),
         step_starts: Vec::new(),
         retained: Vec::new(),
+        changes: Vec::new(),
         freed_before_backward,
     };
     // The C heap at each step start, where the probe read it at every one (a host job's first
@@ -709,8 +715,10 @@ fn analyze_one(recording: &Recording) -> Analysis {
     analysis.occurrences = std::sync::Arc::new(occurrences);
     analysis.step_starts = step_starts;
     analysis.retained = retained;
+    analysis.changes = changes;
     analysis.step_starts.shrink_to_fit();
     analysis.retained.shrink_to_fit();
+    analysis.changes.shrink_to_fit();
     analysis.step_series.steps.shrink_to_fit();
     analysis.step_series.times_ns.shrink_to_fit();
     analysis.step_series.values.shrink_to_fit();

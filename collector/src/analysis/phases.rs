@@ -771,6 +771,8 @@ pub struct Accounts {
     pub stats: Vec<PhaseStats>,
     /// What each occurrence retained, in the order of the occurrences.
     pub retained: Vec<Option<f64>>,
+    /// Each occurrence's net Δ and watermark Δ, in the order of the occurrences.
+    pub changes: Vec<Option<(f64, f64)>>,
     /// The share of the growth that came between the phases.
     pub between: Option<f64>,
     /// The median, over the steps with a backward, of what was freed in the step before it
@@ -881,9 +883,14 @@ pub fn stats(
         let mid = freed.len() / 2;
         *freed.select_nth_unstable_by(mid, f64::total_cmp).1
     });
+    let changes = levels
+        .iter()
+        .map(|l| l.map(|l| (l.end - l.begin, l.peak - l.begin)))
+        .collect();
     Accounts {
         stats,
         retained,
+        changes,
         between,
         freed_before_backward,
     }
