@@ -1,12 +1,12 @@
-//! `collector diff A B [--json | --markdown]`: two PyTorch memory snapshots by allocation site and
-//! per device, or two recordings by phase, step baseline, categories, holders, peaks and OOMs —
+//! `collector diff A B [--json | --markdown] [--html FILE]`: two PyTorch memory snapshots by
+//! allocation site and per device, or two recordings by phase, step baseline, categories, holders, peaks and OOMs —
 //! A, B and the change (see [`collector::compare`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use collector::analysis::{Analysis, analyze};
+use collector::analysis::{Analysis, StepSeries, analyze};
 use collector::compare::{
     Pair, RecordingDiff, SiteStatus, SnapshotDiff, SnapshotFacts, compare_recordings,
     compare_snapshots, signed_bytes,
@@ -36,6 +36,10 @@ pub struct DiffArgs {
     /// Print the comparison as Markdown (for a pull request or `$GITHUB_STEP_SUMMARY`).
     #[arg(long)]
     pub markdown: bool,
+    /// Also write the comparison as one self-contained HTML page with its picture (two
+    /// recordings' steps on one axis, or the sites that changed most), as `report --html` does.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// How many allocation sites the text and Markdown list (JSON lists all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub sites: usize,
@@ -62,6 +66,10 @@ pub(super) enum Compared {
         b: String,
         /// The comparison.
         diff: Box<RecordingDiff>,
+        /// A's and B's memory at the same point of every step, and what it is (for the
+        /// picture).
+        #[serde(skip)]
+        steps: Box<[StepSeries; 2]>,
     },
 }
 
@@ -150,6 +158,7 @@ fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Judged
                     a: names.0,
                     b: names.1,
                     diff: Box::new(diff),
+                    steps: Box::new([aa.step_series, ab.step_series.clone()]),
                 },
                 Some((ab, None)),
             ))
@@ -167,15 +176,154 @@ fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Judged
 /// `collector diff A B`: 0 with the comparison printed, 2 when the files cannot be read or
 /// compared.
 pub fn diff(args: &DiffArgs) -> ExitCode {
+    let form = if args.markdown {
+        Form::Markdown
+    } else {
+        Form::Text
+    };
     match &args.b {
-        Some(b) => print(args, compare_files(&args.a, b), |c| {
-            render(c, args.markdown, args.sites)
-        }),
+        Some(b) => {
+            let compared = compare_files(&args.a, b);
+            if let (Some(path), Ok(c)) = (&args.html, &compared)
+                && let Err(why) = write_html(path, c, args.sites)
+            {
+                eprintln!("collector diff: {why}");
+                return ExitCode::from(2);
+            }
+            print(args, compared, |c| render(c, form, args.sites))
+        }
         // `collector diff SNAPSHOT --at T1 --at T2`.
-        None => print(args, super::moments::between(&args.a, &args.at), |m| {
-            super::moments::render(m, args.markdown, args.sites)
-        }),
+        None => {
+            let moments = super::moments::between(&args.a, &args.at);
+            if let (Some(path), Ok(m)) = (&args.html, &moments)
+                && let Err(why) = write_moments_html(path, m, args.sites)
+            {
+                eprintln!("collector diff: {why}");
+                return ExitCode::from(2);
+            }
+            print(args, moments, |m| {
+                super::moments::render(m, args.markdown, args.sites)
+            })
+        }
     }
+}
+
+/// Writes `html` to `path`, naming the file when it cannot.
+fn write_page(path: &Path, html: &str) -> Result<(), String> {
+    std::fs::write(path, html).map_err(|err| format!("cannot write {}: {err}", path.display()))
+}
+
+/// The sentence a comparison leads with: the largest change.
+fn lead(compared: &Compared) -> (String, &'static str) {
+    match compared {
+        Compared::Snapshots { diff, .. } => match diff.sites.first() {
+            Some(s) => {
+                let change = s.bytes.change.unwrap_or(0.0);
+                (
+                    format!(
+                        "The largest change: {} at cuda:{} {}",
+                        signed_bytes(change),
+                        s.device,
+                        s.site
+                    ),
+                    if change > 0.0 { "problem" } else { "ok" },
+                )
+            }
+            None => (
+                "No allocation site holds memory in either".to_owned(),
+                "unknown",
+            ),
+        },
+        Compared::Recordings { diff, .. } => match diff.baseline.change {
+            Some(change) => (
+                format!(
+                    "The step baseline moved {} ({} in A, {} in B)",
+                    signed_bytes(change),
+                    number(diff.baseline.a, Unit::Bytes),
+                    number(diff.baseline.b, Unit::Bytes)
+                ),
+                if change > 0.0 { "problem" } else { "ok" },
+            ),
+            None => (
+                "The step baselines cannot be compared (see the notes)".to_owned(),
+                "unknown",
+            ),
+        },
+    }
+}
+
+/// `--html`: the comparison as one self-contained page with its picture.
+fn write_html(path: &Path, compared: &Compared, max_sites: usize) -> Result<(), String> {
+    let (a, b) = match compared {
+        Compared::Snapshots { a, b, .. } | Compared::Recordings { a, b, .. } => (a, b),
+    };
+    let (line, mark) = lead(compared);
+    let mut page = super::picture::page_start(
+        "tidemark: memory compared",
+        &format!("A = {a}, B = {b}; change = B − A"),
+        &line,
+        mark,
+    );
+    let svg = match compared {
+        Compared::Snapshots { diff, .. } => {
+            let rows: Vec<(String, f64)> = diff
+                .sites
+                .iter()
+                .map(|s| {
+                    (
+                        format!("cuda:{} {}", s.device, s.site),
+                        s.bytes.change.unwrap_or(0.0),
+                    )
+                })
+                .collect();
+            super::diff_picture::bars_svg("live bytes by allocation site, B − A", &rows)?
+        }
+        Compared::Recordings { diff, steps, .. } => {
+            super::diff_picture::steps_svg(&steps[0], &steps[1], diff.basis[1])?
+        }
+    };
+    super::picture::push_svg(&mut page, &svg);
+    page.push_str(&render(compared, Form::Html, max_sites));
+    page.push_str("</body></html>\n");
+    write_page(path, &page)
+}
+
+/// `--html` of two moments of a trace: what was kept between them by site, and the text.
+fn write_moments_html(
+    path: &Path,
+    m: &super::moments::Moments,
+    max_sites: usize,
+) -> Result<(), String> {
+    let kept: u64 = m.devices.iter().map(|d| d.kept).sum();
+    let mut page = super::picture::page_start(
+        "tidemark: what grew between two moments",
+        &format!("{}, --at {} and --at {}", m.file, m.at[0], m.at[1]),
+        &format!(
+            "{} allocated between the moments and still alive at the later one",
+            format_bytes(kept as f64)
+        ),
+        if kept > 0 { "problem" } else { "ok" },
+    );
+    let rows: Vec<(String, f64)> = m
+        .devices
+        .iter()
+        .flat_map(|d| {
+            d.sites
+                .iter()
+                .map(move |s| (format!("cuda:{} {}", d.device, s.site), s.bytes as f64))
+        })
+        .collect();
+    let svg = super::diff_picture::bars_svg(
+        "allocated between the moments and alive at the later one, by site",
+        &rows,
+    )?;
+    super::picture::push_svg(&mut page, &svg);
+    let text = super::moments::render(m, false, max_sites);
+    page.push_str(&format!(
+        "<pre>{}</pre>\n</body></html>\n",
+        super::picture::escape(&text)
+    ));
+    write_page(path, &page)
 }
 
 /// Prints what was compared as JSON (`--json`) or as `render` writes it; 2, saying why, when
@@ -241,6 +389,17 @@ fn change(pair: &Pair, unit: Unit) -> String {
     }
 }
 
+/// How a comparison is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// Aligned columns, for a terminal.
+    Text,
+    /// Markdown tables, for a pull request.
+    Markdown,
+    /// HTML tables, for `--html`.
+    Html,
+}
+
 /// A table: a title, its header and rows of cells, as text (aligned columns) or Markdown.
 struct Table {
     title: String,
@@ -270,11 +429,28 @@ impl Table {
         ]);
     }
 
-    fn write(&self, out: &mut String, markdown: bool) {
+    fn write(&self, out: &mut String, form: Form) {
         if self.rows.is_empty() {
             return;
         }
-        if markdown {
+        if form == Form::Html {
+            let escape = super::picture::escape;
+            let _ = write!(out, "<h2>{}</h2>\n<table><tr>", escape(&self.title));
+            for h in &self.header {
+                let _ = write!(out, "<th>{}</th>", escape(h));
+            }
+            out.push_str("</tr>\n");
+            for row in &self.rows {
+                out.push_str("<tr>");
+                for cell in row {
+                    let _ = write!(out, "<td>{}</td>", escape(cell));
+                }
+                out.push_str("</tr>\n");
+            }
+            out.push_str("</table>\n");
+            return;
+        }
+        if form == Form::Markdown {
             let _ = writeln!(out, "**{}**\n", self.title);
             let _ = writeln!(out, "| {} |", self.header.join(" | "));
             let _ = writeln!(
@@ -323,13 +499,17 @@ impl Table {
 }
 
 /// The comparison as text or Markdown.
-pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> String {
+pub(super) fn render(compared: &Compared, form: Form, max_sites: usize) -> String {
+    let markdown = form == Form::Markdown;
+    let html = form == Form::Html;
     let mut out = String::new();
     let (a, b, what) = match compared {
         Compared::Snapshots { a, b, .. } => (a, b, "PyTorch memory snapshots"),
         Compared::Recordings { a, b, .. } => (a, b, "recordings"),
     };
-    if markdown {
+    if html {
+        // The page says what is compared.
+    } else if markdown {
         let _ = writeln!(
             out,
             "### tidemark: memory compared\n\nA = `{a}`, B = `{b}` ({what}); change = B − A.\n"
@@ -360,7 +540,7 @@ pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> S
                 );
                 table.quantity(format!("{dev} live blocks"), &d.live_blocks, Unit::Count);
             }
-            table.write(&mut out, markdown);
+            table.write(&mut out, form);
             let mut sites = Table::new(
                 format!(
                     "allocation sites, by the change of their live bytes ({} in all)",
@@ -386,13 +566,17 @@ pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> S
                     format!("cuda:{} {}{tag}", s.device, s.site),
                 ]);
             }
-            sites.write(&mut out, markdown);
+            sites.write(&mut out, form);
             if diff.sites.len() > max_sites {
-                let _ = writeln!(
-                    out,
-                    "… and {} more sites (--sites N lists more, --json all)\n",
+                let more = format!(
+                    "… and {} more sites (--sites N lists more, --json all)",
                     diff.sites.len() - max_sites
                 );
+                if html {
+                    let _ = writeln!(out, "<p>{more}</p>");
+                } else {
+                    let _ = writeln!(out, "{more}\n");
+                }
             }
             &diff.notes
         }
@@ -411,7 +595,7 @@ pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> S
             steps.quantity("steps (or windows)", &diff.steps, Unit::Count);
             steps.quantity("baseline (median)", &diff.baseline, Unit::Bytes);
             steps.quantity("trend (slope)", &diff.slope, Unit::PerStep);
-            steps.write(&mut out, markdown);
+            steps.write(&mut out, form);
             let mut phases = Table::new("per phase, mean per occurrence", header.clone());
             for p in &diff.phases {
                 phases.quantity(
@@ -423,7 +607,7 @@ pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> S
                 phases.quantity(format!("{} watermark", p.phase), &p.watermark, Unit::Bytes);
                 phases.quantity(format!("{} retained", p.phase), &p.retained, Unit::Bytes);
             }
-            phases.write(&mut out, markdown);
+            phases.write(&mut out, form);
             let mut peaks = Table::new("peaks", header.clone());
             for d in &diff.devices {
                 peaks.quantity(
@@ -439,7 +623,7 @@ pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> S
             }
             peaks.quantity("host resident memory", &diff.host_peak, Unit::Bytes);
             peaks.quantity("out-of-memory errors", &diff.ooms, Unit::Count);
-            peaks.write(&mut out, markdown);
+            peaks.write(&mut out, form);
             for (side, causes) in ["A", "B"].iter().zip(&diff.oom_causes) {
                 if !causes.is_empty() {
                     let _ = writeln!(out, "{side} ran out of memory: {}", causes.join("; "));
@@ -460,7 +644,7 @@ pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> S
                 );
                 categories.quantity(format!("{place} the rest"), &c.rest, Unit::Bytes);
             }
-            categories.write(&mut out, markdown);
+            categories.write(&mut out, form);
             let mut holders = Table::new(
                 "holders that grew between the first and last census",
                 header.clone(),
@@ -468,12 +652,16 @@ pub(super) fn render(compared: &Compared, markdown: bool, max_sites: usize) -> S
             for h in &diff.holders {
                 holders.quantity(format!("{} ({})", h.name, h.what), &h.growth, Unit::Bytes);
             }
-            holders.write(&mut out, markdown);
+            holders.write(&mut out, form);
             &diff.notes
         }
     };
     for note in notes {
-        let _ = writeln!(out, "{}note: {note}", if markdown { "- " } else { "" });
+        if html {
+            let _ = writeln!(out, "<p>note: {}</p>", super::picture::escape(note));
+        } else {
+            let _ = writeln!(out, "{}note: {note}", if markdown { "- " } else { "" });
+        }
     }
     out
 }
@@ -495,10 +683,10 @@ mod tests {
         let mut table = Table::new("t", vec!["", "A", "B", "change"]);
         table.quantity("x|y", &Pair::new(Some(1.0), Some(2.0)), Unit::Count);
         let mut md = String::new();
-        table.write(&mut md, true);
+        table.write(&mut md, Form::Markdown);
         assert!(md.contains("| x\\|y | 1 | 2 | +1 |"), "{md}");
         let mut text = String::new();
-        table.write(&mut text, false);
+        table.write(&mut text, Form::Text);
         assert!(text.contains("x|y  1  2      +1"), "{text}");
     }
 }

@@ -4,6 +4,7 @@
 
 mod check;
 mod diff;
+mod diff_picture;
 mod flame;
 mod import;
 mod memory_picture;

@@ -189,14 +189,14 @@ fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
 /// A byte axis from 0 to a maximum, ticked at round binary values as the viewer's grid is
 /// ([`byte_marks`]: 0, 16 MiB, 32 MiB …, never 19.1 MiB): labelled ticks at most about eight
 /// apart, light grid lines at a quarter of that.
-struct ByteAxis {
+pub(super) struct ByteAxis {
     inner: RangedCoordf64,
     ticks: Vec<f64>,
     light: Vec<f64>,
 }
 
 impl ByteAxis {
-    fn new(max: f64) -> Self {
+    pub(super) fn new(max: f64) -> Self {
         let marks = byte_marks(0.0, max, max / 8.0);
         let step = marks.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
         let mut ticks: Vec<f64> = marks.iter().map(|m| m.0).collect();
@@ -509,6 +509,39 @@ pub(super) fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// The start of a self-contained HTML page (no script, font or request): its style, a heading,
+/// the file(s) it is about, and the line it leads with, marked `problem`, `ok` or `unknown`.
+pub(super) fn page_start(heading: &str, files: &str, line: &str, mark: &str) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
+<title>tidemark: {title}</title><style>\
+body{{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;max-width:1060px;color:#222;background:#fff}}\
+h1{{font-size:20px;margin:0 0 4px}} .file{{color:#666;font-size:13px;margin-bottom:12px}}\
+.verdict{{font-size:17px;font-weight:600;padding:8px 12px;border-radius:6px;margin:8px 0}}\
+.problem{{background:#fde8dc;color:#8a2c00}} .ok{{background:#dcf3ea;color:#00583f}} .unknown{{background:#eee}}\
+table{{border-collapse:collapse;font-size:13px;margin:8px 0}} td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}\
+td:first-child,th:first-child{{text-align:left}} ul{{font-size:14px}} li{{margin:2px 0}}\
+pre{{font-size:12px;background:#f6f6f6;padding:10px;overflow-x:auto}} svg{{max-width:100%;height:auto}}\
+</style></head><body>\n<h1>{heading}</h1><div class=\"file\">{files}</div>\n<div class=\"verdict {mark}\">{title}</div>\n",
+        title = escape(line),
+        heading = escape(heading),
+        files = escape(files),
+    );
+    out
+}
+
+/// An SVG as plotters wrote it, inline, without the XML prolog if any.
+pub(super) fn push_svg(out: &mut String, svg: &str) {
+    let body = svg.trim_start_matches(|c| c != '<');
+    out.push_str(
+        body.strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")
+            .unwrap_or(body),
+    );
+}
+
 /// One self-contained HTML file: the verdict, the picture (inline SVG), `more` (a snapshot's
 /// active memory timeline), the findings with their evidence, the phase table and the whole
 /// text report. No script, font or request.
@@ -527,29 +560,8 @@ pub fn html(
         Some(false) => "ok",
         None => "unknown",
     };
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
-<title>tidemark: {title}</title><style>\
-body{{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;max-width:1060px;color:#222;background:#fff}}\
-h1{{font-size:20px;margin:0 0 4px}} .file{{color:#666;font-size:13px;margin-bottom:12px}}\
-.verdict{{font-size:17px;font-weight:600;padding:8px 12px;border-radius:6px;margin:8px 0}}\
-.problem{{background:#fde8dc;color:#8a2c00}} .ok{{background:#dcf3ea;color:#00583f}} .unknown{{background:#eee}}\
-table{{border-collapse:collapse;font-size:13px;margin:8px 0}} td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}\
-td:first-child,th:first-child{{text-align:left}} ul{{font-size:14px}} li{{margin:2px 0}}\
-pre{{font-size:12px;background:#f6f6f6;padding:10px;overflow-x:auto}} svg{{max-width:100%;height:auto}}\
-</style></head><body>\n<h1>tidemark report</h1><div class=\"file\">{file}</div>\n<div class=\"verdict {mark}\">{title}</div>\n",
-        title = escape(line),
-        file = escape(&file.display().to_string()),
-    );
-    // The SVG as plotters wrote it, without the XML prolog if any.
-    let body = svg.trim_start_matches(|c| c != '<');
-    out.push_str(
-        body.strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")
-            .unwrap_or(body),
-    );
+    let mut out = page_start("tidemark report", &file.display().to_string(), line, mark);
+    push_svg(&mut out, svg);
     out.push_str(more);
     out.push_str("\n<h2>Findings</h2>\n");
     for f in &analysis.findings {

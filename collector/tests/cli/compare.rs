@@ -720,3 +720,106 @@ fn a_flame_graph_is_the_live_bytes_by_stack() {
         assert!(stderr(&output).contains(says), "{}", stderr(&output));
     }
 }
+
+/// `--html`: one self-contained page with its picture and the same numbers as the text, for
+/// two snapshots, two recordings and two moments; a page that cannot be written exits 2 naming
+/// it, and writes nothing else.
+#[test]
+fn a_comparison_as_an_html_page_carries_its_picture_and_numbers() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/corpus");
+    let dir = tempfile::tempdir().unwrap();
+    let escape = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let page_of = |args: &[&std::ffi::OsStr], name: &str| {
+        let page = dir.path().join(name);
+        let mut all = args.to_vec();
+        all.extend(["--html".as_ref(), page.as_os_str()]);
+        let output = collector(&all);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>"), "{name}");
+        assert!(html.contains("<svg"), "{name}: no picture");
+        assert!(!html.contains("<script"), "{name}: a script");
+        assert!(html.trim_end().ends_with("</html>"), "{name}");
+        (html, String::from_utf8(output.stdout).unwrap())
+    };
+
+    // Two snapshots: the top site's change leads and is in the table; the text is printed too.
+    let (a, b) = (
+        real.join("cs336_large_fw_bw_fp32.pickle"),
+        real.join("cs336_large_fw_bw_bf16.pickle"),
+    );
+    let compared = json(&diff(&a, &b, &["--json"]));
+    let top = &compared["diff"]["sites"][0];
+    let site = format!("cuda:{} {}", top["device"], top["site"].as_str().unwrap());
+    let change = collector::compare::signed_bytes(f(&top["bytes"]["change"]));
+    let (html, text) = page_of(
+        &["diff".as_ref(), a.as_os_str(), b.as_os_str()],
+        "snapshots.html",
+    );
+    assert!(
+        html.contains(&format!(
+            "The largest change: {change} at {}",
+            escape(&site)
+        )),
+        "{html}"
+    );
+    assert!(html.contains("<h2>per device</h2>"));
+    assert!(html.contains(&format!("<td>{}</td>", escape(&site))));
+    assert!(text.contains(&site), "{text}");
+
+    // Two recordings: the step baselines on one step axis, and the phase table.
+    let (healthy, leak) = (
+        corpus.join("healthy.msgpack"),
+        corpus.join("forward_keeps_losses.msgpack"),
+    );
+    let compared = json(&diff(&healthy, &leak, &["--json"]));
+    let moved = collector::compare::signed_bytes(f(&compared["diff"]["baseline"]["change"]));
+    let (html, _) = page_of(
+        &["diff".as_ref(), healthy.as_os_str(), leak.as_os_str()],
+        "recordings.html",
+    );
+    assert!(
+        html.contains(&format!("The step baseline moved {moved}")),
+        "{html}"
+    );
+    assert!(html.contains("A dashed, B solid") && html.contains("<td>forward net</td>"));
+
+    // Two moments of a trace.
+    let snapshot = real.join("bcrafton_cs336_training_step.pickle");
+    let (html, _) = page_of(
+        &[
+            "diff".as_ref(),
+            snapshot.as_os_str(),
+            "--at".as_ref(),
+            "20%".as_ref(),
+            "--at".as_ref(),
+            "90%".as_ref(),
+        ],
+        "moments.html",
+    );
+    assert!(html.contains("allocated between the moments and still alive at the later one"));
+
+    // A page that cannot be written.
+    let nowhere = dir.path().join("no/such/folder/page.html");
+    let output = collector(&[
+        "diff".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+        "--html".as_ref(),
+        nowhere.as_os_str(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains(&format!("cannot write {}", nowhere.display())),
+        "{}",
+        stderr(&output)
+    );
+    assert!(output.stdout.is_empty());
+}
