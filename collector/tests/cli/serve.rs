@@ -25,7 +25,12 @@ impl Drop for Server {
 
 /// `collector serve DIR --port 0 [extra…]`, once it printed its URL.
 fn serve(dir: &Path, extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_collector"))
+    serve_with(Command::new(env!("CARGO_BIN_EXE_collector")), dir, extra)
+}
+
+/// [`serve`] through `command` (the collector, or a command that runs it).
+fn serve_with(mut command: Command, dir: &Path, extra: &[&str]) -> Server {
+    let mut child = command
         .args(["serve", "--port", "0"])
         .args(extra)
         .arg(dir)
@@ -456,26 +461,38 @@ fn a_missing_folder_is_exit_2_naming_it() {
 fn an_unreadable_file_is_listed_with_its_error_and_the_others_served() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let readable = dir.path().join("a.msgpack");
     std::fs::copy(
         tidemark_tests::inputs::data("golden_v1_3.msgpack"),
-        dir.path().join("a.msgpack"),
+        &readable,
     )
     .unwrap();
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
     let locked = dir.path().join("locked.msgpack");
     std::fs::write(&locked, b"TIDEMARK").unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
-    // Root reads any file: there, the locked file is read (and is cut short).
-    let readable = std::fs::File::open(&locked).is_ok();
-    let server = serve(dir.path(), &[]);
+    // Root reads any file: there the server runs as `nobody` (util-linux `setpriv`), to whom
+    // the locked file is closed as it is to any user but its owner.
+    let command = if std::fs::File::open(&locked).is_ok() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_collector"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_collector"))
+    };
+    let server = serve_with(command, dir.path(), &[]);
     let list = judged_list(server.port);
     let run = by_name(&list, "locked.msgpack");
     let error = run["error"].as_str().unwrap_or_default();
-    if readable {
-        assert_eq!(run["kind"], "recording", "{run}");
-    } else {
-        assert!(error.contains("cannot read the file"), "{run}");
-        assert!(error.contains("locked.msgpack"), "{run}");
-    }
-    assert!(by_name(&list, "a.msgpack")["headline"].is_string());
+    assert!(error.contains("cannot read the file"), "{run}");
+    assert!(error.contains("locked.msgpack"), "{run}");
+    assert!(by_name(&list, "a.msgpack")["headline"].is_string(), "{list:?}");
+    assert_eq!(get(server.port, "/runs/a.msgpack", &[]).status, 200);
+    // Asked for, it is refused with the reason, and the server goes on.
+    let answer = get(server.port, "/runs/locked.msgpack", &[]);
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    assert!(answer.text().contains("cannot read the file"), "{}", answer.text());
     assert_eq!(get(server.port, "/runs/a.msgpack", &[]).status, 200);
 }
