@@ -11,11 +11,15 @@ sees.
 - a recording still being written (a file that grows while the page is open), opened from its
   link (which asks the viewer to follow it): it is shown from its first bytes, then the viewer
   fetches what is added (`Range: bytes=N-`) and shows more samples (the app's `tidemark:grew`
-  performance mark counts them), with no console error (nor one for a file that stopped growing).
+  performance mark counts them), with no console error (nor one for a file that stopped growing);
+- a folder of two nodes' recordings, both being written by real `collector` processes, opened from
+  its link (which asks the viewer to follow it whole): shown, then fetched whole again as the
+  files change (`If-None-Match`) and shown with more samples, with no console error.
 
 Screenshots go to OUT. Needs what scripts/web-check.py needs.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -160,6 +164,43 @@ def main():
                 check(curve_pixels(after) > 100, f"drawn as it grew: {curve_pixels(after)} pixels")
                 errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
                 check(not errors, f"console errors: {errors}")
+
+                print("a folder of two nodes' recordings, both still written, followed")
+                nodes = runs / "nodes"
+                nodes.mkdir()
+                jobs = [
+                    subprocess.Popen(
+                        [str(collector), "--no-probe", "--out", str(nodes / f"node-{rank}.msgpack"),
+                         "--", sys.executable, "-c", "import time\nfor _ in range(400): time.sleep(0.05)"],
+                        env={**os.environ, "TIDEMARK_HOSTNAME": f"node-{rank}"},
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                    for rank in (0, 1)
+                ]
+                try:
+                    driver.get(url)
+                    link = wait(lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-name="nodes"] a.open'), 30)
+                    href = link[0].get_attribute("href") if link else ""
+                    check("follow=whole" in href, f"the folder's link asks to follow it whole: {href}")
+                    driver.get(href)
+                    first = wait(lambda: [float(d) for n, d in marks(driver) if n == "tidemark:grew"], 30)
+                    check(bool(first), f"shown with its first samples: {first}")
+                    start = max(first or [0.0])
+                    grew = wait(
+                        lambda: [float(d) for n, d in marks(driver) if n == "tidemark:grew" and float(d) > start],
+                        30,
+                    )
+                    check(bool(grew), f"the nodes' new samples shown: {start:.0f} → {max(grew or [0]):.0f}")
+                    shot(driver, out / "nodes.png")
+                    asked = [u for u in requested_urls(driver) if u.split("?")[0].endswith("/runs/nodes")]
+                    check(len(asked) >= 2, f"the folder asked for again: {len(asked)} requests")
+                    errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+                    check(not errors, f"console errors: {errors}")
+                finally:
+                    for job in jobs:
+                        job.kill()
+                        job.wait()
             finally:
                 driver.quit()
         finally:

@@ -34,6 +34,16 @@ type Analysing = Analysis;
 #[cfg(target_arch = "wasm32")]
 type Arrived = std::rc::Rc<std::cell::RefCell<Option<Result<Vec<u8>, String>>>>;
 
+/// How a URL is followed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    /// A file being written: what was added to it since the last fetch (`Range: bytes=N-`).
+    Added,
+    /// A run the server makes anew from several files (a folder of nodes' recordings): the
+    /// whole of it again, when its files changed (`If-None-Match`).
+    Whole,
+}
+
 /// Where the bytes come from: a file natively, a URL in a browser (with the request under way,
 /// whose answer the next poll takes).
 enum Source {
@@ -42,7 +52,10 @@ enum Source {
     #[cfg(target_arch = "wasm32")]
     Url {
         url: String,
+        fetch: Fetch,
         arrived: Arrived,
+        /// The version of the whole run read last ([`Fetch::Whole`]).
+        etag: std::rc::Rc<std::cell::RefCell<Option<String>>>,
         asking: bool,
     },
 }
@@ -77,12 +90,14 @@ impl Follow {
 
     /// Starts following the file at `url` (same origin) from its first byte.
     #[cfg(target_arch = "wasm32")]
-    pub fn url(url: String) -> Self {
+    pub fn url(url: String, fetch: Fetch) -> Self {
         Self::of(
             url.clone(),
             Source::Url {
                 url,
+                fetch,
                 arrived: Default::default(),
+                etag: Default::default(),
                 asking: false,
             },
         )
@@ -236,7 +251,9 @@ impl Follow {
     fn read_more(&mut self) -> Result<Vec<u8>, String> {
         let Source::Url {
             url,
+            fetch,
             arrived,
+            etag,
             asking,
         } = &mut self.source;
         let answer = arrived.borrow_mut().take();
@@ -247,14 +264,38 @@ impl Follow {
             }
             None => Vec::new(),
         };
+        if *fetch == Fetch::Whole && !bytes.is_empty() {
+            // The run anew: read from its first byte.
+            self.offset = 0;
+            self.follower = Follower::new();
+        }
         self.offset += bytes.len() as u64;
         if !*asking {
             *asking = true;
             let (url, arrived, from) = (url.clone(), arrived.clone(), self.offset);
-            wasm_bindgen_futures::spawn_local(async move {
-                let answer = crate::web::fetch_from(&url, from, MAX_READ).await;
-                *arrived.borrow_mut() = Some(answer);
-            });
+            match fetch {
+                Fetch::Added => wasm_bindgen_futures::spawn_local(async move {
+                    let answer = crate::web::fetch_from(&url, from, MAX_READ).await;
+                    *arrived.borrow_mut() = Some(answer);
+                }),
+                Fetch::Whole => {
+                    let etag = etag.clone();
+                    wasm_bindgen_futures::spawn_local(async move {
+                        let known = etag.borrow().clone();
+                        let answer =
+                            crate::web::fetch_if_changed(&url, known)
+                                .await
+                                .map(|changed| match changed {
+                                    Some((bytes, version)) => {
+                                        *etag.borrow_mut() = version;
+                                        bytes
+                                    }
+                                    None => Vec::new(),
+                                });
+                        *arrived.borrow_mut() = Some(answer);
+                    });
+                }
+            }
         }
         Ok(bytes)
     }

@@ -343,14 +343,15 @@ impl TidemarkApp {
         });
     }
 
-    /// Follows a recording hosted next to the page (same origin) while it is written: its bytes
-    /// are fetched from where the last fetch stopped, about once a second (`Range: bytes=N-`).
-    pub fn follow_url(&mut self, url: String) {
+    /// Follows a recording hosted next to the page (same origin) while it is written, about
+    /// once a second: its bytes from where the last fetch stopped (`Range: bytes=N-`), or a run
+    /// the server makes from several files whole again when they changed (`If-None-Match`).
+    pub fn follow_url(&mut self, url: String, fetch: crate::follow::Fetch) {
         let mut open = OpenRun::new(
             url.clone(),
             Err("waiting for the recording's first bytes…".to_owned()),
         );
-        open.follow = Some(crate::follow::Follow::url(url));
+        open.follow = Some(crate::follow::Follow::url(url, fetch));
         self.add(open);
         self.poll_follow_now();
     }
@@ -430,6 +431,11 @@ fn poll(open: &mut OpenRun, now: bool) {
             *run = Ok(previous);
         }
         (update, _) => {
+            // The first bytes, or a run fetched whole again ([`crate::follow::Fetch::Whole`]).
+            #[cfg(target_arch = "wasm32")]
+            if let Ok(recording) = &update {
+                crate::web::announce_growth(recording.sample_count());
+            }
             *run = update.map(Run::new);
             follow.analysed_in(started.elapsed());
         }

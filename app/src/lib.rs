@@ -23,6 +23,7 @@ pub mod web;
 
 pub use app::{Tab, TidemarkApp};
 pub use compare::compare_text;
+pub use follow::Fetch;
 pub use run::{
     Arriving, EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run, TabFile, WEB_MAX_RECORDING,
     WEB_MAX_SNAPSHOT, WEB_MAX_SNAPSHOT_HELD, too_big_for_a_tab,

@@ -116,8 +116,8 @@ fn main() {
                     let app = match tidemark_app::web::url_parameter() {
                         Some(url) => {
                             let mut app = tidemark_app::TidemarkApp::empty();
-                            if tidemark_app::web::follow_parameter() {
-                                app.follow_url(url);
+                            if let Some(fetch) = tidemark_app::web::follow_parameter() {
+                                app.follow_url(url, fetch);
                             } else {
                                 app.open_url(&cc.egui_ctx, url);
                             }

@@ -11,15 +11,59 @@ pub fn url_parameter() -> Option<String> {
     params.get("url").filter(|u| !u.is_empty())
 }
 
-/// Whether the page asks to follow the file (`?follow=1`): it is still being written.
-pub fn follow_parameter() -> bool {
-    let Some(search) = web_sys::window().and_then(|w| w.location().search().ok()) else {
-        return false;
-    };
-    web_sys::UrlSearchParams::new_with_str(&search)
-        .ok()
-        .and_then(|p| p.get("follow"))
-        .is_some_and(|f| f == "1" || f == "true")
+/// Whether the page asks to follow the file, and how: `?follow=1`, a file still being written
+/// (what is added to it is fetched); `?follow=whole`, a run the server makes anew from several
+/// files (a folder of nodes' recordings: fetched whole again when they changed).
+pub fn follow_parameter() -> Option<crate::follow::Fetch> {
+    let search = web_sys::window()?.location().search().ok()?;
+    match web_sys::UrlSearchParams::new_with_str(&search)
+        .ok()?
+        .get("follow")?
+        .as_str()
+    {
+        "1" | "true" => Some(crate::follow::Fetch::Added),
+        "whole" => Some(crate::follow::Fetch::Whole),
+        _ => None,
+    }
+}
+
+/// The bytes of `url` (same origin) when they differ from the version `etag` names (`None`:
+/// the server answered `304 Not Modified`), with the version they are.
+pub async fn fetch_if_changed(
+    url: &str,
+    etag: Option<String>,
+) -> Result<Option<(Vec<u8>, Option<String>)>, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let init = web_sys::RequestInit::new();
+    init.set_method("GET");
+    init.set_mode(web_sys::RequestMode::SameOrigin);
+    init.set_cache(web_sys::RequestCache::NoStore);
+    let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(describe)?;
+    if let Some(etag) = &etag {
+        request
+            .headers()
+            .set("If-None-Match", etag)
+            .map_err(describe)?;
+    }
+    let response = JsFuture::from(window.fetch_with_request(&request))
+        .await
+        .map_err(|err| format!("cannot be fetched: {}", describe(err)))?;
+    let response: web_sys::Response = response.dyn_into().map_err(describe)?;
+    match response.status() {
+        304 => return Ok(None),
+        200 => {}
+        status => {
+            return Err(format!(
+                "cannot be fetched: the server answered {status} {}",
+                response.status_text()
+            ));
+        }
+    }
+    let etag = response.headers().get("etag").ok().flatten();
+    let buffer = JsFuture::from(response.array_buffer().map_err(describe)?)
+        .await
+        .map_err(|err| format!("cannot be read: {}", describe(err)))?;
+    Ok(Some((js_sys::Uint8Array::new(&buffer).to_vec(), etag)))
 }
 
 /// The bytes of `url` (same origin) from byte `from` on, at most `most` of them: what a file

@@ -6,12 +6,17 @@ use std::process::Command;
 use std::time::Instant;
 
 fn main() {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let a = dir.path().join("main.msgpack");
-    let b = dir.path().join("branch.msgpack");
+    // `DIFF_BENCH_DIR=dir` keeps the two files there (made once), for profiles.
+    let temporary = tempfile::tempdir().expect("a temporary folder");
+    let dir = std::env::var_os("DIFF_BENCH_DIR")
+        .map_or_else(|| temporary.path().to_owned(), std::path::PathBuf::from);
+    let a = dir.join("main.msgpack");
+    let b = dir.join("branch.msgpack");
     let recording = tidemark_tests::long_run();
-    collector::recording::write_file(&a, &recording).expect("write the recording");
-    collector::recording::write_file(&b, &recording).expect("write the recording");
+    if !a.exists() || !b.exists() {
+        collector::recording::write_file(&a, &recording).expect("write the recording");
+        collector::recording::write_file(&b, &recording).expect("write the recording");
+    }
     println!(
         "two recordings of {} samples, {} phase edges, {} allocator readings, {:.0} MB each",
         recording.sample_count(),

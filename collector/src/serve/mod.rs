@@ -241,8 +241,17 @@ fn run_bytes(state: &State, request: &Request, name: &str) -> Streamed {
     let Some(run) = find_run(state, name) else {
         return boxed(not_found());
     };
+    // A folder run is made anew for each request: a viewer following it asks whether its files
+    // changed since the version it has, and gets 304 without the work when they did not.
+    let etag = run.version.etag();
+    if request_header(request, "If-None-Match").is_some_and(|tags| {
+        tags.split(',')
+            .any(|t| t.trim().trim_start_matches("W/") == etag)
+    }) {
+        return boxed(with(text(304, ""), "ETag", &etag));
+    }
     match folder_recording(&run.path, run.kind) {
-        Ok(bytes) => bytes_range(bytes, range),
+        Ok(bytes) => with(bytes_range(bytes, range), "ETag", &etag),
         Err(err) => boxed(text(422, &format!("{err}\n"))),
     }
 }

@@ -72,14 +72,30 @@ fn ago(modified: u64, now: u64) -> String {
 }
 
 /// The link that opens `name` in the web viewer (relative to the page, so the server may sit
-/// behind a proxy's prefix); `follow`: the viewer keeps fetching what is added to it.
-pub fn viewer_link(name: &str, follow: bool) -> String {
+/// behind a proxy's prefix), with `follow` as [`follow`] says.
+pub fn viewer_link(name: &str, follow: &str) -> String {
     let url = format!("../runs/{}", percent_encode_path(name));
-    let follow = if follow { "&follow=1" } else { "" };
+    let follow = if follow.is_empty() {
+        String::new()
+    } else {
+        format!("&follow={follow}")
+    };
     format!(
         "viewer/?url={}{follow}",
         percent_encode_path(&url).replace('/', "%2F")
     )
+}
+
+/// How the viewer follows a run: a growing recording by fetching what is added to it (`1`), a
+/// growing folder run by fetching it whole again when its files changed (`whole`: its bytes are
+/// made anew from them), anything else not at all (``).
+pub fn follow(run: &Run) -> &'static str {
+    match run.kind {
+        _ if !run.growing => "",
+        collector::open::Kind::Recording => "1",
+        collector::open::Kind::NodeRecordings => "whole",
+        _ => "",
+    }
 }
 
 /// The table's rows.
@@ -98,10 +114,7 @@ pub fn rows(runs: &[Run], viewer: bool) -> String {
         let open = if viewer && run.error.is_none() {
             format!(
                 "<a class=\"open\" href=\"{}\">{name}</a>",
-                escape(&viewer_link(
-                    &run.name,
-                    run.growing && run.kind == collector::open::Kind::Recording
-                ))
+                escape(&viewer_link(&run.name, follow(run)))
             )
         } else {
             name
@@ -181,11 +194,11 @@ mod tests {
     #[test]
     fn the_viewer_link_is_relative_and_encoded() {
         assert_eq!(
-            viewer_link("a b/run.msgpack", false),
+            viewer_link("a b/run.msgpack", ""),
             "viewer/?url=..%2Fruns%2Fa%2520b%2Frun.msgpack"
         );
         assert_eq!(
-            viewer_link("live.msgpack", true),
+            viewer_link("live.msgpack", "1"),
             "viewer/?url=..%2Fruns%2Flive.msgpack&follow=1"
         );
         assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");

@@ -33,6 +33,14 @@ pub struct Version {
     files: usize,
 }
 
+impl Version {
+    /// An HTTP entity tag naming this version (a folder run's bytes are made anew for each
+    /// request: a follower asks whether they changed with `If-None-Match`).
+    pub fn etag(&self) -> String {
+        format!("\"{}-{}-{}\"", self.size, self.modified_ns, self.files)
+    }
+}
+
 /// One run, as `GET /api/runs` lists it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Run {

@@ -488,11 +488,69 @@ fn an_unreadable_file_is_listed_with_its_error_and_the_others_served() {
     let error = run["error"].as_str().unwrap_or_default();
     assert!(error.contains("cannot read the file"), "{run}");
     assert!(error.contains("locked.msgpack"), "{run}");
-    assert!(by_name(&list, "a.msgpack")["headline"].is_string(), "{list:?}");
+    assert!(
+        by_name(&list, "a.msgpack")["headline"].is_string(),
+        "{list:?}"
+    );
     assert_eq!(get(server.port, "/runs/a.msgpack", &[]).status, 200);
     // Asked for, it is refused with the reason, and the server goes on.
     let answer = get(server.port, "/runs/locked.msgpack", &[]);
     assert_eq!(answer.status, 403, "{}", answer.text());
-    assert!(answer.text().contains("cannot read the file"), "{}", answer.text());
+    assert!(
+        answer.text().contains("cannot read the file"),
+        "{}",
+        answer.text()
+    );
     assert_eq!(get(server.port, "/runs/a.msgpack", &[]).status, 200);
+}
+
+#[test]
+fn a_folder_run_is_sent_again_only_when_its_files_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    tidemark_tests::inputs::node_recording(&nodes, 0, "train").unwrap();
+    let second = tidemark_tests::inputs::node_recording(&nodes, 1, "train").unwrap();
+    // The second node has written half of its recording so far.
+    let whole = std::fs::read(&second).unwrap();
+    std::fs::write(&second, &whole[..whole.len() / 2]).unwrap();
+    let server = serve(dir.path(), &[]);
+    let first = get(server.port, "/runs/nodes", &[]);
+    assert_eq!(first.status, 200, "{}", first.text());
+    let etag = first.header("etag").expect("a version").to_owned();
+    let early = collector::recording::read_recording(&first.body).unwrap();
+    // Asked again with that version: not sent again.
+    let same = get(
+        server.port,
+        "/runs/nodes",
+        &[&format!("If-None-Match: {etag}")],
+    );
+    assert_eq!(same.status, 304, "{}", same.text());
+    assert!(same.body.is_empty());
+    assert_eq!(same.header("etag"), Some(etag.as_str()));
+    // The node writes the rest: the run is sent again, grown, under a new version.
+    std::fs::write(&second, &whole).unwrap();
+    let grown = get(
+        server.port,
+        "/runs/nodes",
+        &[&format!("If-None-Match: {etag}")],
+    );
+    assert_eq!(grown.status, 200, "{}", grown.text());
+    assert_ne!(grown.header("etag"), Some(etag.as_str()));
+    let later = collector::recording::read_recording(&grown.body).unwrap();
+    assert!(
+        later.phases.len() > early.phases.len(),
+        "{} phase edges, then {}",
+        early.phases.len(),
+        later.phases.len()
+    );
+    // Still growing: the listing says so.
+    let list = get(server.port, "/api/runs", &[]).json();
+    let run = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "nodes")
+        .unwrap();
+    assert_eq!(run["growing"], true, "{run}");
 }
