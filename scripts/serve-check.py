@@ -12,6 +12,8 @@ sees.
   link (which asks the viewer to follow it): it is shown from its first bytes, then the viewer
   fetches what is added (`Range: bytes=N-`) and shows more samples (the app's `tidemark:grew`
   performance mark counts them), with no console error (nor one for a file that stopped growing);
+- a folder of per-rank snapshots, opened from its link: each rank's file fetched, the ranks shown
+  as one run with their traces drawn;
 - a folder of two nodes' recordings, both being written by real `collector` processes, opened from
   its link (which asks the viewer to follow it whole): shown, then fetched whole again as the
   files change (`If-None-Match`) and shown with more samples, with no console error.
@@ -40,6 +42,8 @@ TOKEN = "check-token-0123"
 # Colours the viewer draws with (collector/src/palette.rs).
 HOST_MEMORY = (0xCC, 0x79, 0xA7)
 DEVICE_USED = (0x00, 0x9E, 0x73)
+ALLOCATED = (0xD5, 0x5E, 0x00)
+RESERVED = (0x00, 0x72, 0xB2)
 
 
 def browser():
@@ -71,6 +75,13 @@ def curve_pixels(image):
     w, h = image.size
     plot = (0, 100, w, h)
     return count_near(image, HOST_MEMORY, plot) + count_near(image, DEVICE_USED, plot)
+
+
+def trace_pixels(image):
+    """Pixels of a snapshot trace's curves (allocated, reserved)."""
+    w, h = image.size
+    plot = (0, 100, w, h)
+    return count_near(image, ALLOCATED, plot) + count_near(image, RESERVED, plot)
 
 
 def shot(driver, path):
@@ -162,6 +173,26 @@ def main():
                 ranged = [u for u in requested_urls(driver) if "/runs/live.msgpack" in u]
                 check(len(ranged) >= 2, f"fetched again as it grew: {len(ranged)} requests")
                 check(curve_pixels(after) > 100, f"drawn as it grew: {curve_pixels(after)} pixels")
+                errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+                check(not errors, f"console errors: {errors}")
+
+                print("a folder of per-rank snapshots, opened as one run")
+                ranks = runs / "ranks"
+                ranks.mkdir()
+                real = ROOT.parent / "shared" / "fixtures" / "real-snapshots"
+                for rank, name in enumerate(["cs336_large_fw_bw_fp32.pickle", "cs336_large_fw_bw_bf16.pickle"]):
+                    (ranks / f"rank{rank}_memory_snapshot.pickle").write_bytes((real / name).read_bytes())
+                driver.get(url)
+                link = wait(lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-name="ranks"] a.open'), 30)
+                href = link[0].get_attribute("href") if link else ""
+                check("ranks=ranks" in href and href.count("url=") == 2, f"the folder's link names its files: {href}")
+                driver.get(href)
+                shown = wait(lambda: [m for m in marks(driver) if m[0] != "tidemark:grew"], 60)
+                check(shown and shown[0] == ["tidemark:shown", "ranks"], f"the ranks shown as one run: {shown}")
+                image = shot(driver, out / "ranks.png")
+                check(trace_pixels(image) > 100, f"their traces drawn: {trace_pixels(image)} pixels")
+                asked = [u for u in requested_urls(driver) if "/runs/ranks/rank" in u]
+                check(len(asked) == 2, f"each rank's snapshot fetched: {asked}")
                 errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
                 check(not errors, f"console errors: {errors}")
 

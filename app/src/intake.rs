@@ -343,6 +343,38 @@ impl TidemarkApp {
         });
     }
 
+    /// Opens per-rank snapshots hosted next to the page as one run named `folder` (as a folder
+    /// of them opens natively): each fetched as it arrives, the ranks from their file names,
+    /// judged together; one that cannot be fetched or read is a row with its error.
+    pub fn open_ranks(&mut self, ctx: &egui::Context, folder: String, urls: Vec<String>) {
+        let tx = self.sender();
+        let ctx = ctx.clone();
+        self.loading += 1;
+        wasm_bindgen_futures::spawn_local(async move {
+            let mut snapshots = Vec::new();
+            for url in urls {
+                let file = url.rsplit('/').next().unwrap_or(&url).to_owned();
+                let Some(rank) = collector::snapshot::ranks::rank_of(&file) else {
+                    continue;
+                };
+                let snapshot = crate::web::fetch_snapshot(&url).await;
+                snapshots.push((rank, file, snapshot));
+            }
+            let run = if snapshots.is_empty() {
+                Err(format!(
+                    "{folder}: no file names a rank (rank0_…, …_rank1.pickle): nothing to open as ranks"
+                ))
+            } else {
+                let ranks =
+                    collector::snapshot::ranks::RankFolder::new(folder.clone().into(), snapshots);
+                Ok(Box::new(Run::from_rank_folder(ranks)))
+            };
+            let _ = tx.send(Incoming::Run { name: folder, run });
+            let _ = tx.send(Incoming::Done);
+            ctx.request_repaint();
+        });
+    }
+
     /// Follows a recording hosted next to the page (same origin) while it is written, about
     /// once a second: its bytes from where the last fetch stopped (`Range: bytes=N-`), or a run
     /// the server makes from several files whole again when they changed (`If-None-Match`).

@@ -113,7 +113,18 @@ fn main() {
                 canvas,
                 eframe::WebOptions::default(),
                 Box::new(|cc| {
+                    let ranks = tidemark_app::web::ranks_parameter();
                     let app = match tidemark_app::web::url_parameter() {
+                        Some(_) if ranks.is_some() => {
+                            let mut app = tidemark_app::TidemarkApp::empty();
+                            let folder = ranks.unwrap_or_default();
+                            app.open_ranks(
+                                &cc.egui_ctx,
+                                folder,
+                                tidemark_app::web::url_parameters(),
+                            );
+                            app
+                        }
                         Some(url) => {
                             let mut app = tidemark_app::TidemarkApp::empty();
                             if let Some(fetch) = tidemark_app::web::follow_parameter() {

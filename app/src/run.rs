@@ -196,6 +196,19 @@ impl Arriving {
         }
     }
 
+    /// The snapshot, once every part has arrived (anything else is refused, named).
+    pub fn finish_snapshot(self) -> Result<collector::snapshot::Snapshot, String> {
+        match self.reading {
+            Reading::Snapshot(reader) => reader
+                .finish()
+                .map_err(|err| format!("{}: {err}", self.name)),
+            _ => Err(format!(
+                "{}: not a PyTorch memory snapshot (a folder of per-rank snapshots holds only those)",
+                self.name
+            )),
+        }
+    }
+
     /// The run, once every part has arrived.
     pub fn finish(self) -> Result<Run, String> {
         match self.reading {

@@ -132,6 +132,40 @@ fn describe(err: JsValue) -> String {
 /// Fetches `url` (relative to the page, same origin only) and opens it as it arrives (a
 /// snapshot is read part by part, never held whole), or says what went wrong, naming `url`.
 pub async fn fetch(url: &str) -> Result<crate::Run, String> {
+    fetch_arriving(url).await?.finish()
+}
+
+/// [`fetch`] of a PyTorch memory snapshot (one rank's of a folder), as a snapshot.
+pub async fn fetch_snapshot(url: &str) -> Result<collector::snapshot::Snapshot, String> {
+    fetch_arriving(url).await?.finish_snapshot()
+}
+
+/// The `url` parameters of the page, every one, in order (a folder of per-rank snapshots
+/// names each file).
+pub fn url_parameters() -> Vec<String> {
+    let Some(search) = web_sys::window().and_then(|w| w.location().search().ok()) else {
+        return Vec::new();
+    };
+    let Ok(params) = web_sys::UrlSearchParams::new_with_str(&search) else {
+        return Vec::new();
+    };
+    params
+        .get_all("url")
+        .iter()
+        .filter_map(|u| u.as_string())
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
+/// The `ranks` parameter: the urls are the per-rank snapshots of this folder, one run.
+pub fn ranks_parameter() -> Option<String> {
+    let search = web_sys::window()?.location().search().ok()?;
+    let params = web_sys::UrlSearchParams::new_with_str(&search).ok()?;
+    params.get("ranks").filter(|r| !r.is_empty())
+}
+
+/// The bytes of `url`, arrived part by part into what reads them.
+async fn fetch_arriving(url: &str) -> Result<crate::Arriving, String> {
     let named = |err: String| format!("{url}: {err}");
     let window = web_sys::window().ok_or("no window")?;
     let page = window.location().href().map_err(describe)?;
@@ -185,7 +219,7 @@ pub async fn fetch(url: &str) -> Result<crate::Run, String> {
             .await
             .map_err(|err| err.unwrap_or_else(|err| named(format!("cannot be read: {err}"))))?;
     }
-    arriving.finish()
+    Ok(arriving)
 }
 
 /// Opens a file the user picked, as it is read (a snapshot part by part, never held whole).

@@ -86,6 +86,23 @@ pub fn viewer_link(name: &str, follow: &str) -> String {
     )
 }
 
+/// The link that opens a folder of per-rank snapshots in the web viewer as one run: each file
+/// fetched (`url=`, repeated), the ranks judged together under the folder's name (`ranks=`).
+pub fn ranks_link(folder: &str, files: &[String]) -> String {
+    let mut link = format!(
+        "viewer/?ranks={}",
+        percent_encode_path(folder).replace('/', "%2F")
+    );
+    for file in files {
+        let url = format!("../runs/{}", percent_encode_path(file));
+        link.push_str(&format!(
+            "&url={}",
+            percent_encode_path(&url).replace('/', "%2F")
+        ));
+    }
+    link
+}
+
 /// How the viewer follows a run: a growing recording by fetching what is added to it (`1`), a
 /// growing folder run by fetching it whole again when its files changed (`whole`: its bytes are
 /// made anew from them), anything else not at all (``).
@@ -114,7 +131,11 @@ pub fn rows(runs: &[Run], viewer: bool) -> String {
         let open = if viewer && run.error.is_none() {
             format!(
                 "<a class=\"open\" href=\"{}\">{name}</a>",
-                escape(&viewer_link(&run.name, follow(run)))
+                escape(&if run.kind == collector::open::Kind::RankSnapshots {
+                    ranks_link(&run.name, &run.files)
+                } else {
+                    viewer_link(&run.name, follow(run))
+                })
             )
         } else {
             name
@@ -200,6 +221,13 @@ mod tests {
         assert_eq!(
             viewer_link("live.msgpack", "1"),
             "viewer/?url=..%2Fruns%2Flive.msgpack&follow=1"
+        );
+        assert_eq!(
+            ranks_link(
+                "r",
+                &["r/rank0.pickle".to_owned(), "r/rank1.pickle".to_owned()]
+            ),
+            "viewer/?ranks=r&url=..%2Fruns%2Fr%2Frank0.pickle&url=..%2Fruns%2Fr%2Frank1.pickle"
         );
         assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
         assert_eq!(ago(100, 130), "30 s ago");

@@ -60,6 +60,9 @@ pub struct Run {
     pub judged_current: bool,
     /// Why it cannot be read or judged.
     pub error: Option<String>,
+    /// A folder run's files, by their names under the served folder (`GET /runs/NAME` each).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
     #[serde(skip)]
     pub path: PathBuf,
     #[serde(skip)]
@@ -249,7 +252,9 @@ impl Runs {
                 .map(|&i| modified_ns(&infos[i].1))
                 .max()
                 .unwrap_or(0);
-            runs.push(self.run(dir, kind, size, modified_ns, chosen.len(), None));
+            let mut run = self.run(dir, kind, size, modified_ns, chosen.len(), None);
+            run.files = chosen.iter().map(|&i| self.name(&infos[i].0)).collect();
+            runs.push(run);
             members.extend(chosen);
         }
         for (i, (path, meta, info)) in infos.iter().enumerate() {
@@ -282,15 +287,8 @@ impl Runs {
         files: usize,
         error: Option<String>,
     ) -> Run {
-        let name = path
-            .strip_prefix(&self.root)
-            .unwrap_or(path)
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join("/");
         Run {
-            name,
+            name: self.name(path),
             kind,
             size,
             modified: u64::try_from(modified_ns / 1_000_000_000).unwrap_or(u64::MAX),
@@ -298,6 +296,7 @@ impl Runs {
             headline: None,
             judged_current: false,
             error,
+            files: Vec::new(),
             path: path.to_owned(),
             version: Version {
                 size,
@@ -305,6 +304,16 @@ impl Runs {
                 files,
             },
         }
+    }
+
+    /// A path's name under the served folder, `/`-separated.
+    fn name(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/")
     }
 
     /// What the file is, from the cache when this version was read already.

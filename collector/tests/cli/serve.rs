@@ -206,6 +206,22 @@ fn the_list_shows_every_run_with_the_librarys_kind_and_headline() {
         }),
         "{list:?}"
     );
+    // A folder run names its files, each served as it is (the viewer fetches a rank folder's).
+    for (folder, count) in [("nodes", 2), ("ranks", 3)] {
+        let files: Vec<&str> = by_name(&list, folder)["files"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{folder} names no files"))
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert_eq!(files.len(), count, "{folder}: {files:?}");
+        for file in files {
+            assert!(file.starts_with(&format!("{folder}/")), "{file}");
+            let bytes = get(server.port, &format!("/runs/{file}"), &[]);
+            assert_eq!(bytes.status, 200, "{file}");
+            assert_eq!(bytes.body, std::fs::read(dir.path().join(file)).unwrap());
+        }
+    }
     // Files named like runs that are none are listed with what is wrong; an empty folder is not.
     for (name, error) in [
         ("plot.msgpack", "at byte 0 it holds a PNG image"),
