@@ -8,6 +8,8 @@ sees.
 - the page, opened by the printed URL (with its token): every run is listed, with its kind;
 - a finished recording, opened from its link: the viewer draws its curves and verdict (pixels of
   their colours), with no console error and no request leaving 127.0.0.1;
+- two runs picked on the page (their picks kept while the rows refresh) and opened together: the
+  viewer opens both, to compare them;
 - a recording still being written (a file that grows while the page is open), opened from its
   link (which asks the viewer to follow it): it is shown from its first bytes, then the viewer
   fetches what is added (`Range: bytes=N-`) and shows more samples (the app's `tidemark:grew`
@@ -149,6 +151,22 @@ def main():
                 urls = requested_urls(driver)
                 foreign = [u for u in urls if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
                 check(urls and not foreign, f"{len(urls)} requests, none elsewhere: {foreign}")
+
+                print("two runs picked on the page, opened together to compare them")
+                driver.get(url)
+                boxes = wait(lambda: driver.find_elements(By.CSS_SELECTOR, "input.pick"))
+                for name in ("healthy.msgpack", "job-a/leak.msgpack"):
+                    driver.find_element(By.CSS_SELECTOR, f'tr[data-name="{name}"] input.pick').click()
+                time.sleep(2.5)  # the rows are made again: the picks stay
+                kept = [b.get_attribute("data-url") for b in driver.find_elements(By.CSS_SELECTOR, "input.pick:checked")]
+                check(len(kept) == 2, f"picked, kept across the rows' refresh: {kept}")
+                driver.find_element(By.ID, "together").click()
+                both = wait(lambda: len({d for n, d in marks(driver) if n == "tidemark:shown"}) == 2 or None, 60)
+                shown = sorted({d for n, d in marks(driver) if n == "tidemark:shown"})
+                check(bool(both) and len(shown) == 2, f"both opened: {shown}")
+                shot(driver, out / "together.png")
+                errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+                check(not errors, f"console errors: {errors}")
 
                 print("a growing recording, followed")
                 live.write_bytes(whole[: len(whole) // 2])  # changed just now: growing

@@ -125,6 +125,16 @@ fn main() {
                             );
                             app
                         }
+                        Some(_) if tidemark_app::web::url_parameters().len() > 1 => {
+                            // Several runs opened together (picked on `collector serve`'s
+                            // page): each in its tab, the last compared with the first.
+                            let mut app = tidemark_app::TidemarkApp::empty();
+                            for url in tidemark_app::web::url_parameters() {
+                                app.open_url(&cc.egui_ctx, url);
+                            }
+                            app.compare = Some(0);
+                            app
+                        }
                         Some(url) => {
                             let mut app = tidemark_app::TidemarkApp::empty();
                             if let Some(fetch) = tidemark_app::web::follow_parameter() {

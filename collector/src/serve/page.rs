@@ -122,7 +122,7 @@ pub fn rows(runs: &[Run], viewer: bool) -> String {
         .map_or(0, |d| d.as_secs());
     let mut out = String::new();
     if runs.is_empty() {
-        out.push_str("<tr><td colspan=\"6\">No runs here yet: recordings, snapshots and profiler traces appear as they are written.</td></tr>");
+        out.push_str("<tr><td colspan=\"7\">No runs here yet: recordings, snapshots and profiler traces appear as they are written.</td></tr>");
     }
     for run in runs {
         let name = escape(&run.name);
@@ -140,6 +140,18 @@ pub fn rows(runs: &[Run], viewer: bool) -> String {
         } else {
             name
         };
+        // Runs that open on their own can be picked to open together (to compare them).
+        let pick = if viewer
+            && run.error.is_none()
+            && run.kind != collector::open::Kind::RankSnapshots
+        {
+            format!(
+                "<input type=\"checkbox\" class=\"pick\" title=\"open together with the other runs picked\" data-url=\"{}\">",
+                escape(&format!("../runs/{}", percent_encode_path(&run.name)))
+            )
+        } else {
+            String::new()
+        };
         let state = if run.growing { "growing" } else { "finished" };
         let verdict = match (&run.error, &run.headline) {
             (Some(err), _) => format!("<span class=\"error\">{}</span>", escape(err)),
@@ -149,7 +161,7 @@ pub fn rows(runs: &[Run], viewer: bool) -> String {
         };
         let _ = write!(
             out,
-            "<tr data-name=\"{}\"><td>{open}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{state}\">{state}</td><td>{verdict} <a href=\"{}\">report</a> <a href=\"{}\">bytes</a></td></tr>",
+            "<tr data-name=\"{}\"><td>{pick}</td><td>{open}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{state}\">{state}</td><td>{verdict} <a href=\"{}\">report</a> <a href=\"{}\">bytes</a></td></tr>",
             escape(&run.name),
             escape(kind_word(run)),
             format_bytes(run.size as f64),
@@ -191,20 +203,44 @@ th, td {{ text-align: left; padding: 4px 10px; border-bottom: 1px solid #ddd; ve
 .growing {{ color: #0a6; font-weight: 600; }} .error {{ color: #b00; }} .missing {{ background: #fff3cd; padding: 8px; }}
 </style></head>
 <body><h1>tidemark — runs in {folder}</h1>{missing}
-<table><thead><tr><th>run</th><th>kind</th><th>size</th><th>modified</th><th>state</th><th>verdict</th></tr></thead>
+{together}
+<table><thead><tr><th></th><th>run</th><th>kind</th><th>size</th><th>modified</th><th>state</th><th>verdict</th></tr></thead>
 <tbody id="runs">{rows}</tbody></table>
 <script>
+// The runs picked to open together, kept while the rows are made again.
+const picked = new Set();
+const runs = document.getElementById("runs");
+function mark() {{
+  for (const box of runs.querySelectorAll("input.pick")) box.checked = picked.has(box.dataset.url);
+  const open = document.getElementById("together");
+  if (open) open.disabled = picked.size < 2;
+}}
+runs.addEventListener("change", (e) => {{
+  if (!e.target.classList.contains("pick")) return;
+  if (e.target.checked) picked.add(e.target.dataset.url); else picked.delete(e.target.dataset.url);
+  mark();
+}});
+const together = document.getElementById("together");
+if (together) together.addEventListener("click", () => {{
+  location.href = "viewer/?" + [...picked].map((u) => "url=" + encodeURIComponent(u)).join("&");
+}});
 // The rows again every 2 s: new runs, growing ones, verdicts as they are judged.
 setInterval(async () => {{
   try {{
     const r = await fetch("?part=rows", {{ credentials: "same-origin" }});
-    if (r.ok) document.getElementById("runs").innerHTML = await r.text();
+    if (r.ok) {{ runs.innerHTML = await r.text(); mark(); }}
   }} catch (e) {{}}
 }}, 2000);
+mark();
 </script></body></html>
 "#,
         folder = escape(folder),
         rows = rows(runs, viewer),
+        together = if viewer {
+            "<p><button id=\"together\" disabled>Open the runs picked together (to compare them)</button></p>"
+        } else {
+            ""
+        },
     )
 }
 
