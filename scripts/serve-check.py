@@ -141,7 +141,7 @@ def main():
                 print("a finished recording, opened from the list")
                 link = driver.find_element(By.CSS_SELECTOR, 'tr[data-name="job-a/leak.msgpack"] a.open')
                 link.click()
-                shown = wait(lambda: [m for m in marks(driver) if m[0] != "tidemark:grew"])
+                shown = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")])
                 check(shown and shown[0][0] == "tidemark:shown", f"shown: {shown}")
                 image = shot(driver, out / "leak.png")
                 curve = curve_pixels(image)
@@ -161,9 +161,11 @@ def main():
                 kept = [b.get_attribute("data-url") for b in driver.find_elements(By.CSS_SELECTOR, "input.pick:checked")]
                 check(len(kept) == 2, f"picked, kept across the rows' refresh: {kept}")
                 driver.find_element(By.ID, "together").click()
-                both = wait(lambda: len({d for n, d in marks(driver) if n == "tidemark:shown"}) == 2 or None, 60)
-                shown = sorted({d for n, d in marks(driver) if n == "tidemark:shown"})
-                check(bool(both) and len(shown) == 2, f"both opened: {shown}")
+                both = wait(lambda: len({d for n, d in marks(driver) if n == "tidemark:opened"}) == 2 or None, 60)
+                opened = sorted({d for n, d in marks(driver) if n == "tidemark:opened"})
+                check(bool(both) and len(opened) == 2, f"both opened, each in its tab: {opened}")
+                shown = wait(lambda: [d for n, d in marks(driver) if n == "tidemark:shown"], 30)
+                check(bool(shown), f"one shown: {shown}")
                 shot(driver, out / "together.png")
                 errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
                 check(not errors, f"console errors: {errors}")
@@ -175,7 +177,7 @@ def main():
                 href = link[0].get_attribute("href") if link else ""
                 check("follow=1" in href, f"the link asks to follow: {href}")
                 driver.get(href)
-                shown = wait(lambda: [m for m in marks(driver) if m[0] != "tidemark:grew"])
+                shown = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")])
                 check(shown and shown[0][0] == "tidemark:shown", f"shown from its first bytes: {shown}")
                 before = shot(driver, out / "live-before.png")
                 check(curve_pixels(before) > 100, f"drawn from its first bytes: {curve_pixels(before)} pixels")
@@ -205,7 +207,7 @@ def main():
                 href = link[0].get_attribute("href") if link else ""
                 check("ranks=ranks" in href and href.count("url=") == 2, f"the folder's link names its files: {href}")
                 driver.get(href)
-                shown = wait(lambda: [m for m in marks(driver) if m[0] != "tidemark:grew"], 60)
+                shown = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")], 60)
                 check(shown and shown[0] == ["tidemark:shown", "ranks"], f"the ranks shown as one run: {shown}")
                 image = shot(driver, out / "ranks.png")
                 check(trace_pixels(image) > 100, f"their traces drawn: {trace_pixels(image)} pixels")

@@ -82,7 +82,7 @@ def wait_for_mark(driver, timeout_s=90, skip=0):
     while time.monotonic() < deadline:
         marks = driver.execute_script(
             "return performance.getEntriesByType('mark')"
-            ".filter(m => m.name.startsWith('tidemark:'))"
+            ".filter(m => m.name.startsWith('tidemark:') && m.name !== 'tidemark:opened')"
             ".map(m => [m.name, String(m.detail), m.startTime]);"
         )
         if len(marks) > skip:

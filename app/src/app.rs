@@ -35,6 +35,8 @@ pub struct TidemarkApp {
     pub tab: Tab,
     /// The run drawn over the current one, by index.
     pub compare: Option<usize>,
+    /// The (run, compared run) pair last put on one step axis.
+    aligned: Option<(usize, usize)>,
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(crate) recent: Vec<String>,
     pub(crate) inbox: (Sender<Incoming>, Receiver<Incoming>),
@@ -62,6 +64,7 @@ impl TidemarkApp {
             current: 0,
             tab: Tab::Timeline,
             compare: None,
+            aligned: None,
             recent: Vec::new(),
             inbox: channel(),
             loading: 0,
@@ -132,6 +135,11 @@ impl TidemarkApp {
         {
             self.tab = Tab::Blocks;
         }
+        // A page that opened several runs learns of each (`tidemark:opened`), shown or not.
+        #[cfg(target_arch = "wasm32")]
+        if run.run.is_ok() {
+            crate::web::announce_opened(&run.name);
+        }
         self.runs.push(run);
         self.current = self.runs.len() - 1;
     }
@@ -201,15 +209,19 @@ impl TidemarkApp {
                 });
             });
         }
-        let compared = self.compare;
         egui::CentralPanel::default().show(ui, |ui| self.central(ui));
-        // A run picked to compare with: the two are drawn on one step axis.
-        if self.compare != compared
-            && self.compare.is_some()
+        // A run compared with another (picked, or opened together): the two are drawn on one
+        // step axis, once per pair (the axis stays the user's to switch back).
+        let pair = self.compare.map(|c| (self.current, c));
+        if pair.is_some_and(|(r, c)| r != c)
+            && pair != self.aligned
             && let Some(open) = self.runs.get_mut(self.current)
-            && open.run.as_ref().is_ok_and(|r| r.view.steps.is_available())
+            && let Ok(run) = &open.run
         {
-            open.timeline.x_axis = crate::timeline::XAxis::Steps;
+            if run.view.steps.is_available() {
+                open.timeline.x_axis = crate::timeline::XAxis::Steps;
+            }
+            self.aligned = pair;
         }
         drop_hint(ui.ctx());
         #[cfg(target_arch = "wasm32")]

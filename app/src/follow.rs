@@ -124,7 +124,7 @@ impl Follow {
         if let Some(error) = &self.error {
             return format!("following stopped: {error}");
         }
-        if self.follower.ended() {
+        if self.follower.ended() && !self.whole() {
             return "following: the recording is complete".to_owned();
         }
         match self.last_data {
@@ -136,9 +136,20 @@ impl Follow {
         }
     }
 
-    /// Whether there is nothing more to read (complete, or an error).
+    /// Whether there is nothing more to read (complete, or an error). A run fetched whole is
+    /// complete in each version the server makes of it, and followed until the page closes.
     pub fn is_done(&self) -> bool {
-        self.follower.ended() || self.error.is_some()
+        (self.follower.ended() && !self.whole()) || self.error.is_some()
+    }
+
+    /// Whether the run is fetched whole again when it changed ([`Fetch::Whole`]).
+    fn whole(&self) -> bool {
+        match &self.source {
+            #[cfg(target_arch = "wasm32")]
+            Source::Url { fetch, .. } => *fetch == Fetch::Whole,
+            #[cfg(not(target_arch = "wasm32"))]
+            Source::Path(_) => false,
+        }
     }
 
     /// Reads what was added to the file since the last poll (at most every 250 ms, unless

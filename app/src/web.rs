@@ -280,6 +280,12 @@ pub fn announce(name: &str, error: Option<&String>) {
     performance_mark("wasm-memory", &memory.into());
 }
 
+/// Tells the page that the run `name` opened in a tab of its own (shown or behind another): a
+/// performance mark `tidemark:opened` whose detail is the name.
+pub fn announce_opened(name: &str) {
+    performance_mark("tidemark:opened", &name.into());
+}
+
 /// Tells the page that a followed file grew: a performance mark `tidemark:grew` whose detail is
 /// the samples the run holds now (the browser test waits for more samples than were first shown).
 pub fn announce_growth(samples: u64) {
