@@ -11,11 +11,9 @@ use collector::analysis::{Analysis, analyze};
 use collector::recording::{Follower, Recording};
 use web_time::Instant;
 
-/// How often the file is checked (a server is asked at most once a second).
-#[cfg(not(target_arch = "wasm32"))]
+/// How often the file is checked (a server is asked at most four times a second, a `304` or a
+/// one-byte range while nothing changed; its answer is taken at the next frame after it came).
 const POLL: Duration = Duration::from_millis(250);
-#[cfg(target_arch = "wasm32")]
-const POLL: Duration = Duration::from_secs(1);
 
 /// How often, at most, a growing run is analysed again (its curves grow at every poll).
 const ANALYSIS: Duration = Duration::from_secs(1);
@@ -162,11 +160,17 @@ impl Follow {
         current: impl FnOnce() -> Option<Recording>,
         now: bool,
     ) -> Option<Result<Recording, String>> {
-        if self.is_done() || (!now && self.last_poll.is_some_and(|t| t.elapsed() < POLL)) {
+        if self.is_done() {
             return None;
         }
-        self.last_poll = Some(Instant::now());
-        let bytes = match self.read_more() {
+        let due = now || self.last_poll.is_none_or(|t| t.elapsed() >= POLL);
+        if !due && !self.answered() {
+            return None;
+        }
+        if due {
+            self.last_poll = Some(Instant::now());
+        }
+        let bytes = match self.read_more(due) {
             Ok(bytes) => bytes,
             Err(err) => {
                 self.error = Some(format!("{}: {err}", self.name));
@@ -256,10 +260,20 @@ impl Follow {
         Some(analysis)
     }
 
+    /// Whether the server's answer came and waits to be taken (natively there is no wait).
+    fn answered(&self) -> bool {
+        match &self.source {
+            #[cfg(target_arch = "wasm32")]
+            Source::Url { arrived, .. } => arrived.borrow().is_some(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Source::Path(_) => false,
+        }
+    }
+
     /// What was added since the last read (from a server: what its last answer brought, the
-    /// next question asked meanwhile).
+    /// next question asked meanwhile when `ask`).
     #[cfg(target_arch = "wasm32")]
-    fn read_more(&mut self) -> Result<Vec<u8>, String> {
+    fn read_more(&mut self, ask: bool) -> Result<Vec<u8>, String> {
         let Source::Url {
             url,
             fetch,
@@ -281,7 +295,7 @@ impl Follow {
             self.follower = Follower::new();
         }
         self.offset += bytes.len() as u64;
-        if !*asking {
+        if ask && !*asking {
             *asking = true;
             let (url, arrived, from) = (url.clone(), arrived.clone(), self.offset);
             match fetch {
@@ -312,7 +326,7 @@ impl Follow {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn read_more(&mut self) -> std::io::Result<Vec<u8>> {
+    fn read_more(&mut self, _ask: bool) -> std::io::Result<Vec<u8>> {
         use std::io::{Read as _, Seek as _, SeekFrom};
         let Source::Path(path) = &self.source;
         let mut file = std::fs::File::open(path)?;

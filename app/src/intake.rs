@@ -376,7 +376,7 @@ impl TidemarkApp {
     }
 
     /// Follows a recording hosted next to the page (same origin) while it is written, about
-    /// once a second: its bytes from where the last fetch stopped (`Range: bytes=N-`), or a run
+    /// four times a second: its bytes from where the last fetch stopped (`Range: bytes=N-`), or a run
     /// the server makes from several files whole again when they changed (`If-None-Match`).
     pub fn follow_url(&mut self, url: String, fetch: crate::follow::Fetch) {
         let mut open = OpenRun::new(
