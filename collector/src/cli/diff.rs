@@ -185,7 +185,7 @@ pub fn diff(args: &DiffArgs) -> ExitCode {
         Some(b) => {
             let compared = compare_files(&args.a, b);
             if let (Some(path), Ok(c)) = (&args.html, &compared)
-                && let Err(why) = write_html(path, c, args.sites)
+                && let Err(why) = super::diff_picture::write_html(path, c, args.sites)
             {
                 eprintln!("collector diff: {why}");
                 return ExitCode::from(2);
@@ -196,7 +196,7 @@ pub fn diff(args: &DiffArgs) -> ExitCode {
         None => {
             let moments = super::moments::between(&args.a, &args.at);
             if let (Some(path), Ok(m)) = (&args.html, &moments)
-                && let Err(why) = write_moments_html(path, m, args.sites)
+                && let Err(why) = super::diff_picture::write_moments_html(path, m, args.sites)
             {
                 eprintln!("collector diff: {why}");
                 return ExitCode::from(2);
@@ -206,124 +206,6 @@ pub fn diff(args: &DiffArgs) -> ExitCode {
             })
         }
     }
-}
-
-/// Writes `html` to `path`, naming the file when it cannot.
-fn write_page(path: &Path, html: &str) -> Result<(), String> {
-    std::fs::write(path, html).map_err(|err| format!("cannot write {}: {err}", path.display()))
-}
-
-/// The sentence a comparison leads with: the largest change.
-fn lead(compared: &Compared) -> (String, &'static str) {
-    match compared {
-        Compared::Snapshots { diff, .. } => match diff.sites.first() {
-            Some(s) => {
-                let change = s.bytes.change.unwrap_or(0.0);
-                (
-                    format!(
-                        "The largest change: {} at cuda:{} {}",
-                        signed_bytes(change),
-                        s.device,
-                        s.site
-                    ),
-                    if change > 0.0 { "problem" } else { "ok" },
-                )
-            }
-            None => (
-                "No allocation site holds memory in either".to_owned(),
-                "unknown",
-            ),
-        },
-        Compared::Recordings { diff, .. } => match diff.baseline.change {
-            Some(change) => (
-                format!(
-                    "The step baseline moved {} ({} in A, {} in B)",
-                    signed_bytes(change),
-                    number(diff.baseline.a, Unit::Bytes),
-                    number(diff.baseline.b, Unit::Bytes)
-                ),
-                if change > 0.0 { "problem" } else { "ok" },
-            ),
-            None => (
-                "The step baselines cannot be compared (see the notes)".to_owned(),
-                "unknown",
-            ),
-        },
-    }
-}
-
-/// `--html`: the comparison as one self-contained page with its picture.
-fn write_html(path: &Path, compared: &Compared, max_sites: usize) -> Result<(), String> {
-    let (a, b) = match compared {
-        Compared::Snapshots { a, b, .. } | Compared::Recordings { a, b, .. } => (a, b),
-    };
-    let (line, mark) = lead(compared);
-    let mut page = super::picture::page_start(
-        "tidemark: memory compared",
-        &format!("A = {a}, B = {b}; change = B − A"),
-        &line,
-        mark,
-    );
-    let svg = match compared {
-        Compared::Snapshots { diff, .. } => {
-            let rows: Vec<(String, f64)> = diff
-                .sites
-                .iter()
-                .map(|s| {
-                    (
-                        format!("cuda:{} {}", s.device, s.site),
-                        s.bytes.change.unwrap_or(0.0),
-                    )
-                })
-                .collect();
-            super::diff_picture::bars_svg("live bytes by allocation site, B − A", &rows)?
-        }
-        Compared::Recordings { diff, steps, .. } => {
-            super::diff_picture::steps_svg(&steps[0], &steps[1], diff.basis[1])?
-        }
-    };
-    super::picture::push_svg(&mut page, &svg);
-    page.push_str(&render(compared, Form::Html, max_sites));
-    page.push_str("</body></html>\n");
-    write_page(path, &page)
-}
-
-/// `--html` of two moments of a trace: what was kept between them by site, and the text.
-fn write_moments_html(
-    path: &Path,
-    m: &super::moments::Moments,
-    max_sites: usize,
-) -> Result<(), String> {
-    let kept: u64 = m.devices.iter().map(|d| d.kept).sum();
-    let mut page = super::picture::page_start(
-        "tidemark: what grew between two moments",
-        &format!("{}, --at {} and --at {}", m.file, m.at[0], m.at[1]),
-        &format!(
-            "{} allocated between the moments and still alive at the later one",
-            format_bytes(kept as f64)
-        ),
-        if kept > 0 { "problem" } else { "ok" },
-    );
-    let rows: Vec<(String, f64)> = m
-        .devices
-        .iter()
-        .flat_map(|d| {
-            d.sites
-                .iter()
-                .map(move |s| (format!("cuda:{} {}", d.device, s.site), s.bytes as f64))
-        })
-        .collect();
-    let svg = super::diff_picture::bars_svg(
-        "allocated between the moments and alive at the later one, by site",
-        &rows,
-    )?;
-    super::picture::push_svg(&mut page, &svg);
-    let text = super::moments::render(m, false, max_sites);
-    page.push_str(&format!(
-        "<pre>{}</pre>\n</body></html>\n",
-        super::picture::escape(&text)
-    ));
-    write_page(path, &page)
 }
 
 /// Prints what was compared as JSON (`--json`) or as `render` writes it; 2, saying why, when
@@ -357,13 +239,13 @@ fn print<T: Serialize>(
 
 /// How a row's numbers read.
 #[derive(Clone, Copy)]
-enum Unit {
+pub(super) enum Unit {
     Bytes,
     PerStep,
     Count,
 }
 
-fn number(value: Option<f64>, unit: Unit) -> String {
+pub(super) fn number(value: Option<f64>, unit: Unit) -> String {
     match (value, unit) {
         (None, _) => "—".to_owned(),
         (Some(v), Unit::Bytes) => format_bytes(v),

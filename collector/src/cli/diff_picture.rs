@@ -1,6 +1,8 @@
-//! The pictures of `collector diff --html`, in the report's conventions (its size, palette and
-//! byte axis): two recordings' step baselines on one step axis, or the allocation sites whose
-//! live bytes changed most, as bars.
+//! `collector diff --html`: the page, and its pictures in the report's conventions (its size,
+//! palette and byte axis): two recordings' step baselines on one step axis, or the allocation
+//! sites whose live bytes changed most, as bars.
+
+use std::path::Path;
 
 use collector::analysis::StepSeries;
 use collector::compare::signed_bytes;
@@ -8,6 +10,7 @@ use collector::format::format_bytes;
 use collector::palette;
 use plotters::prelude::*;
 
+use super::diff::{Compared, Form, Unit, number, render};
 use super::picture::{ByteAxis, HEIGHT, WIDTH};
 
 fn rgb(c: palette::Rgb) -> RGBColor {
@@ -161,4 +164,120 @@ pub fn bars_svg(title: &str, rows: &[(String, f64)]) -> Result<String, String> {
         ))
         .map_err(err)
     })
+}
+
+/// Writes `html` to `path`, naming the file when it cannot.
+fn write_page(path: &Path, html: &str) -> Result<(), String> {
+    std::fs::write(path, html).map_err(|err| format!("cannot write {}: {err}", path.display()))
+}
+
+/// The sentence a comparison leads with: the largest change.
+fn lead(compared: &Compared) -> (String, &'static str) {
+    match compared {
+        Compared::Snapshots { diff, .. } => match diff.sites.first() {
+            Some(s) => {
+                let change = s.bytes.change.unwrap_or(0.0);
+                (
+                    format!(
+                        "The largest change: {} at cuda:{} {}",
+                        signed_bytes(change),
+                        s.device,
+                        s.site
+                    ),
+                    if change > 0.0 { "problem" } else { "ok" },
+                )
+            }
+            None => (
+                "No allocation site holds memory in either".to_owned(),
+                "unknown",
+            ),
+        },
+        Compared::Recordings { diff, .. } => match diff.baseline.change {
+            Some(change) => (
+                format!(
+                    "The step baseline moved {} ({} in A, {} in B)",
+                    signed_bytes(change),
+                    number(diff.baseline.a, Unit::Bytes),
+                    number(diff.baseline.b, Unit::Bytes)
+                ),
+                if change > 0.0 { "problem" } else { "ok" },
+            ),
+            None => (
+                "The step baselines cannot be compared (see the notes)".to_owned(),
+                "unknown",
+            ),
+        },
+    }
+}
+
+/// `--html`: the comparison as one self-contained page with its picture.
+pub(super) fn write_html(path: &Path, compared: &Compared, max_sites: usize) -> Result<(), String> {
+    let (a, b) = match compared {
+        Compared::Snapshots { a, b, .. } | Compared::Recordings { a, b, .. } => (a, b),
+    };
+    let (line, mark) = lead(compared);
+    let mut page = super::picture::page_start(
+        "tidemark: memory compared",
+        &format!("A = {a}, B = {b}; change = B − A"),
+        &line,
+        mark,
+    );
+    let svg = match compared {
+        Compared::Snapshots { diff, .. } => {
+            let rows: Vec<(String, f64)> = diff
+                .sites
+                .iter()
+                .map(|s| {
+                    (
+                        format!("cuda:{} {}", s.device, s.site),
+                        s.bytes.change.unwrap_or(0.0),
+                    )
+                })
+                .collect();
+            bars_svg("live bytes by allocation site, B − A", &rows)?
+        }
+        Compared::Recordings { diff, steps, .. } => steps_svg(&steps[0], &steps[1], diff.basis[1])?,
+    };
+    super::picture::push_svg(&mut page, &svg);
+    page.push_str(&render(compared, Form::Html, max_sites));
+    page.push_str("</body></html>\n");
+    write_page(path, &page)
+}
+
+/// `--html` of two moments of a trace: what was kept between them by site, and the text.
+pub(super) fn write_moments_html(
+    path: &Path,
+    m: &super::moments::Moments,
+    max_sites: usize,
+) -> Result<(), String> {
+    let kept: u64 = m.devices.iter().map(|d| d.kept).sum();
+    let mut page = super::picture::page_start(
+        "tidemark: what grew between two moments",
+        &format!("{}, --at {} and --at {}", m.file, m.at[0], m.at[1]),
+        &format!(
+            "{} allocated between the moments and still alive at the later one",
+            format_bytes(kept as f64)
+        ),
+        if kept > 0 { "problem" } else { "ok" },
+    );
+    let rows: Vec<(String, f64)> = m
+        .devices
+        .iter()
+        .flat_map(|d| {
+            d.sites
+                .iter()
+                .map(move |s| (format!("cuda:{} {}", d.device, s.site), s.bytes as f64))
+        })
+        .collect();
+    let svg = bars_svg(
+        "allocated between the moments and alive at the later one, by site",
+        &rows,
+    )?;
+    super::picture::push_svg(&mut page, &svg);
+    let text = super::moments::render(m, false, max_sites);
+    page.push_str(&format!(
+        "<pre>{}</pre>\n</body></html>\n",
+        super::picture::escape(&text)
+    ));
+    write_page(path, &page)
 }
