@@ -91,6 +91,23 @@ fn bytes_or_dash(value: Option<f64>) -> String {
     value.map_or("—".to_owned(), format_bytes)
 }
 
+/// A grid of rows of A, B and the change, under `header`.
+fn pairs(ui: &mut egui::Ui, id: &str, header: [&str; 4], rows: impl FnOnce(&mut egui::Ui)) {
+    egui::Grid::new(id)
+        .striped(true)
+        .num_columns(4)
+        .show(ui, |ui| {
+            for h in header {
+                ui.strong(h);
+            }
+            ui.end_row();
+            rows(ui);
+        });
+}
+
+/// The usual header of [`pairs`].
+const A_B: [&str; 4] = ["", "A", "B", "B − A"];
+
 /// A row of A, B and the change.
 fn pair_row(ui: &mut egui::Ui, what: &str, pair: &Pair) {
     ui.label(what);
@@ -122,28 +139,21 @@ pub(crate) fn moments_panel(ui: &mut egui::Ui, run: &Run, marks: &mut Marks<u64>
             if let [Some(x), Some(y)] = moments.steps {
                 ui.label(format!("steps {x} to {y}"));
             }
-            egui::Grid::new("moments curves")
-                .striped(true)
-                .num_columns(4)
-                .show(ui, |ui| {
-                    for h in ["", "at A", "at B", "B − A"] {
-                        ui.strong(h);
-                    }
-                    ui.end_row();
-                    for s in &moments.series {
-                        let name = match s.name.as_str() {
-                            "device_used" => "device memory used",
-                            "device_reserved" => "device memory reserved by the driver",
-                            "host_rss" => "host memory",
-                            other => other,
-                        };
-                        let what = match s.device {
-                            Some(d) => format!("{name} cuda:{d}"),
-                            None => name.to_owned(),
-                        };
-                        pair_row(ui, &what, &s.value);
-                    }
-                });
+            pairs(ui, "moments curves", ["", "at A", "at B", "B − A"], |ui| {
+                for s in &moments.series {
+                    let name = match s.name.as_str() {
+                        "device_used" => "device memory used",
+                        "device_reserved" => "device memory reserved by the driver",
+                        "host_rss" => "host memory",
+                        other => other,
+                    };
+                    let what = match s.device {
+                        Some(d) => format!("{name} cuda:{d}"),
+                        None => name.to_owned(),
+                    };
+                    pair_row(ui, &what, &s.value);
+                }
+            });
             if !moments.phases.is_empty() {
                 ui.add_space(6.0);
                 egui::Grid::new("moments phases")
@@ -282,23 +292,16 @@ fn notes_ui(ui: &mut egui::Ui, notes: &[String], nothing: Option<String>) {
 fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
     notes_ui(ui, &diff.notes, diff.nothing_comparable());
     egui::ScrollArea::vertical().show(ui, |ui| {
-        egui::Grid::new("diff devices")
-            .striped(true)
-            .num_columns(4)
-            .show(ui, |ui| {
-                for h in ["", "A", "B", "B − A"] {
-                    ui.strong(h);
-                }
-                ui.end_row();
-                for d in &diff.devices {
-                    let on = |what: &str| format!("cuda:{} {what}", d.device);
-                    pair_row(ui, &on("alive"), &d.live_bytes);
-                    pair_row(ui, &on("reserved"), &d.reserved);
-                    pair_row(ui, &on("allocated"), &d.allocated);
-                    pair_row(ui, &on("cached, free"), &d.fragmentation);
-                    pair_row(ui, &on("peak in the trace"), &d.trace_peak);
-                }
-            });
+        pairs(ui, "diff devices", A_B, |ui| {
+            for d in &diff.devices {
+                let on = |what: &str| format!("cuda:{} {what}", d.device);
+                pair_row(ui, &on("alive"), &d.live_bytes);
+                pair_row(ui, &on("reserved"), &d.reserved);
+                pair_row(ui, &on("allocated"), &d.allocated);
+                pair_row(ui, &on("cached, free"), &d.fragmentation);
+                pair_row(ui, &on("peak in the trace"), &d.trace_peak);
+            }
+        });
         ui.add_space(8.0);
         ui.strong("By allocation site, the largest change first");
         egui::Grid::new("diff sites")
@@ -329,47 +332,33 @@ fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
 fn recordings_ui(ui: &mut egui::Ui, diff: &RecordingDiff) {
     notes_ui(ui, &diff.notes, diff.nothing_comparable());
     egui::ScrollArea::vertical().show(ui, |ui| {
-        egui::Grid::new("diff overall")
-            .striped(true)
-            .num_columns(4)
-            .show(ui, |ui| {
-                for h in ["", "A", "B", "B − A"] {
-                    ui.strong(h);
-                }
-                ui.end_row();
-                pair_row(ui, "step baseline (median)", &diff.baseline);
-                pair_row(ui, "growth per step", &diff.slope);
-                for d in &diff.devices {
-                    pair_row(
-                        ui,
-                        &format!("cuda:{} allocated peak", d.device),
-                        &d.allocated_peak,
-                    );
-                    pair_row(
-                        ui,
-                        &format!("cuda:{} device memory peak", d.device),
-                        &d.device_used_peak,
-                    );
-                }
-                pair_row(ui, "host memory peak", &diff.host_peak);
-            });
+        pairs(ui, "diff overall", A_B, |ui| {
+            pair_row(ui, "step baseline (median)", &diff.baseline);
+            pair_row(ui, "growth per step", &diff.slope);
+            for d in &diff.devices {
+                pair_row(
+                    ui,
+                    &format!("cuda:{} allocated peak", d.device),
+                    &d.allocated_peak,
+                );
+                pair_row(
+                    ui,
+                    &format!("cuda:{} device memory peak", d.device),
+                    &d.device_used_peak,
+                );
+            }
+            pair_row(ui, "host memory peak", &diff.host_peak);
+        });
         if !diff.phases.is_empty() {
             ui.add_space(8.0);
             ui.strong("Per phase, the mean of an occurrence");
-            egui::Grid::new("diff phases")
-                .striped(true)
-                .num_columns(4)
-                .show(ui, |ui| {
-                    for h in ["", "A", "B", "B − A"] {
-                        ui.strong(h);
-                    }
-                    ui.end_row();
-                    for p in &diff.phases {
-                        pair_row(ui, &format!("{} net", p.phase), &p.net);
-                        pair_row(ui, &format!("{} watermark", p.phase), &p.watermark);
-                        pair_row(ui, &format!("{} retained", p.phase), &p.retained);
-                    }
-                });
+            pairs(ui, "diff phases", A_B, |ui| {
+                for p in &diff.phases {
+                    pair_row(ui, &format!("{} net", p.phase), &p.net);
+                    pair_row(ui, &format!("{} watermark", p.phase), &p.watermark);
+                    pair_row(ui, &format!("{} retained", p.phase), &p.retained);
+                }
+            });
         }
         if !diff.holders.is_empty() {
             ui.add_space(8.0);

@@ -27,28 +27,30 @@ pub fn follow_parameter() -> Option<crate::follow::Fetch> {
     }
 }
 
-/// The bytes of `url` (same origin) when they differ from the version `etag` names (`None`:
-/// the server answered `304 Not Modified`), with the version they are.
-pub async fn fetch_if_changed(
-    url: &str,
-    etag: Option<String>,
-) -> Result<Option<(Vec<u8>, Option<String>)>, String> {
+/// `GET url` (same origin), past the browser's cache, with one `header` if given.
+async fn get_fresh(url: &str, header: Option<(&str, &str)>) -> Result<web_sys::Response, String> {
     let window = web_sys::window().ok_or("no window")?;
     let init = web_sys::RequestInit::new();
     init.set_method("GET");
     init.set_mode(web_sys::RequestMode::SameOrigin);
     init.set_cache(web_sys::RequestCache::NoStore);
     let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(describe)?;
-    if let Some(etag) = &etag {
-        request
-            .headers()
-            .set("If-None-Match", etag)
-            .map_err(describe)?;
+    if let Some((name, value)) = header {
+        request.headers().set(name, value).map_err(describe)?;
     }
     let response = JsFuture::from(window.fetch_with_request(&request))
         .await
         .map_err(|err| format!("cannot be fetched: {}", describe(err)))?;
-    let response: web_sys::Response = response.dyn_into().map_err(describe)?;
+    response.dyn_into().map_err(describe)
+}
+
+/// The bytes of `url` (same origin) when they differ from the version `etag` names (`None`:
+/// the server answered `304 Not Modified`), with the version they are.
+pub async fn fetch_if_changed(
+    url: &str,
+    etag: Option<String>,
+) -> Result<Option<(Vec<u8>, Option<String>)>, String> {
+    let response = get_fresh(url, etag.as_deref().map(|e| ("If-None-Match", e))).await?;
     match response.status() {
         304 => return Ok(None),
         200 => {}
@@ -74,26 +76,11 @@ pub async fn fetch_if_changed(
 pub async fn fetch_from(url: &str, from: u64, most: u64) -> Result<Vec<u8>, String> {
     let early = u64::from(from > 0);
     let asked = from - early;
-    let window = web_sys::window().ok_or("no window")?;
-    let init = web_sys::RequestInit::new();
-    init.set_method("GET");
-    init.set_mode(web_sys::RequestMode::SameOrigin);
-    init.set_cache(web_sys::RequestCache::NoStore);
-    let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(describe)?;
-    request
-        .headers()
-        .set(
-            "Range",
-            &format!(
-                "bytes={asked}-{}",
-                from.saturating_add(most).saturating_sub(1)
-            ),
-        )
-        .map_err(describe)?;
-    let response = JsFuture::from(window.fetch_with_request(&request))
-        .await
-        .map_err(|err| format!("cannot be fetched: {}", describe(err)))?;
-    let response: web_sys::Response = response.dyn_into().map_err(describe)?;
+    let range = format!(
+        "bytes={asked}-{}",
+        from.saturating_add(most).saturating_sub(1)
+    );
+    let response = get_fresh(url, Some(("Range", &range))).await?;
     match response.status() {
         416 if from > 0 => {
             return Err("the file became shorter: it was replaced; open it again".to_owned());
