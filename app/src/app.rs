@@ -23,6 +23,8 @@ pub enum Tab {
     Blocks,
     /// The active memory timeline: a band per allocation (PyTorch snapshots).
     Memory,
+    /// The flame graph of the memory by allocating stack (PyTorch snapshots).
+    Flame,
     /// This run against another open one: by phase and holder, or by allocation site.
     Compare,
 }
@@ -199,8 +201,9 @@ impl TidemarkApp {
                     }
                     if run.snapshot.is_some() {
                         ui.selectable_value(&mut self.tab, Tab::Memory, "Memory timeline");
+                        ui.selectable_value(&mut self.tab, Tab::Flame, "Flame graph");
                         ui.selectable_value(&mut self.tab, Tab::Blocks, "Blocks");
-                    } else if matches!(self.tab, Tab::Blocks | Tab::Memory) {
+                    } else if matches!(self.tab, Tab::Blocks | Tab::Memory | Tab::Flame) {
                         self.tab = Tab::Timeline;
                     }
                     ui.separator();
@@ -420,6 +423,27 @@ impl TidemarkApp {
                     && let Ok(run) = &open.run
                 {
                     crate::diff::runs_ui(ui, (other.title(), base), (open.title(), run));
+                }
+            }
+            Tab::Flame => {
+                let Some(open) = self.runs.get_mut(current) else {
+                    return;
+                };
+                if let Ok(Run {
+                    snapshot: Some(view),
+                    ..
+                }) = &open.run
+                {
+                    let layout = open.memory.layout(&view.snapshot);
+                    let moments = open.memory.moments;
+                    crate::flame::flame_ui(
+                        ui,
+                        &view.snapshot,
+                        &layout,
+                        open.memory.device,
+                        moments.b.or(moments.a),
+                        &mut open.flame,
+                    );
                 }
             }
             Tab::Memory => {

@@ -460,6 +460,8 @@ pub struct OpenRun {
     pub blocks: crate::blocks::BlocksState,
     /// The active memory timeline's view (snapshots only).
     pub memory: crate::memtimeline::MemoryState,
+    /// The flame graph's view (snapshots only).
+    pub flame: crate::flame::FlameState,
     pub(crate) follow: Option<crate::follow::Follow>,
     /// Whether the page was told that this file is shown (see `web::announce`).
     #[cfg(target_arch = "wasm32")]
@@ -474,6 +476,7 @@ impl OpenRun {
             timeline: TimelineState::default(),
             blocks: crate::blocks::BlocksState::default(),
             memory: crate::memtimeline::MemoryState::default(),
+            flame: crate::flame::FlameState::default(),
             follow: None,
             #[cfg(target_arch = "wasm32")]
             announced: false,

@@ -1368,3 +1368,70 @@ fn a_snapshot_and_a_recording_are_not_compared_and_the_viewer_says_why() {
         "cs336_large_fw_bw_fp32.pickle is a snapshot and healthy.msgpack a recording: compare two snapshots, or two recordings",
     );
 }
+
+#[test]
+fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
+    use collector::snapshot::flame::{Flame, Weigh};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/real-snapshots/cs336_large_fw_bw_fp32.pickle");
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.get_by_label("Flame graph").click();
+    harness.run();
+    assert_eq!(harness.state().tab, Tab::Flame);
+    // What the library weighs at the snapshot: the total, and the heaviest frame under the root.
+    let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
+    let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+    let device = &layout.devices[0];
+    let flame = Flame::new(&snapshot, device, Weigh::LiveAt(device.end()), false);
+    harness.get_by_label_contains(&format!(
+        "{} alive at step {} in {} blocks",
+        collector::format::format_bytes(flame.total()),
+        device.end(),
+        flame.nodes[0].blocks
+    ));
+    harness.snapshot("flame_graph");
+    // The heaviest frame under the root is drawn first from the left, on the second row: found
+    // by pointing down the left edge until its name is told.
+    let heaviest = flame.nodes[0].children[0];
+    let node = &flame.nodes[heaviest as usize];
+    // Its tooltip: its name, its bytes, its share and its blocks.
+    let told = format!(
+        "{}\n{} ({:.1}%) in {} blocks",
+        flame.name(&snapshot, heaviest),
+        collector::format::format_bytes(node.weight),
+        100.0 * node.weight / flame.total(),
+        node.blocks
+    );
+    let mut at = None;
+    for y in (90..260).step_by(5) {
+        let pos = egui::pos2(40.0, y as f32);
+        harness.hover_at(pos);
+        harness.run();
+        if harness.query_all_by_label(&told).next().is_some() {
+            at = Some(pos);
+            break;
+        }
+    }
+    let at = at.unwrap_or_else(|| panic!("{told:?} is never told"));
+    harness.hover_at(at);
+    for pressed in [true, false] {
+        harness.event(egui::Event::PointerButton {
+            pos: at,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+        harness.run();
+    }
+    assert_eq!(harness.state().runs()[0].flame.zoom, heaviest);
+    harness.get_by_label("Whole graph").click();
+    harness.run();
+    assert_eq!(harness.state().runs()[0].flame.zoom, 0);
+    // Over the whole trace: bytes × the steps they lived.
+    harness.get_by_label("bytes × lifetime").click();
+    harness.run();
+    harness.get_by_label_contains("each block's bytes × the steps it lived");
+}

@@ -1,0 +1,229 @@
+//! A snapshot's flame graph (`collector::snapshot::flame`), drawn as an icicle: the root on top,
+//! each frame under its caller, as wide as the bytes its stacks hold. The live bytes at the end
+//! of the trace, at its peak, or at moment B of the memory timeline, or over the whole trace
+//! bytes × the steps they lived; library frames folded under the user's line unless unfolded.
+//! Hover names a frame and its bytes; a click zooms into it, a click on a frame above zooms out.
+
+use collector::format::format_bytes;
+use collector::palette;
+use collector::snapshot::Snapshot;
+use collector::snapshot::flame::{Flame, Label, Weigh};
+use collector::snapshot::timeline::MemoryTimeline;
+use egui::{Color32, Rect, Sense, Stroke, pos2, vec2};
+
+/// When the flame graph weighs the memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum When {
+    /// The bytes alive at the end of the trace (the snapshot).
+    #[default]
+    End,
+    /// The bytes alive at the trace's peak.
+    Peak,
+    /// The bytes alive at moment B marked on the memory timeline (or A when only A is).
+    Marked,
+    /// Each block's bytes × the steps it was alive.
+    Lifetime,
+}
+
+/// What the view shows: when, folded or not, the frame zoomed into, and the graph made for them.
+#[derive(Default)]
+pub struct FlameState {
+    /// When the memory is weighed.
+    pub when: When,
+    /// Every frame shown (else library frames are folded under the user's line).
+    pub unfold: bool,
+    /// The node zoomed into (0: the root).
+    pub zoom: u32,
+    cached: Option<((usize, Weigh, bool), Flame)>,
+}
+
+const ROW: f32 = 20.0;
+
+/// A frame's colour: its site's hue for frames of the user's code, greys for the rest.
+fn color(flame: &Flame, snapshot: &Snapshot, node: u32) -> Color32 {
+    let Some(n) = flame.nodes.get(node as usize) else {
+        return Color32::GRAY;
+    };
+    match n.label {
+        Label::Frame(frame) => {
+            let file = snapshot.string(frame.filename);
+            // A stable hue per file, from the sites' palette.
+            let hash = file
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+            let c = palette::site(hash % 12);
+            Color32::from_rgb(c.0, c.1, c.2)
+        }
+        Label::CppOnly | Label::BeforeHistory => Color32::from_gray(150),
+        Label::Root => Color32::from_gray(90),
+    }
+}
+
+/// A frame's name on its bar: the file's name only (the tooltip has the whole path).
+fn short_name(flame: &Flame, snapshot: &Snapshot, node: u32) -> String {
+    match flame.nodes.get(node as usize).map(|n| n.label) {
+        Some(Label::Frame(frame)) => snapshot.frame_text_short(&frame),
+        _ => flame.name(snapshot, node),
+    }
+}
+
+/// The flame graph tab of a snapshot: `layout` is the memory timeline's (its device chosen
+/// there), `moment` the step marked on it.
+pub fn flame_ui(
+    ui: &mut egui::Ui,
+    snapshot: &Snapshot,
+    layout: &MemoryTimeline,
+    device: usize,
+    moment: Option<u32>,
+    state: &mut FlameState,
+) {
+    let Some(timeline) = layout.devices.get(device) else {
+        ui.weak("The snapshot has no trace and no segments: there is no flame graph to draw.");
+        return;
+    };
+    ui.horizontal_wrapped(|ui| {
+        ui.label(format!("cuda:{}", timeline.device));
+        let before = (state.when, state.unfold);
+        ui.selectable_value(&mut state.when, When::End, "at the snapshot");
+        ui.selectable_value(&mut state.when, When::Peak, "at the peak");
+        if moment.is_some() {
+            ui.selectable_value(&mut state.when, When::Marked, "at the moment marked");
+        }
+        ui.selectable_value(&mut state.when, When::Lifetime, "bytes × lifetime");
+        ui.separator();
+        ui.checkbox(&mut state.unfold, "every frame (unfold library frames)");
+        if (state.when, state.unfold) != before {
+            state.zoom = 0;
+        }
+        if state.zoom != 0 && ui.button("Whole graph").clicked() {
+            state.zoom = 0;
+        }
+    });
+    let weigh = match (state.when, moment) {
+        (When::End, _) | (When::Marked, None) => Weigh::LiveAt(timeline.end()),
+        (When::Peak, _) => Weigh::LiveAt(timeline.peak_step),
+        (When::Marked, Some(step)) => Weigh::LiveAt(step),
+        (When::Lifetime, _) => Weigh::BytesTimesLifetime,
+    };
+    let key = (device, weigh, state.unfold);
+    if state.cached.as_ref().is_none_or(|(k, _)| *k != key) {
+        state.cached = Some((key, Flame::new(snapshot, timeline, weigh, state.unfold)));
+        state.zoom = 0;
+    }
+    let Some((_, flame)) = &state.cached else {
+        return;
+    };
+    let amount = |w: f64| match weigh {
+        Weigh::LiveAt(_) => format_bytes(w),
+        Weigh::BytesTimesLifetime => format!("{} × steps", format_bytes(w)),
+    };
+    let total = flame.total();
+    ui.label(match weigh {
+        Weigh::LiveAt(step) => format!(
+            "{} alive at step {step} in {} blocks, by the stack that allocated them (hover for a frame, click to zoom in)",
+            format_bytes(total),
+            flame.nodes[0].blocks
+        ),
+        Weigh::BytesTimesLifetime => format!(
+            "{} over the trace in {} blocks: each block's bytes × the steps it lived",
+            amount(total),
+            flame.nodes[0].blocks
+        ),
+    });
+    if total <= 0.0 {
+        ui.weak("Nothing is alive then.");
+        return;
+    }
+    let zoom = if (state.zoom as usize) < flame.nodes.len() {
+        state.zoom
+    } else {
+        0
+    };
+    // The frames above the zoomed one, full width; then its subtree.
+    let above = flame.path_to(zoom);
+    let depth_max = flame.nodes.iter().map(|n| n.depth).max().unwrap_or(0);
+    let rows = above.len() as f32 + (depth_max - flame.nodes[zoom as usize].depth + 1) as f32;
+    let width = ui.available_width();
+    egui::ScrollArea::vertical().show(ui, |ui| {
+        let (rect, response) =
+            ui.allocate_exact_size(vec2(width, rows.max(1.0) * ROW), Sense::click());
+        let painter = ui.painter_at(rect);
+        let mut hovered: Option<u32> = None;
+        let pointer = response.hover_pos();
+        let mut draw = |node: u32, x0: f32, x1: f32, row: f32, painter: &egui::Painter| {
+            let r = Rect::from_min_max(
+                pos2(x0, rect.top() + row * ROW),
+                pos2(x1, rect.top() + (row + 1.0) * ROW - 1.0),
+            );
+            painter.rect_filled(r, 2.0, color(flame, snapshot, node));
+            if x1 - x0 > 40.0 {
+                let text = format!(
+                    "{}  {}",
+                    short_name(flame, snapshot, node),
+                    amount(flame.nodes[node as usize].weight)
+                );
+                let clipped = ui.painter().with_clip_rect(r.shrink(2.0));
+                clipped.text(
+                    pos2(r.left() + 4.0, r.center().y),
+                    egui::Align2::LEFT_CENTER,
+                    text,
+                    egui::FontId::proportional(12.0),
+                    Color32::BLACK,
+                );
+            }
+            if pointer.is_some_and(|p| r.contains(p)) {
+                hovered = Some(node);
+                painter.rect_stroke(
+                    r,
+                    2.0,
+                    Stroke::new(1.5, Color32::WHITE),
+                    egui::StrokeKind::Inside,
+                );
+            }
+        };
+        // The root and the frames above the zoomed one.
+        let mut row = 0.0;
+        draw(0, rect.left(), rect.right(), row, &painter);
+        for &node in above.iter().filter(|&&n| n != zoom) {
+            row += 1.0;
+            draw(node, rect.left(), rect.right(), row, &painter);
+        }
+        // The zoomed frame's subtree, children heaviest first from the left.
+        if zoom != 0 {
+            row += 1.0;
+            draw(zoom, rect.left(), rect.right(), row, &painter);
+        }
+        let mut stack = vec![(zoom, rect.left(), rect.right(), row)];
+        while let Some((node, x0, x1, row)) = stack.pop() {
+            let n = &flame.nodes[node as usize];
+            let mut x = x0;
+            for &child in &n.children {
+                let w = flame.nodes[child as usize].weight;
+                let dx = (x1 - x0) * (w / n.weight.max(f64::MIN_POSITIVE)) as f32;
+                if dx >= 0.5 {
+                    draw(child, x, x + dx, row + 1.0, &painter);
+                    stack.push((child, x, x + dx, row + 1.0));
+                }
+                x += dx;
+            }
+        }
+        if let Some(node) = hovered {
+            let n = &flame.nodes[node as usize];
+            let share = 100.0 * n.weight / total;
+            let name = if node == 0 {
+                "all".to_owned()
+            } else {
+                flame.name(snapshot, node)
+            };
+            let text = format!(
+                "{name}\n{} ({share:.1}%) in {} blocks",
+                amount(n.weight),
+                n.blocks
+            );
+            if response.clicked() {
+                state.zoom = if node == zoom { n.parent } else { node };
+            }
+            response.on_hover_text_at_pointer(text);
+        }
+    });
+}
