@@ -434,16 +434,7 @@ impl TidemarkApp {
                     ..
                 }) = &open.run
                 {
-                    let layout = open.memory.layout(&view.snapshot);
-                    let moments = open.memory.moments;
-                    crate::flame::flame_ui(
-                        ui,
-                        &view.snapshot,
-                        &layout,
-                        open.memory.device,
-                        moments.b.or(moments.a),
-                        &mut open.flame,
-                    );
+                    crate::flame::flame_ui(ui, &view.snapshot, &mut open.memory, &mut open.flame);
                 }
             }
             Tab::Memory => {

@@ -2,14 +2,16 @@
 //! each frame under its caller, as wide as the bytes its stacks hold. The live bytes at the end
 //! of the trace, at its peak, or at moment B of the memory timeline, or over the whole trace
 //! bytes × the steps they lived; library frames folded under the user's line unless unfolded.
-//! Hover names a frame and its bytes; a click zooms into it, a click on a frame above zooms out.
+//! Hover names a frame and its bytes; a click zooms into it (and the memory timeline shows only
+//! its blocks in colour), a click on the frame zoomed into zooms out.
 
 use collector::format::format_bytes;
 use collector::palette;
 use collector::snapshot::Snapshot;
 use collector::snapshot::flame::{Flame, Label, Weigh};
-use collector::snapshot::timeline::MemoryTimeline;
 use egui::{Color32, Rect, Sense, Stroke, pos2, vec2};
+
+use crate::memtimeline::{Filter, MemoryState};
 
 /// When the flame graph weighs the memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,23 +69,23 @@ fn short_name(flame: &Flame, snapshot: &Snapshot, node: u32) -> String {
     }
 }
 
-/// The flame graph tab of a snapshot: `layout` is the memory timeline's (its device chosen
-/// there), `moment` the step marked on it.
+/// The flame graph tab of a snapshot, for the memory timeline's device (`memory`), at the step
+/// marked on it when asked; a frame clicked filters the memory timeline to its blocks.
 pub fn flame_ui(
     ui: &mut egui::Ui,
     snapshot: &Snapshot,
-    layout: &MemoryTimeline,
-    device: usize,
-    moment: Option<u32>,
+    memory: &mut MemoryState,
     state: &mut FlameState,
 ) {
+    let layout = memory.layout(snapshot);
+    let device = memory.device;
+    let moment = memory.moments.b.or(memory.moments.a);
     let Some(timeline) = layout.devices.get(device) else {
         ui.weak("The snapshot has no trace and no segments: there is no flame graph to draw.");
         return;
     };
     ui.horizontal_wrapped(|ui| {
         ui.label(format!("cuda:{}", timeline.device));
-        let before = (state.when, state.unfold);
         ui.selectable_value(&mut state.when, When::End, "at the snapshot");
         ui.selectable_value(&mut state.when, When::Peak, "at the peak");
         if moment.is_some() {
@@ -92,11 +94,9 @@ pub fn flame_ui(
         ui.selectable_value(&mut state.when, When::Lifetime, "bytes × lifetime");
         ui.separator();
         ui.checkbox(&mut state.unfold, "every frame (unfold library frames)");
-        if (state.when, state.unfold) != before {
-            state.zoom = 0;
-        }
         if state.zoom != 0 && ui.button("Whole graph").clicked() {
             state.zoom = 0;
+            memory.filter = None;
         }
     });
     let weigh = match (state.when, moment) {
@@ -107,8 +107,10 @@ pub fn flame_ui(
     };
     let key = (device, weigh, state.unfold);
     if state.cached.as_ref().is_none_or(|(k, _)| *k != key) {
+        // Another graph: its frames are other nodes.
         state.cached = Some((key, Flame::new(snapshot, timeline, weigh, state.unfold)));
         state.zoom = 0;
+        memory.filter = None;
     }
     let Some((_, flame)) = &state.cached else {
         return;
@@ -222,6 +224,11 @@ pub fn flame_ui(
             );
             if response.clicked() {
                 state.zoom = if node == zoom { n.parent } else { node };
+                // The memory timeline shows the zoomed frame's blocks in colour.
+                memory.filter = (state.zoom != 0).then(|| Filter {
+                    what: short_name(flame, snapshot, state.zoom),
+                    stacks: std::sync::Arc::new(flame.stacks_under(state.zoom)),
+                });
             }
             response.on_hover_text_at_pointer(text);
         }

@@ -29,14 +29,31 @@ pub struct MemoryState {
     /// Two steps marked by right-clicking (on the device shown): what changed between them is
     /// shown under the timeline.
     pub moments: crate::diff::Marks<u32>,
+    /// Only these blocks drawn in colour (a frame clicked in the flame graph).
+    pub filter: Option<Filter>,
     cached: Option<Cached>,
 }
 
-/// A picture sampled for one view, and its mesh for one rectangle.
+/// The blocks a frame of the flame graph stands for: those its stacks allocated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filter {
+    /// The frame, as the flame graph names it.
+    pub what: String,
+    /// The stacks through it, sorted.
+    pub stacks: Arc<Vec<u32>>,
+}
+
+impl Filter {
+    fn keeps(&self, stack: u32) -> bool {
+        self.stacks.binary_search(&stack).is_ok()
+    }
+}
+
+/// A picture sampled for one view, and its mesh for one rectangle and filter.
 struct Cached {
     key: (usize, u32, u32, u32, u64),
     picture: Picture,
-    mesh: Option<(Rect, Arc<Mesh>)>,
+    mesh: Option<(Rect, Option<Filter>, Arc<Mesh>)>,
 }
 
 impl MemoryState {
@@ -160,6 +177,19 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
     for line in device.lacks.describe() {
         ui.colored_label(ui.visuals().warn_fg_color, line);
     }
+    if let Some(filter) = &state.filter {
+        let mut clear = false;
+        ui.horizontal_wrapped(|ui| {
+            ui.strong(format!(
+                "Only the blocks allocated under {} are in colour (a frame clicked in the flame graph; blocks smaller than a pixel are grey)",
+                filter.what
+            ));
+            clear = ui.small_button("Show every block").clicked();
+        });
+        if clear {
+            state.filter = None;
+        }
+    }
     ui.weak(
         "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack; right-click two moments to compare them.",
     );
@@ -235,14 +265,32 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
     let sx =
         move |step: f64| plot.left() + ((step - x0) / (x1 - x0).max(1e-9)) as f32 * plot.width();
     let sy = move |bytes: f64| plot.bottom() - (bytes / y_max) as f32 * plot.height();
-    if cached.mesh.as_ref().is_none_or(|(r, _)| *r != plot) {
-        let mesh = mesh(&layout, &cached.picture, &sx, &sy);
-        cached.mesh = Some((plot, Arc::new(mesh)));
+    if cached
+        .mesh
+        .as_ref()
+        .is_none_or(|(r, f, _)| *r != plot || *f != state.filter)
+    {
+        let keep = |band: u32| {
+            state.filter.as_ref().is_none_or(|f| {
+                device
+                    .block(snapshot, band)
+                    .is_some_and(|b| f.keeps(b.stack))
+            })
+        };
+        let mesh = mesh(
+            &layout,
+            &cached.picture,
+            &sx,
+            &sy,
+            &keep,
+            state.filter.is_some(),
+        );
+        cached.mesh = Some((plot, state.filter.clone(), Arc::new(mesh)));
     }
     let painter = ui.painter_at(rect);
     painter.rect_filled(plot, 0.0, ui.visuals().extreme_bg_color);
     axes(ui, &painter, plot, y_max, &sy);
-    if let Some((_, mesh)) = &cached.mesh {
+    if let Some((_, _, mesh)) = &cached.mesh {
         ui.painter_at(plot).add(Shape::Mesh(mesh.clone()));
     }
     if let Some(cap) = device.capacity {
@@ -404,11 +452,16 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
 }
 
 /// The bands and the summaries as one mesh.
+/// A block left out by the filter: drawn, for the stack's shape, but without colour.
+const FILTERED_OUT: Color32 = Color32::from_gray(70);
+
 fn mesh(
     layout: &MemoryTimeline,
     picture: &Picture,
     sx: &dyn Fn(f64) -> f32,
     sy: &dyn Fn(f64) -> f32,
+    keep: &dyn Fn(u32) -> bool,
+    filtered: bool,
 ) -> Mesh {
     let mut mesh = Mesh::default();
     let mut quad = |a: (f32, f32, f32), b: (f32, f32, f32), c: Color32| {
@@ -424,7 +477,11 @@ fn mesh(
     for band in &picture.bands {
         // Neighbours from one site told apart by a slightly different shade.
         let shade = [1.0, 0.86, 0.93][(band.band % 3) as usize];
-        let c = darker(site_color(layout, band.site), shade);
+        let c = if keep(band.band) {
+            darker(site_color(layout, band.site), shade)
+        } else {
+            FILTERED_OUT
+        };
         let size = band.size as f64;
         for w in band.points.windows(2) {
             let (xa, ba) = (sx(f64::from(w[0].0)), w[0].1 as f64);
@@ -447,12 +504,17 @@ fn mesh(
             if l[k] == l[k + 1] && r[k] == r[k + 1] {
                 continue;
             }
-            let c = picture
-                .summary_sites
-                .get(k)
-                .map_or(color(palette::OTHER_SITES), |&s| {
-                    darker(site_color(layout, s), 0.7)
-                });
+            // Blocks smaller than a pixel are summed per site: a filter cannot pick them out.
+            let c = if filtered {
+                FILTERED_OUT
+            } else {
+                picture
+                    .summary_sites
+                    .get(k)
+                    .map_or(color(palette::OTHER_SITES), |&s| {
+                        darker(site_color(layout, s), 0.7)
+                    })
+            };
             quad(
                 (xl, sy(l[k] as f64), sy(l[k + 1] as f64)),
                 (xr, sy(r[k] as f64), sy(r[k + 1] as f64)),

@@ -1427,9 +1427,35 @@ fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
         harness.run();
     }
     assert_eq!(harness.state().runs()[0].flame.zoom, heaviest);
+    // The memory timeline now shows that frame's blocks in colour: the library's stacks under it.
+    let filter = harness.state().runs()[0]
+        .memory
+        .filter
+        .clone()
+        .expect("a filter");
+    assert_eq!(*filter.stacks, flame.stacks_under(heaviest));
+    let under: u64 = {
+        let mut live = Vec::new();
+        device.live_at(device.end(), &mut live);
+        live.iter()
+            .filter_map(|&b| device.block(&snapshot, b))
+            .filter(|b| filter.stacks.binary_search(&b.stack).is_ok())
+            .count() as u64
+    };
+    assert_eq!(
+        under, node.blocks,
+        "the blocks alive under it at the snapshot"
+    );
+    harness.get_by_label("Memory timeline").click();
+    harness.run();
+    harness.get_by_label_contains("Only the blocks allocated under");
+    harness.snapshot("memory_timeline_filtered");
+    harness.get_by_label("Flame graph").click();
+    harness.run();
     harness.get_by_label("Whole graph").click();
     harness.run();
     assert_eq!(harness.state().runs()[0].flame.zoom, 0);
+    assert!(harness.state().runs()[0].memory.filter.is_none());
     // Over the whole trace: bytes × the steps they lived.
     harness.get_by_label("bytes × lifetime").click();
     harness.run();

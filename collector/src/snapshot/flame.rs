@@ -65,6 +65,8 @@ pub struct Flame {
     pub weigh: Weigh,
     /// Whether library frames inside a site are shown.
     pub unfolded: bool,
+    /// Each stack weighed, with the node its path ends at, by stack.
+    pub leaves: Vec<(u32, u32)>,
 }
 
 impl Flame {
@@ -112,6 +114,7 @@ impl Flame {
             }],
             weigh,
             unfolded: unfold,
+            leaves: Vec::new(),
         };
         let mut index: HashMap<(u32, Label), u32> = HashMap::new();
         let mut ordered: Vec<(u32, (f64, u64))> = stacks.into_iter().collect();
@@ -140,6 +143,7 @@ impl Flame {
                 node.blocks += blocks;
                 at = next;
             }
+            flame.leaves.push((stack, at));
         }
         let weights: Vec<f64> = flame.nodes.iter().map(|n| n.weight).collect();
         for node in &mut flame.nodes {
@@ -165,6 +169,27 @@ impl Flame {
             Some(Label::BeforeHistory) => BEFORE_HISTORY.to_owned(),
             Some(Label::Root) | None => "all".to_owned(),
         }
+    }
+
+    /// The stacks whose path goes through `node` (every stack for the root), sorted: the blocks
+    /// they allocated are the node's.
+    pub fn stacks_under(&self, node: u32) -> Vec<u32> {
+        self.leaves
+            .iter()
+            .filter(|&&(_, leaf)| {
+                let mut at = leaf;
+                loop {
+                    if at == node {
+                        return true;
+                    }
+                    if at == 0 {
+                        return false;
+                    }
+                    at = self.nodes[at as usize].parent;
+                }
+            })
+            .map(|&(stack, _)| stack)
+            .collect()
     }
 
     /// The nodes from the root's child down to `node`.
