@@ -3,7 +3,8 @@
 //! of the trace, at its peak, or at moment B of the memory timeline, or over the whole trace
 //! bytes × the steps they lived; library frames folded under the user's line unless unfolded.
 //! Hover names a frame and its bytes; a click zooms into it (and the memory timeline shows only
-//! its blocks in colour), a click on the frame zoomed into zooms out.
+//! its blocks in colour), a click on the frame zoomed into zooms out. The block pinned on the
+//! memory timeline has its stack's frames outlined.
 
 use collector::format::format_bytes;
 use collector::palette;
@@ -152,6 +153,16 @@ pub fn flame_ui(
         let painter = ui.painter_at(rect);
         let mut hovered: Option<u32> = None;
         let pointer = response.hover_pos();
+        // The block pinned on the memory timeline: the frames of its stack are outlined.
+        let pinned: Vec<u32> = memory
+            .pinned
+            .filter(|&(d, _)| d == device)
+            .and_then(|(_, band)| timeline.block(snapshot, band))
+            .and_then(|b| {
+                let i = flame.leaves.binary_search_by_key(&b.stack, |l| l.0).ok()?;
+                Some(flame.path_to(flame.leaves[i].1))
+            })
+            .unwrap_or_default();
         let mut draw = |node: u32, x0: f32, x1: f32, row: f32, painter: &egui::Painter| {
             let r = Rect::from_min_max(
                 pos2(x0, rect.top() + row * ROW),
@@ -171,6 +182,14 @@ pub fn flame_ui(
                     text,
                     egui::FontId::proportional(12.0),
                     Color32::BLACK,
+                );
+            }
+            if pinned.contains(&node) {
+                painter.rect_stroke(
+                    r,
+                    2.0,
+                    Stroke::new(2.0, Color32::BLACK),
+                    egui::StrokeKind::Inside,
                 );
             }
             if pointer.is_some_and(|p| r.contains(p)) {

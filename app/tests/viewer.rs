@@ -1456,6 +1456,23 @@ fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
     harness.run();
     assert_eq!(harness.state().runs()[0].flame.zoom, 0);
     assert!(harness.state().runs()[0].memory.filter.is_none());
+    // A block pinned on the memory timeline, one under the heaviest frame: its stack's frames
+    // are outlined here (the golden image holds the outline).
+    let mut live = Vec::new();
+    device.live_at(device.end(), &mut live);
+    let under = flame.stacks_under(heaviest);
+    let pinned = live
+        .iter()
+        .copied()
+        .find(|&b| {
+            device
+                .block(&snapshot, b)
+                .is_some_and(|x| under.binary_search(&x.stack).is_ok())
+        })
+        .expect("a block under the heaviest frame");
+    harness.state_mut().current_run_mut().unwrap().memory.pinned = Some((0, pinned));
+    harness.run();
+    harness.snapshot("flame_graph_pinned");
     // Over the whole trace: bytes × the steps they lived.
     harness.get_by_label("bytes × lifetime").click();
     harness.run();
