@@ -141,17 +141,7 @@ pub(crate) fn moments_panel(ui: &mut egui::Ui, run: &Run, marks: &mut Marks<u64>
             }
             pairs(ui, "moments curves", ["", "at A", "at B", "B − A"], |ui| {
                 for s in &moments.series {
-                    let name = match s.name.as_str() {
-                        "device_used" => "device memory used",
-                        "device_reserved" => "device memory reserved by the driver",
-                        "host_rss" => "host memory",
-                        other => other,
-                    };
-                    let what = match s.device {
-                        Some(d) => format!("{name} cuda:{d}"),
-                        None => name.to_owned(),
-                    };
-                    pair_row(ui, &what, &s.value);
+                    pair_row(ui, &s.label(), &s.value);
                 }
             });
             if !moments.phases.is_empty() {

@@ -24,10 +24,12 @@ pub struct DiffArgs {
     /// The file compared with it, of the same kind (not with `--at`).
     #[arg(required_unless_present = "at", conflicts_with = "at")]
     pub b: Option<PathBuf>,
-    /// Two moments of A's trace (A a snapshot), given twice: what was allocated between them and
-    /// is still alive at the later one, by site. A step of the trace as the memory timeline
+    /// Two moments of A, given twice. A snapshot: what was allocated between them and is still
+    /// alive at the later one, by site; a moment is a step of the trace as the memory timeline
     /// counts it (`1200`), a share of it (`50%`), a time after its first entry (`2.5s`,
-    /// `800ms`), or `peak` (the first step with the most bytes alive).
+    /// `800ms`), or `peak` (the first step with the most bytes alive). A recording: each curve
+    /// at both, what each phase did between them, who came to hold more; a moment is a
+    /// training step (when it began), a share, a time after the start, or `peak`.
     #[arg(long, value_name = "MOMENT", num_args = 1)]
     pub at: Vec<String>,
     /// Print the comparison as JSON.
@@ -192,18 +194,47 @@ pub fn diff(args: &DiffArgs) -> ExitCode {
             }
             print(args, compared, |c| render(c, form, args.sites))
         }
-        // `collector diff SNAPSHOT --at T1 --at T2`.
+        // `collector diff FILE --at T1 --at T2`: two moments of a snapshot's trace, or of a
+        // recording.
         None => {
-            let moments = super::moments::between(&args.a, &args.at);
-            if let (Some(path), Ok(m)) = (&args.html, &moments)
-                && let Err(why) = super::diff_picture::write_moments_html(path, m, args.sites)
-            {
-                eprintln!("collector diff: {why}");
-                return ExitCode::from(2);
+            let opened = match read_any_file(&args.a) {
+                Ok(opened) => opened,
+                Err(err) => {
+                    eprintln!("collector diff: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            let written = |page: Result<(), String>| match page {
+                Ok(()) => None,
+                Err(why) => {
+                    eprintln!("collector diff: {why}");
+                    Some(ExitCode::from(2))
+                }
+            };
+            match opened {
+                Opened::Snapshot(snapshot) => {
+                    let moments = super::moments::between(&args.a, &snapshot, &args.at);
+                    if let (Some(path), Ok(m)) = (&args.html, &moments)
+                        && let Some(code) =
+                            written(super::diff_picture::write_moments_html(path, m, args.sites))
+                    {
+                        return code;
+                    }
+                    print(args, moments, |m| {
+                        super::moments::render(m, args.markdown, args.sites)
+                    })
+                }
+                Opened::Recording(recording) => {
+                    let moments = super::run_moments::between(&args.a, &recording, &args.at);
+                    if let (Some(path), Ok(m)) = (&args.html, &moments)
+                        && let Some(code) =
+                            written(super::diff_picture::write_run_moments_html(path, m))
+                    {
+                        return code;
+                    }
+                    print(args, moments, |m| super::run_moments::render(m, form))
+                }
             }
-            print(args, moments, |m| {
-                super::moments::render(m, args.markdown, args.sites)
-            })
         }
     }
 }
@@ -283,14 +314,14 @@ pub(super) enum Form {
 }
 
 /// A table: a title, its header and rows of cells, as text (aligned columns) or Markdown.
-struct Table {
+pub(super) struct Table {
     title: String,
     header: Vec<&'static str>,
-    rows: Vec<Vec<String>>,
+    pub(super) rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    fn new(title: impl Into<String>, header: Vec<&'static str>) -> Self {
+    pub(super) fn new(title: impl Into<String>, header: Vec<&'static str>) -> Self {
         Self {
             title: title.into(),
             header,
@@ -299,7 +330,7 @@ impl Table {
     }
 
     /// A row for a quantity (none when neither side has it).
-    fn quantity(&mut self, label: impl Into<String>, pair: &Pair, unit: Unit) {
+    pub(super) fn quantity(&mut self, label: impl Into<String>, pair: &Pair, unit: Unit) {
         if pair.a.is_none() && pair.b.is_none() {
             return;
         }
@@ -311,7 +342,7 @@ impl Table {
         ]);
     }
 
-    fn write(&self, out: &mut String, form: Form) {
+    pub(super) fn write(&self, out: &mut String, form: Form) {
         if self.rows.is_empty() {
             return;
         }

@@ -281,3 +281,23 @@ pub(super) fn write_moments_html(
     ));
     write_page(path, &page)
 }
+
+/// `--html` of two moments of a recording: the tables.
+pub(super) fn write_run_moments_html(
+    path: &Path,
+    r: &super::run_moments::RunMoments,
+) -> Result<(), String> {
+    let mut page = super::picture::page_start(
+        "tidemark: two moments of a run",
+        &format!("{}, --at {} and --at {}", r.file, r.at[0], r.at[1]),
+        &format!(
+            "From {} to {} after the start",
+            collector::format::format_seconds(r.moments.from_ns as f64 / 1e9),
+            collector::format::format_seconds(r.moments.to_ns as f64 / 1e9)
+        ),
+        "unknown",
+    );
+    page.push_str(&super::run_moments::render(r, Form::Html));
+    page.push_str("</body></html>\n");
+    write_page(path, &page)
+}

@@ -13,6 +13,7 @@ mod picture;
 mod ranks;
 mod report;
 mod report_json;
+mod run_moments;
 mod serve;
 
 use std::ffi::OsString;

@@ -1,4 +1,5 @@
-//! `collector diff SNAPSHOT --at T1 --at T2`: two moments of one snapshot's trace — what was
+//! `collector diff SNAPSHOT --at T1 --at T2`: two moments of one snapshot's trace (a recording's:
+//! `run_moments`) — what was
 //! allocated between them and is still alive at the later one, by allocation site, per device
 //! (the "what grew" question), with what was alive at each and what of the first was freed.
 //!
@@ -107,8 +108,8 @@ pub(super) struct Moments {
     pub devices: Vec<DeviceMoments>,
 }
 
-/// Reads the snapshot and answers what grew between the two moments.
-pub(super) fn between(path: &Path, at: &[String]) -> Result<Moments, String> {
+/// What grew between the two moments of `snapshot`'s trace (read from `path`).
+pub(super) fn between(path: &Path, snapshot: &Snapshot, at: &[String]) -> Result<Moments, String> {
     let [first, second] = at else {
         return Err(format!(
             "--at is given {} time(s): give it twice, for the two moments of the trace",
@@ -116,11 +117,7 @@ pub(super) fn between(path: &Path, at: &[String]) -> Result<Moments, String> {
         ));
     };
     let moments = [Moment::parse(first)?, Moment::parse(second)?];
-    let snapshot = read_snapshot(
-        path,
-        "--at compares two moments of a PyTorch memory snapshot's trace; this is a tidemark recording (compare two recordings with `collector diff A B`)",
-    )?;
-    let devices = of_snapshot(&snapshot, moments);
+    let devices = of_snapshot(snapshot, moments);
     if devices.is_empty() {
         return Err(no_trace(path));
     }

@@ -19,6 +19,24 @@ pub struct MomentSeries {
     pub value: Pair,
 }
 
+impl MomentSeries {
+    /// How a person names the curve: `allocated cuda:0`, `host memory`, `device memory used
+    /// cuda:1`.
+    pub fn label(&self) -> String {
+        let name = match self.name.as_str() {
+            "device_used" => "device memory used",
+            "device_reserved" => "device memory reserved by the driver",
+            "process_device" => "device memory of the job's processes",
+            "host_rss" => "host memory",
+            other => other,
+        };
+        match self.device {
+            Some(d) => format!("{name} cuda:{d}"),
+            None => name.to_owned(),
+        }
+    }
+}
+
 /// What one phase did between the moments.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MomentPhase {

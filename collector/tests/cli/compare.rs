@@ -412,7 +412,10 @@ fn moments_that_cannot_be_compared_exit_2_saying_why() {
     };
     for (output, says) in [
         (at(&untraced, &["1", "2"]), "the snapshot has no trace"),
-        (at(&recording, &["1", "2"]), "this is a tidemark recording"),
+        (
+            at(&recording, &["1", "4000"]),
+            "no step 4000 in the recording",
+        ),
         (
             at(&traced, &["10%"]),
             "--at is given 1 time(s): give it twice",
@@ -822,4 +825,67 @@ fn a_comparison_as_an_html_page_carries_its_picture_and_numbers() {
         stderr(&output)
     );
     assert!(output.stdout.is_empty());
+}
+
+/// `collector diff RECORDING --at T1 --at T2`: the viewer's two moments, on the command line:
+/// the same numbers as the library's `compare_moments` at the steps' starts.
+#[test]
+fn two_moments_of_a_recording_are_what_the_viewer_shows() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/corpus/forward_keeps_losses.msgpack");
+    let output = collector(&[
+        "diff".as_ref(),
+        path.as_os_str(),
+        "--at".as_ref(),
+        "40".as_ref(),
+        "--at".as_ref(),
+        "10".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let shown = json(&output);
+    let recording = collector::recording::read_file(&path).unwrap();
+    let analysis = collector::analysis::analyze(&recording);
+    let start = |step: u64| {
+        analysis
+            .step_starts
+            .iter()
+            .find(|s| s.step == step)
+            .unwrap()
+            .t_ns
+    };
+    let expected = collector::compare::compare_moments(&recording, &analysis, start(10), start(40));
+    assert_eq!(shown["from_ns"], expected.from_ns);
+    assert_eq!(shown["to_ns"], expected.to_ns);
+    assert_eq!(shown["steps"], serde_json::json!([10, 40]));
+    assert_eq!(
+        shown["phases"],
+        serde_json::to_value(&expected.phases).unwrap()
+    );
+    assert_eq!(
+        shown["series"],
+        serde_json::to_value(&expected.series).unwrap()
+    );
+    // The loop keeps its losses in forward: 30 forwards between steps 10 and 40 grew memory.
+    let forward = expected
+        .phases
+        .iter()
+        .find(|p| p.phase == "forward")
+        .unwrap();
+    assert_eq!(forward.occurrences, 30);
+    assert!(forward.net_bytes > 0.0 && forward.retained_bytes.unwrap() > 0.0);
+    // Text: the curve by the name a person gives it, and the phase table.
+    let text = collector(&[
+        "diff".as_ref(),
+        path.as_os_str(),
+        "--at".as_ref(),
+        "10".as_ref(),
+        "--at".as_ref(),
+        "peak".as_ref(),
+    ]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("host memory") && text.contains("forward"),
+        "{text}"
+    );
 }
