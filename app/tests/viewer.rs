@@ -1136,14 +1136,8 @@ fn a_history_recording_leads_with_its_own_verdict() {
 fn memory_timeline_of_a_real_snapshot() {
     // A real training step's snapshot (bcrafton/assignment2-systems, MIT): its history began
     // after some of its blocks were allocated, which the view says.
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/real-snapshots/bcrafton_cs336_training_step.pickle");
-    let mut app = TidemarkApp::empty();
-    app.open_path(&path);
-    let mut harness = snapshot_harness(app);
-    harness.run();
-    harness.get_by_label("Memory timeline").click();
-    harness.run();
+    let (mut harness, path) =
+        real_snapshot_on("bcrafton_cs336_training_step.pickle", "Memory timeline");
     assert_eq!(harness.state().tab, Tab::Memory);
     harness.get_by_label_contains("Active memory timeline of cuda:0");
     harness.get_by_label_contains("the history began late");
@@ -1191,18 +1185,43 @@ fn memory_timeline_of_a_real_snapshot() {
     );
 }
 
-/// A right-click at `pos`: the pointer there, the secondary button pressed and released.
-fn right_click(harness: &mut Harness<'static, TidemarkApp>, pos: egui::Pos2) {
+/// A click of `button` at `pos`: the pointer there, the button pressed and released in one
+/// frame (frames between them would make it a long press).
+fn click_at(
+    harness: &mut Harness<'static, TidemarkApp>,
+    pos: egui::Pos2,
+    button: egui::PointerButton,
+) {
     harness.hover_at(pos);
     for pressed in [true, false] {
         harness.event(egui::Event::PointerButton {
             pos,
-            button: egui::PointerButton::Secondary,
+            button,
             pressed,
             modifiers: egui::Modifiers::NONE,
         });
     }
     harness.run();
+}
+
+/// A right-click at `pos`.
+fn right_click(harness: &mut Harness<'static, TidemarkApp>, pos: egui::Pos2) {
+    click_at(harness, pos, egui::PointerButton::Secondary);
+}
+
+/// A real snapshot from `../shared/fixtures/real-snapshots/` opened on the tab labelled `tab`
+/// (rendered, for goldens): the harness and the file.
+fn real_snapshot_on(file: &str, tab: &str) -> (Harness<'static, TidemarkApp>, PathBuf) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/real-snapshots")
+        .join(file);
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.get_by_label(tab).click();
+    harness.run();
+    (harness, path)
 }
 
 #[test]
@@ -1372,14 +1391,7 @@ fn a_snapshot_and_a_recording_are_not_compared_and_the_viewer_says_why() {
 #[test]
 fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
     use collector::snapshot::flame::{Flame, Weigh};
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/real-snapshots/cs336_large_fw_bw_fp32.pickle");
-    let mut app = TidemarkApp::empty();
-    app.open_path(&path);
-    let mut harness = snapshot_harness(app);
-    harness.run();
-    harness.get_by_label("Flame graph").click();
-    harness.run();
+    let (mut harness, path) = real_snapshot_on("cs336_large_fw_bw_fp32.pickle", "Flame graph");
     assert_eq!(harness.state().tab, Tab::Flame);
     // What the library weighs at the snapshot: the total, and the heaviest frame under the root.
     let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
@@ -1416,16 +1428,7 @@ fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
         }
     }
     let at = at.unwrap_or_else(|| panic!("{told:?} is never told"));
-    harness.hover_at(at);
-    for pressed in [true, false] {
-        harness.event(egui::Event::PointerButton {
-            pos: at,
-            button: egui::PointerButton::Primary,
-            pressed,
-            modifiers: egui::Modifiers::NONE,
-        });
-        harness.run();
-    }
+    click_at(&mut harness, at, egui::PointerButton::Primary);
     assert_eq!(harness.state().runs()[0].flame.zoom, heaviest);
     // The memory timeline now shows that frame's blocks in colour: the library's stacks under it.
     let filter = harness.state().runs()[0]
