@@ -39,6 +39,8 @@ pub struct TidemarkApp {
     pub compare: Option<usize>,
     /// The (run, compared run) pair last put on one step axis.
     aligned: Option<(usize, usize)>,
+    /// What the Compare tab compared last.
+    compared: crate::diff::Memo<crate::diff::ComparedKey, crate::diff::Compared>,
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(crate) recent: Vec<String>,
     pub(crate) inbox: (Sender<Incoming>, Receiver<Incoming>),
@@ -67,6 +69,7 @@ impl TidemarkApp {
             tab: Tab::Timeline,
             compare: None,
             aligned: None,
+            compared: crate::diff::Memo::default(),
             recent: Vec::new(),
             inbox: channel(),
             loading: 0,
@@ -126,6 +129,7 @@ impl TidemarkApp {
         if self.runs.len() == 1 && self.runs[0].name == EXAMPLE_NAME && run.name != EXAMPLE_NAME {
             self.runs.clear();
             self.compare = None;
+            self.compared.clear();
         }
         // A snapshot without a trace has no timeline: open it on what it has.
         if let Ok(Run {
@@ -298,6 +302,8 @@ impl TidemarkApp {
             return;
         }
         self.runs.remove(index);
+        // The places of the runs after it shift: what was compared is made again.
+        self.compared.clear();
         self.compare = match self.compare {
             Some(c) if c == index => None,
             Some(c) if c > index => Some(c - 1),
@@ -376,7 +382,13 @@ impl TidemarkApp {
                         &mut open.timeline,
                         overlay.as_ref(),
                     );
-                    crate::diff::moments_panel(ui, run, &mut open.timeline.moments);
+                    let timeline = &mut open.timeline;
+                    crate::diff::moments_panel(
+                        ui,
+                        run,
+                        &mut timeline.moments,
+                        &mut timeline.moments_memo,
+                    );
                 }
             }
             Tab::Phases => {
@@ -415,14 +427,21 @@ impl TidemarkApp {
                 ui.horizontal(|ui| {
                     crate::compare::picker(ui, &mut self.compare, current, &names);
                 });
-                let Some(other) = compare.and_then(|c| self.runs.get(c)) else {
+                let Some((place, other)) = compare.and_then(|c| Some((c, self.runs.get(c)?)))
+                else {
                     ui.weak("Pick the run to compare this one with (the baseline, A).");
                     return;
                 };
                 if let (Ok(base), Some(open)) = (&other.run, self.runs.get(current))
                     && let Ok(run) = &open.run
                 {
-                    crate::diff::runs_ui(ui, (other.title(), base), (open.title(), run));
+                    crate::diff::runs_ui(
+                        ui,
+                        (other.title(), base),
+                        (open.title(), run),
+                        (place, current),
+                        &mut self.compared,
+                    );
                 }
             }
             Tab::Flame => {

@@ -3,11 +3,11 @@
 //! numbers `collector diff` prints.
 
 use collector::compare::{
-    Pair, RecordingDiff, SiteStatus, SnapshotDiff, compare_moments, compare_recordings,
+    Moments, Pair, RecordingDiff, SiteStatus, SnapshotDiff, compare_moments, compare_recordings,
     compare_snapshots, signed_bytes,
 };
 use collector::format::{format_bytes, format_seconds};
-use collector::snapshot::timeline::DeviceTimeline;
+use collector::snapshot::timeline::{Between, DeviceTimeline};
 
 use crate::run::Run;
 
@@ -51,6 +51,50 @@ impl<T: Copy> Marks<T> {
             .filter_map(|(l, t)| Some((l, t?)))
     }
 }
+
+/// A result kept while what it was made from stays the same (the panels are drawn every frame;
+/// their comparisons are made once per pair of moments or runs).
+#[derive(Clone, Debug)]
+pub struct Memo<K, V> {
+    kept: Option<(K, V)>,
+}
+
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Self { kept: None }
+    }
+}
+
+impl<K: PartialEq, V> Memo<K, V> {
+    /// The result for `key`, made by `make` when the one kept is for another key.
+    pub fn get(&mut self, key: K, make: impl FnOnce() -> V) -> &V {
+        if self.kept.as_ref().is_some_and(|(k, _)| *k != key) {
+            self.kept = None;
+        }
+        &self.kept.get_or_insert_with(|| (key, make())).1
+    }
+
+    /// Forgets the result kept.
+    pub fn clear(&mut self) {
+        self.kept = None;
+    }
+}
+
+/// What makes a run's comparison go stale: it grew (a followed file).
+fn version(run: &Run) -> (u64, usize) {
+    (run.recording.sample_count(), run.recording.phases.len())
+}
+
+/// Two runs compared, kept by the Compare tab.
+pub(crate) enum Compared {
+    Snapshots(SnapshotDiff),
+    Recordings(Box<RecordingDiff>),
+    /// A snapshot and a recording: not compared.
+    Neither,
+}
+
+/// The runs the Compare tab compared last: A's and B's places and versions.
+pub(crate) type ComparedKey = (usize, (u64, usize), usize, (u64, usize));
 
 /// The height the moments panel takes under a timeline when both moments are marked.
 pub const PANEL_HEIGHT: f32 = 240.0;
@@ -118,7 +162,12 @@ fn pair_row(ui: &mut egui::Ui, what: &str, pair: &Pair) {
 }
 
 /// What changed between two moments of a recording: each curve, each phase, the holders.
-pub(crate) fn moments_panel(ui: &mut egui::Ui, run: &Run, marks: &mut Marks<u64>) {
+pub(crate) fn moments_panel(
+    ui: &mut egui::Ui,
+    run: &Run,
+    marks: &mut Marks<u64>,
+    memo: &mut Memo<(u64, u64, (u64, usize)), Moments>,
+) {
     let title = match marks.both() {
         Some((a, b)) => format!(
             "From {} to {}",
@@ -131,7 +180,9 @@ pub(crate) fn moments_panel(ui: &mut egui::Ui, run: &Run, marks: &mut Marks<u64>
         return;
     }
     let Some((a, b)) = marks.both() else { return };
-    let moments = compare_moments(&run.recording, &run.analysis, a, b);
+    let moments = memo.get((a, b, version(run)), || {
+        compare_moments(&run.recording, &run.analysis, a, b)
+    });
     egui::ScrollArea::vertical()
         .id_salt("moments")
         .max_height(PANEL_HEIGHT - 24.0)
@@ -200,6 +251,7 @@ pub(crate) fn snapshot_moments_panel(
     site_name: &dyn Fn(u32) -> String,
     device: &DeviceTimeline,
     marks: &mut Marks<u32>,
+    memo: &mut Memo<(u32, u32, u32), Between>,
 ) {
     let title = match marks.both() {
         Some((a, b)) => format!("From step {} to step {}", a.min(b), a.max(b)),
@@ -209,7 +261,7 @@ pub(crate) fn snapshot_moments_panel(
         return;
     }
     let Some((a, b)) = marks.both() else { return };
-    let between = device.between(a, b);
+    let between = memo.get((device.device, a, b), || device.between(a, b));
     ui.label(format!(
         "alive at A {} · at B {} ({}) · of A's, freed by B {} · allocated in between and alive at B {} in {} blocks",
         format_bytes(between.alive_from as f64),
@@ -241,20 +293,32 @@ pub(crate) fn snapshot_moments_panel(
         });
 }
 
-/// The Compare tab: the run shown (B) against the one picked (A, the baseline).
-pub(crate) fn runs_ui(ui: &mut egui::Ui, base: (&str, &Run), run: (&str, &Run)) {
+/// The Compare tab: the run shown (B, at `places.1`) against the one picked (A, the baseline,
+/// at `places.0`), compared once per pair and version.
+pub(crate) fn runs_ui(
+    ui: &mut egui::Ui,
+    base: (&str, &Run),
+    run: (&str, &Run),
+    places: (usize, usize),
+    memo: &mut Memo<ComparedKey, Compared>,
+) {
     let ((name_a, a), (name_b, b)) = (base, run);
     ui.label(format!("A (baseline): {name_a}    B: {name_b}"));
-    match (&a.snapshot, &b.snapshot) {
-        (Some(sa), Some(sb)) => {
-            let diff = compare_snapshots(sa.facts(), sb.facts());
-            snapshots_ui(ui, &diff);
-        }
-        (None, None) => {
-            let diff = compare_recordings(&a.recording, &a.analysis, &b.recording, &b.analysis);
-            recordings_ui(ui, &diff);
-        }
-        _ => {
+    let key = (places.0, version(a), places.1, version(b));
+    let compared = memo.get(key, || match (&a.snapshot, &b.snapshot) {
+        (Some(sa), Some(sb)) => Compared::Snapshots(compare_snapshots(sa.facts(), sb.facts())),
+        (None, None) => Compared::Recordings(Box::new(compare_recordings(
+            &a.recording,
+            &a.analysis,
+            &b.recording,
+            &b.analysis,
+        ))),
+        _ => Compared::Neither,
+    });
+    match compared {
+        Compared::Snapshots(diff) => snapshots_ui(ui, diff),
+        Compared::Recordings(diff) => recordings_ui(ui, diff),
+        Compared::Neither => {
             ui.colored_label(
                 ui.visuals().warn_fg_color,
                 format!(

@@ -32,15 +32,24 @@ pub struct MemoryState {
     /// Only these blocks drawn in colour (a frame clicked in the flame graph).
     pub filter: Option<Filter>,
     cached: Option<Cached>,
+    between: crate::diff::Memo<(u32, u32, u32), collector::snapshot::timeline::Between>,
 }
 
 /// The blocks a frame of the flame graph stands for: those its stacks allocated.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Filter {
     /// The frame, as the flame graph names it.
     pub what: String,
     /// The stacks through it, sorted.
     pub stacks: Arc<Vec<u32>>,
+}
+
+/// The same filter: the same frame and the same list of stacks (compared at every frame to
+/// tell whether the mesh must be made again, so by identity, not stack by stack).
+impl PartialEq for Filter {
+    fn eq(&self, other: &Self) -> bool {
+        self.what == other.what && Arc::ptr_eq(&self.stacks, &other.stacks)
+    }
 }
 
 impl Filter {
@@ -422,6 +431,7 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
         &|site| layout.site_name(snapshot, site),
         device,
         &mut state.moments,
+        &mut state.between,
     );
     // The pinned block's details, and Ctrl+C.
     if let Some((d, band)) = state.pinned

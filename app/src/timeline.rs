@@ -54,6 +54,9 @@ pub struct TimelineState {
     /// Two moments marked by right-clicking the plot, nanoseconds: what changed between them is
     /// shown under it.
     pub moments: crate::diff::Marks<u64>,
+    /// What the moments panel showed last, kept while the moments and the run stay the same.
+    pub(crate) moments_memo:
+        crate::diff::Memo<(u64, u64, (u64, usize)), collector::compare::Moments>,
 }
 
 impl Default for TimelineState {
@@ -73,6 +76,7 @@ impl Default for TimelineState {
             last_hovered_ns: None,
             pinned_ns: None,
             moments: crate::diff::Marks::default(),
+            moments_memo: crate::diff::Memo::default(),
         }
     }
 }
