@@ -212,8 +212,7 @@ fn route(state: &State, request: &Request, path: &str, query: &str) -> Streamed 
 /// The run `name` (a raw request path), as listed: `None` for anything outside the folder or
 /// not a run.
 fn find_run(state: &State, name: &str) -> Option<Run> {
-    let path = resolve(state.runs.root(), name)?;
-    state.runs.list().into_iter().find(|r| r.path == path)
+    state.runs.run_at(&resolve(state.runs.root(), name)?)
 }
 
 fn report(state: &State, name: &str) -> Response<std::io::Cursor<Vec<u8>>> {

@@ -209,8 +209,20 @@ impl Runs {
 
     /// The runs in `dir` and below.
     fn walk(&self, dir: &Path, depth: usize, runs: &mut Vec<Run>) {
+        let mut folders = self.folder(dir, depth, runs);
+        if depth < DEPTH {
+            folders.sort();
+            for folder in folders {
+                self.walk(&folder, depth + 1, runs);
+            }
+        }
+    }
+
+    /// The runs `dir` holds itself (at `depth` below the served folder: below it, a folder can
+    /// be one run), added to `runs`; its folders, to look into.
+    fn folder(&self, dir: &Path, depth: usize, runs: &mut Vec<Run>) -> Vec<PathBuf> {
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
+            return Vec::new();
         };
         let mut files = Vec::new();
         let mut folders = Vec::new();
@@ -270,12 +282,26 @@ impl Runs {
             };
             runs.push(self.run(path, kind, meta.len(), modified_ns(meta), 1, error));
         }
-        if depth < DEPTH {
-            folders.sort();
-            for folder in folders {
-                self.walk(&folder, depth + 1, runs);
-            }
+        folders
+    }
+
+    /// The run at `path` (a file, or a folder that is one run) as [`Runs::list`] would list it,
+    /// its headline aside: only the folder holding it is read, not the whole tree (a viewer
+    /// following a run asks several times a second).
+    pub fn run_at(&self, path: &Path) -> Option<Run> {
+        let inside = path.strip_prefix(&self.root).ok()?;
+        let depth = inside.components().count();
+        if depth > DEPTH + 1 {
+            return None;
         }
+        let mut runs = Vec::new();
+        if path.is_dir() {
+            // A folder is a run in its parent's listing only when it is read as one itself.
+            self.folder(path, depth, &mut runs);
+        } else {
+            self.folder(path.parent()?, depth.checked_sub(1)?, &mut runs);
+        }
+        runs.into_iter().find(|r| r.path == path)
     }
 
     fn run(
