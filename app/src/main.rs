@@ -113,39 +113,28 @@ fn main() {
                 canvas,
                 eframe::WebOptions::default(),
                 Box::new(|cc| {
+                    let mut urls = tidemark_app::web::url_parameters();
                     let ranks = tidemark_app::web::ranks_parameter();
-                    let app = match tidemark_app::web::url_parameter() {
-                        Some(_) if ranks.is_some() => {
-                            let mut app = tidemark_app::TidemarkApp::empty();
-                            let folder = ranks.unwrap_or_default();
-                            app.open_ranks(
-                                &cc.egui_ctx,
-                                folder,
-                                tidemark_app::web::url_parameters(),
-                            );
-                            app
+                    let mut app = tidemark_app::TidemarkApp::empty();
+                    match (urls.len(), ranks) {
+                        (0, _) => app = tidemark_app::TidemarkApp::default(),
+                        (_, Some(folder)) => app.open_ranks(&cc.egui_ctx, folder, urls),
+                        (1, None) => {
+                            let url = urls.remove(0);
+                            match tidemark_app::web::follow_parameter() {
+                                Some(fetch) => app.follow_url(url, fetch),
+                                None => app.open_url(&cc.egui_ctx, url),
+                            }
                         }
-                        Some(_) if tidemark_app::web::url_parameters().len() > 1 => {
+                        (_, None) => {
                             // Several runs opened together (picked on `collector serve`'s
                             // page): each in its tab, the last compared with the first.
-                            let mut app = tidemark_app::TidemarkApp::empty();
-                            for url in tidemark_app::web::url_parameters() {
+                            for url in urls {
                                 app.open_url(&cc.egui_ctx, url);
                             }
                             app.compare = Some(0);
-                            app
                         }
-                        Some(url) => {
-                            let mut app = tidemark_app::TidemarkApp::empty();
-                            if let Some(fetch) = tidemark_app::web::follow_parameter() {
-                                app.follow_url(url, fetch);
-                            } else {
-                                app.open_url(&cc.egui_ctx, url);
-                            }
-                            app
-                        }
-                        None => tidemark_app::TidemarkApp::default(),
-                    };
+                    }
                     Ok(Box::new(app))
                 }),
             )

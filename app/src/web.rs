@@ -4,23 +4,17 @@
 use eframe::wasm_bindgen::{JsCast as _, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-/// The `url` query parameter of the page, if any.
-pub fn url_parameter() -> Option<String> {
+/// The page's query parameters (`?url=…&follow=1`).
+fn parameters() -> Option<web_sys::UrlSearchParams> {
     let search = web_sys::window()?.location().search().ok()?;
-    let params = web_sys::UrlSearchParams::new_with_str(&search).ok()?;
-    params.get("url").filter(|u| !u.is_empty())
+    web_sys::UrlSearchParams::new_with_str(&search).ok()
 }
 
 /// Whether the page asks to follow the file, and how: `?follow=1`, a file still being written
 /// (what is added to it is fetched); `?follow=whole`, a run the server makes anew from several
 /// files (a folder of nodes' recordings: fetched whole again when they changed).
 pub fn follow_parameter() -> Option<crate::follow::Fetch> {
-    let search = web_sys::window()?.location().search().ok()?;
-    match web_sys::UrlSearchParams::new_with_str(&search)
-        .ok()?
-        .get("follow")?
-        .as_str()
-    {
+    match parameters()?.get("follow")?.as_str() {
         "1" | "true" => Some(crate::follow::Fetch::Added),
         "whole" => Some(crate::follow::Fetch::Whole),
         _ => None,
@@ -127,28 +121,22 @@ pub async fn fetch_snapshot(url: &str) -> Result<collector::snapshot::Snapshot, 
     fetch_arriving(url).await?.finish_snapshot()
 }
 
-/// The `url` parameters of the page, every one, in order (a folder of per-rank snapshots
-/// names each file).
+/// The `url` parameters of the page, every one, in order (several runs opened together, or a
+/// folder of per-rank snapshots naming each file).
 pub fn url_parameters() -> Vec<String> {
-    let Some(search) = web_sys::window().and_then(|w| w.location().search().ok()) else {
-        return Vec::new();
-    };
-    let Ok(params) = web_sys::UrlSearchParams::new_with_str(&search) else {
-        return Vec::new();
-    };
-    params
-        .get_all("url")
-        .iter()
-        .filter_map(|u| u.as_string())
-        .filter(|u| !u.is_empty())
-        .collect()
+    parameters().map_or(Vec::new(), |params| {
+        params
+            .get_all("url")
+            .iter()
+            .filter_map(|u| u.as_string())
+            .filter(|u| !u.is_empty())
+            .collect()
+    })
 }
 
 /// The `ranks` parameter: the urls are the per-rank snapshots of this folder, one run.
 pub fn ranks_parameter() -> Option<String> {
-    let search = web_sys::window()?.location().search().ok()?;
-    let params = web_sys::UrlSearchParams::new_with_str(&search).ok()?;
-    params.get("ranks").filter(|r| !r.is_empty())
+    parameters()?.get("ranks").filter(|r| !r.is_empty())
 }
 
 /// The bytes of `url`, arrived part by part into what reads them.
