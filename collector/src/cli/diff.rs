@@ -570,13 +570,18 @@ pub(super) fn render(compared: &Compared, form: Form, max_sites: usize) -> Strin
         }
     };
     for note in notes {
-        if html {
-            let _ = writeln!(out, "<p>note: {}</p>", super::picture::escape(note));
-        } else {
-            let _ = writeln!(out, "{}note: {note}", if markdown { "- " } else { "" });
-        }
+        write_note(&mut out, form, note);
     }
     out
+}
+
+/// A note under a comparison, as `form` writes one.
+pub(super) fn write_note(out: &mut String, form: Form, note: &str) {
+    let _ = match form {
+        Form::Html => writeln!(out, "<p>note: {}</p>", super::picture::escape(note)),
+        Form::Markdown => writeln!(out, "- note: {note}"),
+        Form::Text => writeln!(out, "note: {note}"),
+    };
 }
 
 #[cfg(test)]

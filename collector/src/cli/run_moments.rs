@@ -177,17 +177,7 @@ pub(super) fn render(r: &RunMoments, form: Form) -> String {
     }
     holders.write(&mut out, form);
     for note in &m.notes {
-        match form {
-            Form::Html => {
-                let _ = writeln!(out, "<p>note: {}</p>", super::picture::escape(note));
-            }
-            Form::Markdown => {
-                let _ = writeln!(out, "- note: {note}");
-            }
-            Form::Text => {
-                let _ = writeln!(out, "note: {note}");
-            }
-        }
+        super::diff::write_note(&mut out, form, note);
     }
     out
 }

@@ -33,6 +33,23 @@ pub use self::snapshots::{
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// The notes for devices only one side has: they are not compared.
+fn devices_in_one(
+    a: &std::collections::BTreeSet<u32>,
+    b: &std::collections::BTreeSet<u32>,
+    notes: &mut Vec<String>,
+) {
+    for (side, x, y) in [("A", a, b), ("B", b, a)] {
+        let only: Vec<String> = x.difference(y).map(|d| format!("cuda:{d}")).collect();
+        if !only.is_empty() {
+            notes.push(format!(
+                "devices only in {side}: {} (not compared)",
+                only.join(", ")
+            ));
+        }
+    }
+}
+
 /// A quantity in A, in B, and B − A (`None` where a side lacks it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Pair {

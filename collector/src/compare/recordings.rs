@@ -283,26 +283,7 @@ pub fn compare_recordings(
             _ => {}
         }
     }
-    let only_a: Vec<String> = in_a
-        .difference(&in_b)
-        .map(|d| format!("cuda:{d}"))
-        .collect();
-    let only_b: Vec<String> = in_b
-        .difference(&in_a)
-        .map(|d| format!("cuda:{d}"))
-        .collect();
-    if !only_a.is_empty() {
-        notes.push(format!(
-            "devices only in A: {} (not compared)",
-            only_a.join(", ")
-        ));
-    }
-    if !only_b.is_empty() {
-        notes.push(format!(
-            "devices only in B: {} (not compared)",
-            only_b.join(", ")
-        ));
-    }
+    super::devices_in_one(&in_a, &in_b, &mut notes);
     let host = |r: &Recording| {
         series_peaks(r, &SeriesKind::HostRss)
             .get(&None)

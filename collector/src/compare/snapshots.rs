@@ -238,23 +238,7 @@ impl SnapshotDiff {
 pub fn compare_snapshots(a: &SnapshotFacts, b: &SnapshotFacts) -> SnapshotDiff {
     let (da, db) = (a.devices(), b.devices());
     let mut notes = Vec::new();
-    let only = |x: &BTreeSet<u32>, y: &BTreeSet<u32>| -> Vec<String> {
-        x.difference(y).map(|d| format!("cuda:{d}")).collect()
-    };
-    let only_a = only(&da, &db);
-    let only_b = only(&db, &da);
-    if !only_a.is_empty() {
-        notes.push(format!(
-            "devices only in A: {} (not compared)",
-            only_a.join(", ")
-        ));
-    }
-    if !only_b.is_empty() {
-        notes.push(format!(
-            "devices only in B: {} (not compared)",
-            only_b.join(", ")
-        ));
-    }
+    super::devices_in_one(&da, &db, &mut notes);
     for (side, facts) in [("A", a), ("B", b)] {
         if !facts.from_segments {
             notes.push(format!("{side} has no segments: what is alive is its trace replayed to the end, and reserved memory is unknown"));

@@ -71,19 +71,21 @@ fn ago(modified: u64, now: u64) -> String {
     }
 }
 
+/// The viewer's address of the run `name` (relative to the viewer's page), as a query value.
+fn run_url(name: &str) -> String {
+    let url = format!("../runs/{}", percent_encode_path(name));
+    percent_encode_path(&url).replace('/', "%2F")
+}
+
 /// The link that opens `name` in the web viewer (relative to the page, so the server may sit
 /// behind a proxy's prefix), with `follow` as [`follow`] says.
 pub fn viewer_link(name: &str, follow: &str) -> String {
-    let url = format!("../runs/{}", percent_encode_path(name));
     let follow = if follow.is_empty() {
         String::new()
     } else {
         format!("&follow={follow}")
     };
-    format!(
-        "viewer/?url={}{follow}",
-        percent_encode_path(&url).replace('/', "%2F")
-    )
+    format!("viewer/?url={}{follow}", run_url(name))
 }
 
 /// The link that opens a folder of per-rank snapshots in the web viewer as one run: each file
@@ -94,11 +96,7 @@ pub fn ranks_link(folder: &str, files: &[String]) -> String {
         percent_encode_path(folder).replace('/', "%2F")
     );
     for file in files {
-        let url = format!("../runs/{}", percent_encode_path(file));
-        link.push_str(&format!(
-            "&url={}",
-            percent_encode_path(&url).replace('/', "%2F")
-        ));
+        link.push_str(&format!("&url={}", run_url(file)));
     }
     link
 }
