@@ -315,10 +315,33 @@ impl Recording {
             // A series twice in one chunk (a corrupt file): its times added chunk by chunk.
             self.extend_times(whole, times);
         } else {
+            // The run of chunks of these series grows their time column itself, taken out of
+            // them meanwhile: their times are not copied once more when the run ends.
+            *pending = self.take_times(whole);
             pending.extend_from_slice(times);
             pending_series.clone_from(whole);
         }
         Ok(())
+    }
+
+    /// The time column the series `members` share, taken out of them (they then hold an empty
+    /// one, until [`Recording::extend_times`] gives it back); empty when they hold different
+    /// columns.
+    fn take_times(&mut self, members: &[usize]) -> Vec<u64> {
+        let mut taken = Vec::new();
+        let Some(&first) = members.first() else {
+            return taken;
+        };
+        let column = |i: usize| Arc::as_ptr(&self.series[i].times_ns);
+        if !self.series[first].times_ns.is_empty()
+            && !repeats(members)
+            && members.iter().all(|&i| column(i) == column(first))
+        {
+            with_shared_times(&mut self.series, members, |column| {
+                taken = std::mem::take(column);
+            });
+        }
+        taken
     }
 
     /// Adds the times [`Recording::push_wire_chunk`] gathered to their series.
