@@ -20,6 +20,7 @@ mod pickle;
 mod query;
 pub mod ranks;
 mod read;
+pub mod segments_timeline;
 mod sites;
 pub mod timeline;
 mod verdict;

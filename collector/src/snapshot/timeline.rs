@@ -239,6 +239,19 @@ pub struct BlockInfo {
     pub freed_us: Option<i64>,
 }
 
+/// Where a band's block is ([`DeviceTimeline::band_place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BandPlace {
+    /// Its address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Its site.
+    pub site: u32,
+    /// The step it appears at.
+    pub alloc: u32,
+}
+
 /// What changed between two steps of a device's timeline ([`DeviceTimeline::between`]).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Between {
@@ -899,6 +912,31 @@ impl DeviceTimeline {
             allocated_us: time(b.alloc),
             free_step: b.free,
             freed_us: time(b.free),
+        })
+    }
+
+    /// The trace entry that makes `step` (1 to [`steps`](Self::steps)).
+    pub fn entry<'s>(&self, snapshot: &'s Snapshot, step: u32) -> Option<&'s super::TraceEntry> {
+        let k = (step as usize)
+            .checked_sub(1)
+            .filter(|&k| k < self.steps as usize)?;
+        snapshot.entries.get(self.first + k)
+    }
+
+    /// Where one band's block is, without the rest of [`block`](Self::block)'s answer (for
+    /// views that place many blocks).
+    pub fn band_place(&self, snapshot: &Snapshot, band: u32) -> Option<BandPlace> {
+        let b = self.bands.get(band as usize)?;
+        let addr = if b.source & RESIDENT != 0 {
+            self.resident.get((b.source & INDEX) as usize)?.addr
+        } else {
+            snapshot.entries.get((b.source & !PRE) as usize)?.addr
+        };
+        Some(BandPlace {
+            addr,
+            size: b.size,
+            site: b.site,
+            alloc: b.alloc,
         })
     }
 
