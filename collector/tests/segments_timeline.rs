@@ -349,7 +349,8 @@ fn random_trace() -> impl Strategy<Value = Snapshot> {
     )
         .prop_map(|(script, dropped)| {
             let mut ops = Vec::new();
-            let mut segments: Vec<(u64, u64, Vec<(u64, u64)>)> = Vec::new();
+            // (address, bytes, its blocks' (address, bytes))
+            let mut segments: Vec<(u64, u64, Vec<Seg>)> = Vec::new();
             let mut waiting: Vec<(u64, u64)> = Vec::new();
             let mut next = 0x10_0000u64;
             for &(op, n, flag) in &script {
