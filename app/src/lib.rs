@@ -16,6 +16,7 @@ pub mod lod;
 pub mod memtimeline;
 mod picture;
 mod run;
+pub mod segtimeline;
 pub mod style;
 pub mod timeline;
 pub mod view;

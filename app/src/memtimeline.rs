@@ -33,6 +33,10 @@ pub struct MemoryState {
     pub filter: Option<Filter>,
     cached: Option<Cached>,
     between: crate::diff::Memo<(u32, u32, u32), collector::snapshot::timeline::Between>,
+    /// The segment timeline shown instead of the blocks.
+    pub segments: bool,
+    /// The segments' view: their layout and its picture.
+    pub segment_view: crate::segtimeline::SegmentView,
 }
 
 /// The blocks a frame of the flame graph stands for: those its stacks allocated.
@@ -74,12 +78,12 @@ impl MemoryState {
     }
 }
 
-const fn color(c: palette::Rgb) -> Color32 {
+pub(crate) const fn color(c: palette::Rgb) -> Color32 {
     Color32::from_rgb(c.0, c.1, c.2)
 }
 
 /// A site's colour, by its rank.
-fn site_color(layout: &MemoryTimeline, site: u32) -> Color32 {
+pub(crate) fn site_color(layout: &MemoryTimeline, site: u32) -> Color32 {
     layout
         .sites
         .get(site as usize)
@@ -109,7 +113,12 @@ pub fn stack_text(snapshot: &Snapshot, stack: u32) -> String {
 }
 
 /// Seconds since the trace's start at `step`, as text.
-fn when(snapshot: &Snapshot, device: &DeviceTimeline, step: u32, start_us: i64) -> String {
+pub(crate) fn when(
+    snapshot: &Snapshot,
+    device: &DeviceTimeline,
+    step: u32,
+    start_us: i64,
+) -> String {
     match device.time_at(snapshot, step) {
         Some(t) if start_us > 0 => format!(
             "step {step} (+{})",
@@ -120,7 +129,7 @@ fn when(snapshot: &Snapshot, device: &DeviceTimeline, step: u32, start_us: i64) 
 }
 
 /// What one block is, for the tooltip and the pinned panel.
-fn block_lines(
+pub(crate) fn block_lines(
     snapshot: &Snapshot,
     layout: &MemoryTimeline,
     device: &DeviceTimeline,
@@ -172,54 +181,47 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
                     }
                 });
         }
+        ui.selectable_value(&mut state.segments, false, "Allocations")
+            .on_hover_text("One band per allocation, stacked in the order they were made");
+        ui.selectable_value(&mut state.segments, true, "Segments")
+            .on_hover_text("The allocator's segments over time, and the blocks inside them");
         let d = &layout.devices[state.device];
-        ui.label(format!(
-            "Active memory timeline of cuda:{}: {} bands over {} trace entries, peak {}, {} alive at the snapshot",
-            d.device,
-            d.band_count(),
-            d.steps(),
-            format_bytes(d.peak as f64),
-            format_bytes(d.end_bytes as f64)
-        ));
-    });
-    let device = &layout.devices[state.device];
-    for line in device.lacks.describe() {
-        ui.colored_label(ui.visuals().warn_fg_color, line);
-    }
-    if let Some(filter) = &state.filter {
-        let mut clear = false;
-        ui.horizontal_wrapped(|ui| {
-            ui.strong(format!(
-                "Only the blocks allocated under {} are in colour (a frame clicked in the flame graph; blocks smaller than a pixel are grey)",
-                filter.what
-            ));
-            clear = ui.small_button("Show every block").clicked();
-        });
-        if clear {
-            state.filter = None;
-        }
-    }
-    ui.weak(
-        "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack; right-click two moments to compare them.",
-    );
-    let pinned_height = if state.pinned.is_some() { 170.0 } else { 0.0 }
-        + if state.moments.both().is_some() {
-            crate::diff::PANEL_HEIGHT
+        if state.segments {
+            ui.label(crate::segtimeline::caption(snapshot, &layout, state));
         } else {
-            0.0
-        };
-    let size = vec2(
-        ui.available_width(),
-        (ui.available_height() - pinned_height - 28.0).max(160.0),
-    );
-    let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
-    let plot = Rect::from_min_max(
-        pos2(rect.left() + 72.0, rect.top() + 4.0),
-        pos2(rect.right() - 8.0, rect.bottom() - 22.0),
-    );
-    let end = f64::from(device.end());
-    // Zoom and pan.
-    let (mut x0, mut x1) = state.range.unwrap_or((0.0, end));
+            ui.label(format!(
+                "Active memory timeline of cuda:{}: {} bands over {} trace entries, peak {}, {} alive at the snapshot",
+                d.device,
+                d.band_count(),
+                d.steps(),
+                format_bytes(d.peak as f64),
+                format_bytes(d.end_bytes as f64)
+            ));
+        }
+    });
+    if state.segments {
+        crate::segtimeline::segments_ui(ui, snapshot, state, &layout, start_us);
+    } else {
+        blocks_ui(ui, snapshot, state, &layout, start_us);
+    }
+    pinned_panel(ui, snapshot, state, &layout, start_us);
+}
+
+/// The height the pinned block's panel takes under a view.
+pub(crate) fn pinned_height(state: &MemoryState) -> f32 {
+    if state.pinned.is_some() { 170.0 } else { 0.0 }
+}
+
+/// Zoom (scroll, pinch) and pan (drag) of a view of steps `0..end`; a double click shows them
+/// all again. Returns the steps in view and keeps them in `range`.
+pub(crate) fn zoom_pan(
+    ui: &egui::Ui,
+    response: &egui::Response,
+    plot: Rect,
+    end: f64,
+    range: &mut Option<(f64, f64)>,
+) -> (f64, f64) {
+    let (mut x0, mut x1) = range.unwrap_or((0.0, end));
     let per_px = (x1 - x0) / f64::from(plot.width().max(1.0));
     if response.double_clicked() {
         (x0, x1) = (0.0, end);
@@ -244,7 +246,56 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
             }
         }
     }
-    state.range = ((x0, x1) != (0.0, end)).then_some((x0, x1));
+    *range = ((x0, x1) != (0.0, end)).then_some((x0, x1));
+    (x0, x1)
+}
+
+/// The active memory timeline: the blocks' bands.
+fn blocks_ui(
+    ui: &mut egui::Ui,
+    snapshot: &Snapshot,
+    state: &mut MemoryState,
+    layout: &Arc<MemoryTimeline>,
+    start_us: i64,
+) {
+    let device = &layout.devices[state.device];
+    for line in device.lacks.describe() {
+        ui.colored_label(ui.visuals().warn_fg_color, line);
+    }
+    if let Some(filter) = &state.filter {
+        let mut clear = false;
+        ui.horizontal_wrapped(|ui| {
+            ui.strong(format!(
+                "Only the blocks allocated under {} are in colour (a frame clicked in the flame graph; blocks smaller than a pixel are grey)",
+                filter.what
+            ));
+            clear = ui.small_button("Show every block").clicked();
+        });
+        if clear {
+            state.filter = None;
+        }
+    }
+    ui.weak(
+        "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack; right-click two moments to compare them.",
+    );
+    let pinned_height = pinned_height(state)
+        + if state.moments.both().is_some() {
+            crate::diff::PANEL_HEIGHT
+        } else {
+            0.0
+        };
+    let size = vec2(
+        ui.available_width(),
+        (ui.available_height() - pinned_height - 28.0).max(160.0),
+    );
+    let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
+    let plot = Rect::from_min_max(
+        pos2(rect.left() + 72.0, rect.top() + 4.0),
+        pos2(rect.right() - 8.0, rect.bottom() - 22.0),
+    );
+    let end = f64::from(device.end());
+    let (x0, x1) = zoom_pan(ui, &response, plot, end, &mut state.range);
+    let per_px = (x1 - x0) / f64::from(plot.width().max(1.0));
     let y_max = (device.peak.max(device.capacity.unwrap_or(0)) as f64 * 1.05).max(1.0);
     // The picture for this view: bands of at least a pixel's bytes on their own.
     let columns = plot.width().max(1.0) as u32;
@@ -287,7 +338,7 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
             })
         };
         let mesh = mesh(
-            &layout,
+            layout,
             &cached.picture,
             &sx,
             &sy,
@@ -399,7 +450,7 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
     if let Some(hit) = &hit {
         let text = match hit {
             Hit::Block(b) => {
-                let mut lines = block_lines(snapshot, &layout, device, b, start_us);
+                let mut lines = block_lines(snapshot, layout, device, b, start_us);
                 let frames: Vec<String> = snapshot
                     .user_frames(b.stack)
                     .iter()
@@ -433,7 +484,16 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
         &mut state.moments,
         &mut state.between,
     );
-    // The pinned block's details, and Ctrl+C.
+}
+
+/// The pinned block's details, and Ctrl+C (under either view).
+fn pinned_panel(
+    ui: &mut egui::Ui,
+    snapshot: &Snapshot,
+    state: &mut MemoryState,
+    layout: &MemoryTimeline,
+    start_us: i64,
+) {
     if let Some((d, band)) = state.pinned
         && let Some(pinned_device) = layout.devices.get(d)
         && let Some(b) = pinned_device.block(snapshot, band)
@@ -451,7 +511,7 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
                 state.pinned = None;
             }
         });
-        ui.label(block_lines(snapshot, &layout, pinned_device, &b, start_us).join("  ·  "));
+        ui.label(block_lines(snapshot, layout, pinned_device, &b, start_us).join("  ·  "));
         egui::ScrollArea::vertical()
             .id_salt("pinned stack")
             .max_height(110.0)
@@ -536,7 +596,13 @@ fn mesh(
 }
 
 /// The y axis: a few round byte counts, with their grid lines.
-fn axes(ui: &egui::Ui, painter: &egui::Painter, plot: Rect, y_max: f64, sy: &dyn Fn(f64) -> f32) {
+pub(crate) fn axes(
+    ui: &egui::Ui,
+    painter: &egui::Painter,
+    plot: Rect,
+    y_max: f64,
+    sy: &dyn Fn(f64) -> f32,
+) {
     let raw = y_max / 5.0;
     let unit = 1024f64.powf((raw.max(1.0).ln() / 1024f64.ln()).floor());
     let step = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]

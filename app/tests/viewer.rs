@@ -1185,6 +1185,47 @@ fn memory_timeline_of_a_real_snapshot() {
     );
 }
 
+#[test]
+fn segment_timeline_of_a_real_snapshot_links_the_pinned_block() {
+    let (mut harness, path) =
+        real_snapshot_on("bcrafton_cs336_training_step.pickle", "Memory timeline");
+    harness.get_by_label("Segments").click();
+    harness.run();
+    assert!(harness.state().runs()[0].memory.segments);
+    harness.get_by_label_contains("Segments of cuda:0");
+    // The lowest segment, along the whole trace, holds a block: hovered, it is named with its
+    // segment; clicked, it is pinned.
+    harness.hover_at(egui::pos2(640.0, 700.0));
+    harness.run();
+    harness.snapshot("segment_timeline");
+    harness.get_by_label_contains("made: ");
+    click_at(
+        &mut harness,
+        egui::pos2(640.0, 700.0),
+        egui::PointerButton::Primary,
+    );
+    let (device, band) = harness.state().runs()[0]
+        .memory
+        .pinned
+        .expect("a block pinned in the segments");
+    // The same block, by the library: the segment timeline's block at that band is the memory
+    // timeline's.
+    let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
+    let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+    let block = layout.devices[device].block(&snapshot, band).unwrap();
+    harness.get_by_label("Pinned block");
+    harness.get_by_label_contains(&format!("at 0x{:x}", block.addr));
+    // Pinned there, it is pinned in the allocations' view too.
+    harness.get_by_label("Allocations").click();
+    harness.run();
+    harness.get_by_label_contains("Active memory timeline of cuda:0");
+    harness.get_by_label("Pinned block");
+    assert_eq!(
+        harness.state().runs()[0].memory.pinned,
+        Some((device, band))
+    );
+}
+
 /// A click of `button` at `pos`: the pointer there, the button pressed and released in one
 /// frame (frames between them would make it a long press).
 fn click_at(

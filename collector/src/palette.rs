@@ -126,6 +126,14 @@ pub fn site(rank: u32) -> Rgb {
 /// The band of the small blocks of every site beyond the ranked ones (neutral grey).
 pub const OTHER_SITES: Rgb = Rgb(0xb4, 0xb4, 0xb4);
 
+/// The segment timeline: a segment's free (cached) bytes, a pale blue-grey.
+pub const SEGMENT_FREE: Rgb = Rgb(0xd8, 0xe0, 0xe8);
+/// The segment timeline: blocks freed by their tensor, waiting for other streams (black on the
+/// sites' tints, so never mistaken for one).
+pub const SEGMENT_PENDING: Rgb = Rgb(0x20, 0x20, 0x20);
+/// The segment timeline: the line where a segment begins.
+pub const SEGMENT_EDGE: Rgb = Rgb(0x58, 0x60, 0x68);
+
 #[cfg(test)]
 mod tests {
     //! The palette's colours must stay apart: pairwise ΔE (CIE76, in CIELAB) with normal vision

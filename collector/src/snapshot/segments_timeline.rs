@@ -532,6 +532,36 @@ impl DeviceSegments {
         picture
     }
 
+    /// Where `band`'s block is drawn at each of `steps` it is alive at: (step, bottom).
+    pub fn block_track(
+        &self,
+        snapshot: &Snapshot,
+        timeline: &DeviceTimeline,
+        band: u32,
+        steps: &[u32],
+    ) -> Vec<(u32, u64)> {
+        let (Some(place), Some(block)) = (
+            timeline.band_place(snapshot, band),
+            timeline.block(snapshot, band),
+        ) else {
+            return Vec::new();
+        };
+        steps
+            .iter()
+            .filter(|&&step| place.alloc <= step && step < block.free_step)
+            .filter_map(|&step| {
+                let mut bottom = 0u64;
+                for s in self.segments.iter().filter(|s| s.alive_at(step)) {
+                    if s.addr <= place.addr && place.addr < s.addr.saturating_add(s.size) {
+                        return Some((step, bottom + (place.addr - s.addr)));
+                    }
+                    bottom += s.size;
+                }
+                None
+            })
+            .collect()
+    }
+
     /// What lies at `bytes` from the bottom at `step`: the segment there and the block, if any.
     pub fn hit(
         &self,
