@@ -95,6 +95,8 @@ fn main() {
             })
             .collect();
         let (median, p95) = summary(panned);
-        println!("{view}: panning a tenth of the trace: median {median:.1} ms, p95 {p95:.1} ms a frame (a new picture each)");
+        println!(
+            "{view}: panning a tenth of the trace: median {median:.1} ms, p95 {p95:.1} ms a frame (a new picture each)"
+        );
     }
 }

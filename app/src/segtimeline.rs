@@ -58,14 +58,13 @@ pub fn caption(snapshot: &Snapshot, blocks: &MemoryTimeline, state: &mut MemoryS
         .sum();
     let mapped = d.segments().iter().any(|s| s.mapped);
     format!(
-        "Segments of cuda:{}: {} {} over {end} trace entries, at most {} reserved, {} at the snapshot",
+        "Segments of cuda:{}: {} over {}, at most {} reserved, {} at the snapshot",
         d.device,
-        d.segments().len(),
-        if mapped {
-            "segments and mapped ranges"
-        } else {
-            "segments"
-        },
+        collector::format::count(
+            d.segments().len(),
+            if mapped { "mapped range" } else { "segment" }
+        ),
+        collector::format::count(end as usize, "trace entry"),
         format_bytes(d.peak as f64),
         format_bytes(at_end as f64)
     )

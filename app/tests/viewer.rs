@@ -1226,6 +1226,32 @@ fn segment_timeline_of_a_real_snapshot_links_the_pinned_block() {
     );
 }
 
+/// Each snapshot view of a real snapshot: drawn from what it has, saying what it lacks.
+fn snapshot_views_of(file: &str, tag: &str) {
+    let (mut harness, _) = real_snapshot_on(file, "Memory timeline");
+    harness.get_by_label_contains("Active memory timeline of cuda:");
+    harness.snapshot(&format!("memory_timeline_{tag}"));
+    harness.get_by_label("Segments").click();
+    harness.run();
+    harness.get_by_label_contains("Segments of cuda:");
+    harness.snapshot(&format!("segment_timeline_{tag}"));
+    harness.get_by_label("Flame graph").click();
+    harness.run();
+    harness.snapshot(&format!("flame_graph_{tag}"));
+}
+
+/// FlexGen's out-of-memory snapshot, with a legacy history.
+#[test]
+fn snapshot_views_of_an_oom_snapshot() {
+    snapshot_views_of("flexgen_oom_legacy_history.pickle", "oom");
+}
+
+/// verl's rollout: segments and blocks, no trace.
+#[test]
+fn snapshot_views_of_a_state_only_snapshot() {
+    snapshot_views_of("verl_rollout_state.pickle", "state_only");
+}
+
 /// A click of `button` at `pos`: the pointer there, the button pressed and released in one
 /// frame (frames between them would make it a long press).
 fn click_at(
