@@ -7,6 +7,10 @@ Chromium, and checks what a user sees.
 - `?url=` a leaking recording: the curves and the verdict are drawn (pixels of their colours in
   the screenshot), the console has no error, and no request left 127.0.0.1;
 - no `?url=`: the embedded example is shown;
+- `?url=` a real snapshot: its Memory timeline tab draws the allocations and then the segments
+  (pixels of the largest site's colour, and of free segment bytes), with no console error; the
+  intervals between frames while the pointer moves over them are reported (and with
+  WEB_CHECK_SNAPSHOT=FILE, those of that big snapshot's views);
 - `?url=` a missing file (404), a file that is not a recording, another origin: the page shows
   why (the app's `tidemark:failed` performance mark names the cause, and red text is drawn);
 - `?url=` BIG_RECORDING (1 million samples): the time from navigation to its first drawn frame
@@ -44,9 +48,45 @@ DEVICE_USED = (0x00, 0x9E, 0x73)
 ALLOCATED = (0xD5, 0x5E, 0x00)
 
 # Where the "Open…" and "Save image" buttons are laid out in the canvas (CSS pixels from its
-# top left).
+# top left); a snapshot's "Memory timeline" tab, and its "Segments" toggle.
 OPEN_BUTTON = (98, 12)
 SAVE_BUTTON = (177, 12)
+MEMORY_TAB = (340, 37)
+SEGMENTS_TOGGLE = (132, 68)
+# The largest site's colour (collector::palette::site(0)), and a segment's free bytes.
+SITE_0 = (0x4E, 0x79, 0xA7)
+SEGMENT_FREE = (0xD8, 0xE0, 0xE8)
+
+# The page's frames while the pointer moves over the canvas (a move a frame, so that the app
+# draws every frame): the intervals between animation frames for `ms`, in ms. A frame of the app
+# that takes longer than the display's 16.7 ms makes an interval longer than that.
+FRAME_INTERVALS = """
+const [ms, done] = arguments;
+const canvas = document.getElementById("tidemark_canvas");
+const box = canvas.getBoundingClientRect();
+const intervals = [];
+const start = performance.now();
+let last = start, k = 0;
+function frame(now) {
+  intervals.push(now - last);
+  last = now;
+  k += 1;
+  const x = box.left + 120 + (k * 37) % (box.width - 200), y = box.top + 200 + (k * 13) % 400;
+  canvas.dispatchEvent(new PointerEvent("pointermove", {clientX: x, clientY: y, bubbles: true, pointerType: "mouse"}));
+  canvas.dispatchEvent(new MouseEvent("mousemove", {clientX: x, clientY: y, bubbles: true}));
+  if (now - start < ms) requestAnimationFrame(frame); else done(intervals.slice(2));
+}
+requestAnimationFrame(frame);
+"""
+
+
+def frame_intervals(driver, ms=3000):
+    """Median and 95th percentile of the intervals between frames while the pointer moves."""
+    intervals = sorted(driver.execute_async_script(FRAME_INTERVALS, ms))
+    if not intervals:
+        return None, None
+    at = lambda p: intervals[round((len(intervals) - 1) * p)]  # noqa: E731
+    return at(0.5), at(0.95)
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     requests = []
@@ -165,6 +205,8 @@ def main():
         shutil.copy(CORPUS / "forward_keeps_losses.msgpack", site / "leak.msgpack")
         shutil.copy(big, site / "big.msgpack")
         shutil.copy(ROOT / "collector/tests/data/snapshots/mini_snapshot.pickle", site / "snap.pickle")
+        real = ROOT.parent / "shared/fixtures/real-snapshots/bcrafton_cs336_training_step.pickle"
+        shutil.copy(real, site / "real.pickle")
         extra_snapshot = os.environ.get("WEB_CHECK_SNAPSHOT")  # a big pickle to time, optional
         if extra_snapshot:
             shutil.copy(extra_snapshot, site / "big-snapshot.pickle")
@@ -203,6 +245,25 @@ def main():
             check(count_near(image, ALLOCATED, (0, 100, w, h)) > 300, "the allocated curve is drawn")
             errors = console_errors(driver)
             check(not errors, f"console errors: {errors}")
+            print("a real snapshot's memory timeline and segments (the Memory timeline tab)")
+            name, detail, at_ms, image = open_page(driver, base, "?url=real.pickle", out / "real-snapshot.png")
+            check(name == "tidemark:shown" and detail == "real.pickle", f"shown: {name} {detail}")
+            for view, button, colours in (
+                ("memory-timeline", MEMORY_TAB, (SITE_0,)),
+                ("segment-timeline", SEGMENTS_TOGGLE, (SITE_0, SEGMENT_FREE)),
+            ):
+                click_canvas(driver, button)
+                time.sleep(1.5)
+                driver.save_screenshot(str(out / f"{view}.png"))
+                image = Image.open(out / f"{view}.png").convert("RGB")
+                for colour in colours:
+                    drawn = count_near(image, colour, (80, 120, w, h))
+                    check(drawn > 5000, f"{view}: {drawn} pixels of {colour} in the plot")
+                errors = console_errors(driver)
+                check(not errors, f"{view}: console errors: {errors}")
+                median, p95 = frame_intervals(driver)
+                timings[f"{view}_frame_interval_ms"] = [median, p95]
+                print(f"  {view}: frames while the pointer moves: median {median:.1f} ms, p95 {p95:.1f} ms apart")
             if extra_snapshot:
                 name, detail, at_ms, image = open_page(
                     driver, base, "?url=big-snapshot.pickle", out / "big-snapshot.png"
@@ -219,6 +280,13 @@ def main():
                     if wasm and heap
                     else f"  {extra_snapshot}: first frame after {at_ms:.0f} ms"
                 )
+                for view, button in (("memory-timeline", MEMORY_TAB), ("segment-timeline", SEGMENTS_TOGGLE)):
+                    click_canvas(driver, button)
+                    time.sleep(5)  # the layout, then the picture
+                    driver.save_screenshot(str(out / f"big-snapshot-{view}.png"))
+                    median, p95 = frame_intervals(driver)
+                    timings[f"big_snapshot_{view}_frame_interval_ms"] = [median, p95]
+                    print(f"  {view}: frames while the pointer moves: median {median:.1f} ms, p95 {p95:.1f} ms apart")
 
             print("no ?url=: the embedded example")
             name, detail, at_ms, image = open_page(driver, base, "", out / "example.png")

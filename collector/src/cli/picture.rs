@@ -480,7 +480,7 @@ const CAPTION_CHARS: usize = 155;
 /// `text` in lines of at most `width` characters, broken between words (a longer word gets a
 /// line of its own); at most four lines (a snapshot's verdict leads with a whole stack frame), the
 /// last one ending in `…` when cut.
-fn wrap(text: &str, width: usize) -> Vec<String> {
+pub(super) fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
     for word in text.split(' ') {

@@ -94,7 +94,11 @@ impl Outputs {
         };
         let picture = self.svg.as_ref().map(|(p, _)| p.clone());
         if let Some(out) = self.svg {
-            put(out, &svg)?;
+            match snapshot {
+                // A snapshot's picture carries its active memory timeline too.
+                Some((s, _)) => put(out, &super::memory_picture::with_timelines(&svg, s))?,
+                None => put(out, &svg)?,
+            }
         }
         if let Some(out) = self.html {
             let more =

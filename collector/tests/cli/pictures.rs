@@ -130,12 +130,65 @@ fn the_byte_axis_is_ticked_at_round_binary_values() {
             .collect();
         assert!(ticks.len() >= 4, "{file:?}: {texts:?}");
         assert_eq!(ticks[0], 0.0, "{texts:?}");
-        let step = ticks[1] - ticks[0];
-        assert_eq!(step, 2f64.powf(step.log2().round()), "{ticks:?}");
-        for (k, t) in ticks.iter().enumerate() {
-            assert_eq!(*t, k as f64 * step, "{ticks:?}");
+        // Each axis from 0 (a snapshot's picture has a second: its active memory timeline's).
+        let mut bounds: Vec<usize> = (0..ticks.len()).filter(|&k| ticks[k] == 0.0).collect();
+        bounds.push(ticks.len());
+        for axis in bounds.windows(2).map(|w| &ticks[w[0]..w[1]]) {
+            assert!(axis.len() >= 3, "{ticks:?}");
+            let step = axis[1] - axis[0];
+            assert_eq!(step, 2f64.powf(step.log2().round()), "{ticks:?}");
+            for (k, t) in axis.iter().enumerate() {
+                assert_eq!(*t, k as f64 * step, "{ticks:?}");
+            }
         }
+        assert_eq!(bounds.len() - 1, if i == 1 { 2 } else { 1 }, "{ticks:?}");
     }
+}
+
+#[test]
+fn a_snapshot_s_svg_carries_its_active_memory_timeline() {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/real-snapshots/bcrafton_cs336_training_step.pickle");
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("snapshot.svg");
+    let output = report(&file, &["--svg".as_ref(), svg.as_os_str()]);
+    assert!(output.status.success(), "{}", crate::stderr(&output));
+    let (names, texts) = parse(&std::fs::read_to_string(&svg).unwrap());
+    // One picture holding two: the curves, then the timeline, with its heading and legend.
+    assert!(
+        names.iter().filter(|n| *n == "svg").count() >= 3,
+        "{names:?}"
+    );
+    let at = texts
+        .iter()
+        .position(|t| t == "Active memory timeline of cuda:0")
+        .unwrap_or_else(|| panic!("no timeline heading in {texts:?}"));
+    let after = &texts[at..];
+    assert!(
+        after
+            .iter()
+            .any(|t| t.starts_with("the history began late"))
+    );
+    assert!(
+        after.iter().any(|t| t.ends_with("other sites")),
+        "{after:?}"
+    );
+    assert!(after.iter().any(|t| t.starts_with("entry 0")), "{after:?}");
+    // A recording's picture stays one.
+    let plain = dir.path().join("recording.svg");
+    let corpus = corpus("eval_keeps_predictions.msgpack");
+    assert!(
+        report(&corpus, &["--svg".as_ref(), plain.as_os_str()])
+            .status
+            .success()
+    );
+    let (names, texts) = parse(&std::fs::read_to_string(&plain).unwrap());
+    assert_eq!(names.iter().filter(|n| *n == "svg").count(), 1);
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.starts_with("Active memory timeline"))
+    );
 }
 
 #[test]
