@@ -419,7 +419,7 @@ impl TidemarkApp {
                         pinned_ns: open.timeline.pinned_ns,
                         last_hovered_ns: open.timeline.last_hovered_ns,
                     };
-                    crate::blocks::blocks_ui(ui, view, &mut open.blocks, times);
+                    crate::blocks::blocks_ui(ui, view, &mut open.blocks, times, &mut open.memory);
                 }
             }
             Tab::Compare => {

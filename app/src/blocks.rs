@@ -6,6 +6,8 @@ use collector::snapshot::{
     BlockState, Judged, LiveBlock, LiveIndex, SiteGroup, Snapshot, SnapshotVerdict,
 };
 
+use crate::memtimeline::MemoryState;
+
 /// A snapshot with what the views show, computed once when it is opened.
 pub struct SnapshotView {
     /// The snapshot.
@@ -71,6 +73,8 @@ impl SnapshotView {
 pub struct BlocksState {
     /// Time since the trace's start, µs; `None` is the end (the snapshot itself).
     pub at_us: Option<i64>,
+    /// The pinned block whose site was opened for it.
+    opened_for: Option<Pinned>,
     cache: Option<(Option<i64>, Vec<LiveBlock>, Vec<SiteGroup>)>,
 }
 
@@ -105,14 +109,74 @@ pub struct TimelineTimes {
     pub last_hovered_ns: Option<u64>,
 }
 
-/// The blocks tab.
+/// The block pinned on the memory timeline (or here): its device, address, size, when it was
+/// allocated (µs since the epoch), its stack.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Pinned {
+    device: u32,
+    addr: u64,
+    size: u64,
+    allocated_us: Option<i64>,
+    stack: u32,
+}
+
+impl Pinned {
+    /// The pinned block of the memory timeline's state, if any.
+    fn of(snapshot: &Snapshot, memory: &mut MemoryState) -> Option<Self> {
+        let (d, band) = memory.pinned?;
+        let layout = memory.layout(snapshot);
+        let device = layout.devices.get(d)?;
+        let b = device.block(snapshot, band)?;
+        Some(Self {
+            device: device.device,
+            addr: b.addr,
+            size: b.size,
+            allocated_us: b.allocated_us,
+            stack: b.stack,
+        })
+    }
+
+    fn is(&self, b: &LiveBlock) -> bool {
+        b.device == self.device && b.addr == self.addr && b.allocated_us == self.allocated_us
+    }
+}
+
+/// Pins `b` (alive at `at_us`) on the memory timeline: its band there, found among those alive
+/// at that time on its device.
+fn pin(snapshot: &Snapshot, memory: &mut MemoryState, b: &LiveBlock, at_us: i64) {
+    let layout = memory.layout(snapshot);
+    let Some((d, device)) = layout
+        .devices
+        .iter()
+        .enumerate()
+        .find(|(_, d)| d.device == b.device)
+    else {
+        return;
+    };
+    let step = device.step_at_time(snapshot, at_us);
+    let mut live = Vec::new();
+    device.live_at(step, &mut live);
+    if let Some(&band) = live.iter().find(|&&band| {
+        device
+            .block(snapshot, band)
+            .is_some_and(|x| x.addr == b.addr && x.allocated_us == b.allocated_us)
+    }) {
+        memory.device = d;
+        memory.pinned = Some((d, band));
+    }
+}
+
+/// The blocks tab. The block pinned on the memory timeline is named, marked in its site's list,
+/// and its allocation time one click away; a block pinned here is pinned there.
 pub fn blocks_ui(
     ui: &mut egui::Ui,
     view: &SnapshotView,
     state: &mut BlocksState,
     times: TimelineTimes,
+    memory: &mut MemoryState,
 ) {
     let s = &view.snapshot;
+    let pinned = Pinned::of(s, memory);
     let span_us = (view.range_us.1 - view.range_us.0).max(0);
     if let Some((file, reason)) = &view.paired {
         let when = if reason == "oom" {
@@ -166,9 +230,28 @@ pub fn blocks_ui(
             }
         }
     });
+    if let Some(p) = pinned {
+        ui.horizontal_wrapped(|ui| {
+            ui.strong("Pinned on the memory timeline:");
+            ui.label(format!(
+                "{} at 0x{:x} on cuda:{}, {}",
+                format_bytes(p.size as f64),
+                p.addr,
+                p.device,
+                s.site_name(s.site(p.stack))
+            ));
+            if let Some(t) = p.allocated_us.filter(|_| view.has_timeline())
+                && ui.button("live blocks when it was allocated").clicked()
+            {
+                state.at_us = Some((t - view.range_us.0).max(0));
+            }
+        });
+    }
     let end_us = state
         .at_us
         .map_or(view.range_us.1, |t| view.range_us.0.saturating_add(t));
+    let mut pin_this: Option<LiveBlock> = None;
+    let newly_pinned = state.opened_for != pinned;
     let (blocks, sites) = state.blocks(view);
     let total: u64 = blocks.iter().map(|b| b.size).sum();
     ui.label(format!(
@@ -188,6 +271,12 @@ pub fn blocks_ui(
         .max_height(ui.available_height() * 0.55)
         .show(ui, |ui| {
             for (i, site) in sites.iter().take(ROWS).enumerate() {
+                let holds_pinned = pinned.is_some_and(|p| {
+                    site.blocks
+                        .iter()
+                        .filter_map(|&b| blocks.get(b))
+                        .any(|b| p.is(b))
+                });
                 let header = egui::CollapsingHeader::new(format!(
                     "{:>10}   {:>11}   cuda:{}   {}",
                     format_bytes(site.bytes as f64),
@@ -196,6 +285,7 @@ pub fn blocks_ui(
                     s.site_name(site.site)
                 ))
                 .id_salt(("site", i, site.device, site.stack))
+                .open((holds_pinned && newly_pinned).then_some(true))
                 .show(ui, |ui| {
                     if site.stacks > 1 {
                         ui.weak(format!(
@@ -212,11 +302,28 @@ pub fn blocks_ui(
                             .map_or("since before the trace".to_owned(), |t| {
                                 format!("age {}", format_duration((end_us - t).max(0) as f64 / 1e6))
                             });
-                        ui.monospace(format!(
-                            "{:>10}  at 0x{:x}  {age}",
-                            format_bytes(b.size as f64),
-                            b.addr
-                        ));
+                        ui.horizontal(|ui| {
+                            let text = format!(
+                                "{:>10}  at 0x{:x}  {age}",
+                                format_bytes(b.size as f64),
+                                b.addr
+                            );
+                            if pinned.is_some_and(|p| p.is(b)) {
+                                ui.label(egui::RichText::new(text).monospace().strong());
+                                ui.strong("(pinned)");
+                            } else {
+                                ui.monospace(text);
+                                if ui
+                                    .small_button("pin")
+                                    .on_hover_text(
+                                        "Pin it on the memory timeline and the flame graph",
+                                    )
+                                    .clicked()
+                                {
+                                    pin_this = Some(*b);
+                                }
+                            }
+                        });
                     }
                     if site.blocks.len() > ROWS {
                         ui.weak(format!("… and {} more", site.blocks.len() - ROWS));
@@ -228,6 +335,11 @@ pub fn blocks_ui(
                     .on_hover_ui(|ui| frames_ui(ui, s, site.stack));
             }
         });
+    // The pinned block's site is opened once (then it may be closed).
+    state.opened_for = pinned;
+    if let Some(b) = pin_this {
+        pin(s, memory, &b, end_us);
+    }
     ui.separator();
     ui.columns(2, |cols| {
         suspects_ui(&mut cols[0], view);

@@ -1226,6 +1226,42 @@ fn segment_timeline_of_a_real_snapshot_links_the_pinned_block() {
     );
 }
 
+#[test]
+fn the_blocks_tab_and_the_memory_timeline_share_the_pinned_block() {
+    let (mut harness, path) =
+        real_snapshot_on("bcrafton_cs336_training_step.pickle", "Memory timeline");
+    let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
+    let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+    let device = &layout.devices[0];
+    let mut live = Vec::new();
+    device.live_at(device.steps(), &mut live);
+    let mut by_size: Vec<u32> = live.clone();
+    by_size.sort_by_key(|&b| std::cmp::Reverse(device.block(&snapshot, b).unwrap().size));
+    let largest = by_size[0];
+    let block = device.block(&snapshot, largest).unwrap();
+    harness.state_mut().current_run_mut().unwrap().memory.pinned = Some((0, largest));
+    harness.run();
+    // Pinned on the timeline, it is named on the Blocks tab, and marked in its site's list
+    // (opened for it).
+    harness.get_by_label("Blocks").click();
+    harness.run();
+    harness.get_by_label("Pinned on the memory timeline:");
+    harness.get_by_label_contains(&format!("at 0x{:x} on cuda:0", block.addr));
+    harness.get_by_label("(pinned)");
+    // Another block of that site pinned here is pinned on the timeline.
+    harness.get_all_by_label("pin").next().unwrap().click();
+    harness.run();
+    let (d, band) = harness.state().runs()[0].memory.pinned.unwrap();
+    assert_eq!(d, 0);
+    assert_ne!(band, largest);
+    assert!(
+        live.contains(&band),
+        "the band pinned is alive at the snapshot"
+    );
+    let other = device.block(&snapshot, band).unwrap();
+    harness.get_by_label_contains(&format!("at 0x{:x} on cuda:0", other.addr));
+}
+
 /// Each snapshot view of a real snapshot: drawn from what it has, saying what it lacks.
 fn snapshot_views_of(file: &str, tag: &str) {
     let (mut harness, _) = real_snapshot_on(file, "Memory timeline");
