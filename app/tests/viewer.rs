@@ -1266,14 +1266,14 @@ fn the_blocks_tab_and_the_memory_timeline_share_the_pinned_block() {
 fn snapshot_views_of(file: &str, tag: &str) {
     let (mut harness, _) = real_snapshot_on(file, "Memory timeline");
     harness.get_by_label_contains("Active memory timeline of cuda:");
-    harness.snapshot(&format!("memory_timeline_{tag}"));
+    harness.snapshot(format!("memory_timeline_{tag}"));
     harness.get_by_label("Segments").click();
     harness.run();
     harness.get_by_label_contains("Segments of cuda:");
-    harness.snapshot(&format!("segment_timeline_{tag}"));
+    harness.snapshot(format!("segment_timeline_{tag}"));
     harness.get_by_label("Flame graph").click();
     harness.run();
-    harness.snapshot(&format!("flame_graph_{tag}"));
+    harness.snapshot(format!("flame_graph_{tag}"));
 }
 
 /// FlexGen's out-of-memory snapshot, with a legacy history.
