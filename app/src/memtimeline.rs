@@ -146,13 +146,27 @@ pub(crate) fn block_lines(
     } else {
         when(snapshot, device, b.free_step, start_us)
     };
-    vec![
+    let mut lines = vec![
         format!("{} at 0x{:x}", format_bytes(b.size as f64), b.addr),
         format!("stream 0x{:x}, cuda:{}", b.stream, device.device),
         format!("allocated: {allocated}"),
         format!("freed: {freed}"),
         format!("site: {}", layout.site_name(snapshot, b.site)),
-    ]
+    ];
+    if let Some(m) = device.metadata(snapshot, b.band) {
+        lines.push(format!(
+            "metadata: {}",
+            collector::snapshot::metadata_text(m)
+        ));
+    }
+    for (step, text) in device.annotations(snapshot, b.band).into_iter().take(6) {
+        lines.push(format!(
+            "annotated at {}: {}",
+            when(snapshot, device, step, start_us),
+            collector::snapshot::metadata_text(text)
+        ));
+    }
+    lines
 }
 
 /// The view.

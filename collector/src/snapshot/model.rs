@@ -49,6 +49,9 @@ pub enum Action {
     Snapshot,
     /// Out of memory: `size` was asked for, `device_free` was free.
     Oom,
+    /// Metadata attached to a live allocation after the fact (`_annotate_tensor`, PyTorch 2.14
+    /// and later): `addr` is the allocation's, the entry's `user_metadata` the annotation.
+    Annotate,
     /// An action this reader does not know: its place among the snapshot's unknown action names
     /// (one byte, so that a trace entry stays 40 bytes).
     Other(u8),
@@ -80,6 +83,7 @@ impl Action {
             Self::SegmentUnmap => "segment_unmap",
             Self::Snapshot => "snapshot",
             Self::Oom => "oom",
+            Self::Annotate => "annotate",
             Self::Other(i) => snapshot
                 .other_actions
                 .get(usize::from(*i))

@@ -212,6 +212,8 @@ pub struct DeviceTimeline {
     pub capacity: Option<u64>,
     /// What the trace lacks.
     pub lacks: Lacks,
+    /// The `annotate` entries, (address, step), by address then step.
+    annotated: Vec<(u64, u32)>,
 }
 
 /// One block, as the hover and the pinned block show it.
@@ -520,6 +522,7 @@ impl DeviceTimeline {
         // (with the bytes it said were free).
         let mut reserved: i128 = 0;
         let mut ooms: Vec<(i128, u64)> = Vec::new();
+        let mut annotated: Vec<(u64, u32)> = Vec::new();
         for k in 0..len {
             let g = first + k;
             let Some(e) = snapshot.entries.get(g) else {
@@ -580,6 +583,7 @@ impl DeviceTimeline {
                 }
                 Action::SegmentFree | Action::SegmentUnmap => reserved -= i128::from(e.size),
                 Action::Oom => ooms.push((reserved, snapshot.entries.device_free(g))),
+                Action::Annotate => annotated.push((e.addr, step)),
                 _ => {}
             }
         }
@@ -681,6 +685,11 @@ impl DeviceTimeline {
             end_bytes: 0,
             capacity,
             lacks,
+            annotated: {
+                annotated.sort_unstable();
+                annotated.shrink_to_fit();
+                annotated
+            },
         };
         timeline.checkpoints(sites);
         timeline
@@ -713,6 +722,7 @@ impl DeviceTimeline {
             + self.resident.capacity() * std::mem::size_of::<Resident>()
             + self.starts.capacity() * 4
             + self.live.capacity() * 4
+            + self.annotated.capacity() * 16
     }
 
     /// The checkpoints (spaced so that they hold no more than one entry per band), the peak,
@@ -940,6 +950,39 @@ impl DeviceTimeline {
         })
     }
 
+    /// The annotations attached to `band`'s block while it lived (`annotate` entries at its
+    /// address, PyTorch 2.14 and later): (step, the annotation), in order.
+    pub fn annotations<'s>(&self, snapshot: &'s Snapshot, band: u32) -> Vec<(u32, &'s str)> {
+        let (Some(place), Some(b)) = (
+            self.band_place(snapshot, band),
+            self.bands.get(band as usize),
+        ) else {
+            return Vec::new();
+        };
+        let from = self
+            .annotated
+            .partition_point(|&(a, step)| (a, step) < (place.addr, b.alloc));
+        self.annotated[from..]
+            .iter()
+            .take_while(|&&(a, step)| a == place.addr && step < b.free)
+            .filter_map(|&(_, step)| {
+                let text = snapshot.string(self.entry(snapshot, step)?.user_metadata()?);
+                Some((step, text))
+            })
+            .collect()
+    }
+
+    /// The metadata (`_set_memory_metadata`) in force when `band`'s block was allocated, if the
+    /// trace has its allocation.
+    pub fn metadata<'s>(&self, snapshot: &'s Snapshot, band: u32) -> Option<&'s str> {
+        let b = self.bands.get(band as usize)?;
+        if b.source & PRE != 0 {
+            return None;
+        }
+        let e = snapshot.entries.get(b.source as usize)?;
+        Some(snapshot.string(e.user_metadata()?))
+    }
+
     /// The trace's time at `step` (µs since the epoch), if the entry has one.
     pub fn time_at(&self, snapshot: &Snapshot, step: u32) -> Option<i64> {
         let step = step.clamp(1, self.steps.max(1));
@@ -1149,5 +1192,70 @@ impl DeviceTimeline {
             bottom += bytes;
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
+
+    use std::num::NonZeroU32;
+
+    use super::*;
+    use crate::snapshot::TraceEntry;
+
+    /// An entry with `metadata` (an interned string) as `user_metadata`.
+    fn with(action: Action, addr: u64, metadata: Option<u32>) -> TraceEntry {
+        TraceEntry {
+            metadata: metadata.and_then(|m| NonZeroU32::new(m + 1)),
+            ..TraceEntry::new(action, addr, 512, 1_000, 1, 0)
+        }
+    }
+
+    #[test]
+    fn a_block_s_metadata_and_annotations_are_its_own() {
+        let mut s = Snapshot::default();
+        for text in [
+            "train.py",
+            "step",
+            r#"{"phase":"forward","micro_batch":2}"#,
+            "packed",
+        ] {
+            s.strings.push(text.into());
+        }
+        s.frames.push(crate::snapshot::Frame {
+            name: 1,
+            filename: 0,
+            line: 3,
+        });
+        s.add_stack(&[0]);
+        s.devices = 1;
+        for e in [
+            with(Action::Alloc, 0x100, Some(2)),
+            with(Action::Annotate, 0x100, Some(3)),
+            with(Action::Alloc, 0x200, None),
+            with(Action::FreeCompleted, 0x100, None),
+            // A new block at the same address: the first one's annotation is not its own.
+            with(Action::Alloc, 0x100, None),
+            with(Action::Annotate, 0x100, Some(3)),
+        ] {
+            s.entries.push(e);
+        }
+        let layout = MemoryTimeline::new(&s);
+        let device = &layout.devices[0];
+        let bands: Vec<u32> = (0..device.band_count() as u32).collect();
+        let first = bands[0];
+        let second = bands[2];
+        assert_eq!(device.block(&s, second).unwrap().alloc_step, 5);
+        assert_eq!(device.annotations(&s, first), [(2, "packed")]);
+        assert_eq!(device.annotations(&s, second), [(6, "packed")]);
+        assert!(device.annotations(&s, bands[1]).is_empty());
+        let metadata = device.metadata(&s, first).unwrap();
+        assert_eq!(
+            crate::snapshot::metadata_text(metadata),
+            "micro_batch: 2, phase: forward"
+        );
+        assert_eq!(device.metadata(&s, second), None);
+        assert_eq!(crate::snapshot::metadata_text("plain"), "plain");
     }
 }

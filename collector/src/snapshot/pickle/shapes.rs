@@ -174,6 +174,7 @@ impl Machine<'_> {
                 "segment_map" => Action::SegmentMap,
                 "segment_unmap" => Action::SegmentUnmap,
                 "snapshot" => Action::Snapshot,
+                "annotate" => Action::Annotate,
                 _ => Action::Other(self.other_action(at, other)?),
             },
         };
