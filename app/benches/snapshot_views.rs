@@ -12,21 +12,12 @@ use std::time::{Duration, Instant};
 
 use tidemark_app::{Run, Tab, TidemarkApp};
 
+#[path = "support/frame.rs"]
+mod support;
+
 /// One frame with these input events; how long it took.
 fn frame(ctx: &egui::Context, app: &mut TidemarkApp, events: Vec<egui::Event>) -> Duration {
-    let input = egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1600.0, 900.0),
-        )),
-        events,
-        ..Default::default()
-    };
-    let start = Instant::now();
-    let output = ctx.run_ui(input, |ui| app.show(ui));
-    let primitives = ctx.tessellate(output.shapes, output.pixels_per_point);
-    std::hint::black_box(primitives);
-    start.elapsed()
+    support::frame_with(ctx, app, events)
 }
 
 fn ms(d: Duration) -> f64 {

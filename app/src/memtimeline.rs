@@ -367,32 +367,16 @@ fn blocks_ui(
     if let Some((_, _, mesh)) = &cached.mesh {
         ui.painter_at(plot).add(Shape::Mesh(mesh.clone()));
     }
-    if let Some(cap) = device.capacity {
-        let y = sy(cap as f64);
-        painter.add(Shape::dashed_line(
-            &[pos2(plot.left(), y), pos2(plot.right(), y)],
-            Stroke::new(1.5, color(palette::BASELINE)),
-            6.0,
-            4.0,
-        ));
-        painter.text(
-            pos2(plot.left() + 4.0, y - 2.0),
-            egui::Align2::LEFT_BOTTOM,
-            format!("device memory {}", format_bytes(cap as f64)),
-            egui::FontId::proportional(11.0),
-            ui.visuals().text_color(),
-        );
-    }
-    // The x axis: the steps and times at both ends of the view.
-    for (x, align) in [(x0, egui::Align2::LEFT_TOP), (x1, egui::Align2::RIGHT_TOP)] {
-        painter.text(
-            pos2(sx(x), plot.bottom() + 3.0),
-            align,
-            when(snapshot, device, x as u32, start_us),
-            egui::FontId::proportional(11.0),
-            ui.visuals().weak_text_color(),
-        );
-    }
+    capacity_and_ends(
+        ui,
+        &painter,
+        plot,
+        (&sx, &sy),
+        snapshot,
+        device,
+        (x0, x1),
+        start_us,
+    );
     // The pinned block, outlined where it is drawn.
     if let Some((d, band)) = state.pinned
         && d == state.device
@@ -532,6 +516,46 @@ fn pinned_panel(
             .show(ui, |ui| {
                 ui.monospace(stack);
             });
+    }
+}
+
+/// The device's memory (when an out-of-memory entry told it) as a dashed line, and the steps
+/// and times at both ends of the view under the plot: what both views draw around their data.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn capacity_and_ends(
+    ui: &egui::Ui,
+    painter: &egui::Painter,
+    plot: Rect,
+    (sx, sy): (&dyn Fn(f64) -> f32, &dyn Fn(f64) -> f32),
+    snapshot: &Snapshot,
+    device: &DeviceTimeline,
+    (x0, x1): (f64, f64),
+    start_us: i64,
+) {
+    if let Some(cap) = device.capacity {
+        let y = sy(cap as f64);
+        painter.add(Shape::dashed_line(
+            &[pos2(plot.left(), y), pos2(plot.right(), y)],
+            Stroke::new(1.5, color(palette::BASELINE)),
+            6.0,
+            4.0,
+        ));
+        painter.text(
+            pos2(plot.left() + 4.0, y - 2.0),
+            egui::Align2::LEFT_BOTTOM,
+            format!("device memory {}", format_bytes(cap as f64)),
+            egui::FontId::proportional(11.0),
+            ui.visuals().text_color(),
+        );
+    }
+    for (x, align) in [(x0, egui::Align2::LEFT_TOP), (x1, egui::Align2::RIGHT_TOP)] {
+        painter.text(
+            pos2(sx(x), plot.bottom() + 3.0),
+            align,
+            when(snapshot, device, x as u32, start_us),
+            egui::FontId::proportional(11.0),
+            ui.visuals().weak_text_color(),
+        );
     }
 }
 

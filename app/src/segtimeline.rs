@@ -12,7 +12,7 @@ use collector::palette;
 use collector::snapshot::Snapshot;
 use collector::snapshot::segments_timeline::{Fill, SegmentHit, SegmentPicture, SegmentTimeline};
 use collector::snapshot::timeline::{DeviceTimeline, MemoryTimeline, NEVER};
-use egui::{Color32, Rect, Sense, Shape, Stroke, pos2, vec2};
+use egui::{Color32, Rect, Sense, Stroke, pos2, vec2};
 
 use crate::memtimeline::{MemoryState, color, site_color, when};
 
@@ -198,24 +198,16 @@ pub fn segments_ui(
         Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0)),
         Color32::WHITE,
     );
-    if let Some(cap) = timeline.capacity {
-        let y = sy(cap as f64);
-        painter.add(Shape::dashed_line(
-            &[pos2(plot.left(), y), pos2(plot.right(), y)],
-            Stroke::new(1.5, color(palette::BASELINE)),
-            6.0,
-            4.0,
-        ));
-    }
-    for (x, align) in [(x0, egui::Align2::LEFT_TOP), (x1, egui::Align2::RIGHT_TOP)] {
-        painter.text(
-            pos2(sx(x), plot.bottom() + 3.0),
-            align,
-            when(snapshot, timeline, x as u32, start_us),
-            egui::FontId::proportional(11.0),
-            ui.visuals().weak_text_color(),
-        );
-    }
+    crate::memtimeline::capacity_and_ends(
+        ui,
+        &painter,
+        plot,
+        (&sx, &sy),
+        snapshot,
+        timeline,
+        (x0, x1),
+        start_us,
+    );
     // The pinned block, outlined where it sits at each column.
     if let Some((d, band)) = state.pinned
         && d == state.device

@@ -8,14 +8,12 @@
 #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use collector::snapshot::segments_timeline::{Fill, PlacedBlock, SegmentTimeline};
 use collector::snapshot::timeline::MemoryTimeline;
-use collector::snapshot::{
-    Action, BlockState, Frame, Segment, Snapshot, TraceEntry, read_snapshot,
-};
+use collector::snapshot::{Action, BlockState, Frame, Segment, Snapshot, TraceEntry};
 use proptest::prelude::*;
+use tidemark_tests::snapshots::real;
 
 /// A segment in the replay: address and bytes.
 type Seg = (u64, u64);
@@ -196,13 +194,6 @@ fn check(snapshot: &Snapshot) -> (MemoryTimeline, SegmentTimeline) {
         assert_eq!(device.peak, peak, "cuda:{name}: the segments' peak");
     }
     (layout, segments)
-}
-
-fn real(name: &str) -> Snapshot {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/real-snapshots")
-        .join(name);
-    read_snapshot(&std::fs::read(&path).unwrap()).unwrap()
 }
 
 #[test]

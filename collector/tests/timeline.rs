@@ -6,13 +6,10 @@
 
 #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
 
-use std::path::PathBuf;
-
 use collector::snapshot::timeline::{DeviceTimeline, Hit, MemoryTimeline, NEVER, Picture};
-use collector::snapshot::{
-    Action, Block, BlockState, Frame, Segment, Snapshot, TraceEntry, read_snapshot,
-};
+use collector::snapshot::{Action, Block, BlockState, Frame, Segment, Snapshot, TraceEntry};
 use proptest::prelude::*;
+use tidemark_tests::snapshots::real;
 
 /// A block in the replay: its address, the step it appeared at (0: before the trace), bytes
 /// and site stack.
@@ -248,13 +245,6 @@ fn check(snapshot: &Snapshot) -> MemoryTimeline {
         check_device(snapshot, &timeline, device);
     }
     timeline
-}
-
-fn real(name: &str) -> Snapshot {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/real-snapshots")
-        .join(name);
-    read_snapshot(&std::fs::read(&path).unwrap()).unwrap()
 }
 
 #[test]

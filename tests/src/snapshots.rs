@@ -1,7 +1,7 @@
 //! Snapshots built in memory for the benchmarks: a long trace the shape `cases.py big` writes
 //! (allocations from 500 call sites of ~20 frames, each freed with `free_requested` and
 //! `free_completed`, about 200 alive at a time), at any number of trace entries, without a
-//! pickle of gigabytes to write and read first.
+//! pickle of gigabytes to write and read first; and the real snapshots of `../shared/fixtures`.
 
 use collector::snapshot::{Action, Block, BlockState, Frame, Segment, Snapshot, TraceEntry};
 
@@ -79,4 +79,15 @@ pub fn big_snapshot(entries: usize) -> Snapshot {
     });
     s.devices = 1;
     s
+}
+
+/// A real snapshot from `../shared/fixtures/real-snapshots/` (made by PyTorch on real GPUs in
+/// other projects), read. Panics when it cannot be: the tests need it.
+#[allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+pub fn real(name: &str) -> Snapshot {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/real-snapshots")
+        .join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    collector::snapshot::read_snapshot(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

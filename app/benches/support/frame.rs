@@ -6,12 +6,24 @@ use std::time::{Duration, Instant};
 use tidemark_app::{Run, TidemarkApp};
 
 /// Runs one frame and says how long it took.
+#[allow(dead_code)] // not every bench draws frames without input
 pub fn frame(ctx: &egui::Context, app: &mut TidemarkApp) -> Duration {
+    frame_with(ctx, app, Vec::new())
+}
+
+/// Runs one frame with these input events (a pointer moved, a click) and says how long it took.
+#[allow(dead_code)] // not every bench sends input
+pub fn frame_with(
+    ctx: &egui::Context,
+    app: &mut TidemarkApp,
+    events: Vec<egui::Event>,
+) -> Duration {
     let input = egui::RawInput {
         screen_rect: Some(egui::Rect::from_min_size(
             egui::Pos2::ZERO,
             egui::vec2(1600.0, 900.0),
         )),
+        events,
         ..Default::default()
     };
     let start = Instant::now();

@@ -236,6 +236,18 @@ impl DeviceSegments {
         // The step of the last alloc at an address, and the free requested after it.
         let mut last_alloc: HashMap<u64, u32> = HashMap::with_capacity(1024);
         let mut requested: HashMap<(u64, u32), u32> = HashMap::with_capacity(1024);
+        // A segment released that the trace never made: alive from step 0.
+        let mut freed_before = |e: &super::TraceEntry, step: u32, mapped: bool| {
+            lacks.freed_without_alloc += 1;
+            freed_first.push(SegmentBand {
+                addr: e.addr,
+                size: e.size,
+                alloc: 0,
+                free: step,
+                stream: snapshot.stream(e),
+                mapped,
+            });
+        };
         for step in 1..=timeline.steps() {
             let Some(e) = timeline.entry(snapshot, step) else {
                 break;
@@ -262,17 +274,7 @@ impl DeviceSegments {
                 }
                 Action::SegmentFree => match live.remove(&e.addr) {
                     Some(i) => traced[i].free = step,
-                    None => {
-                        lacks.freed_without_alloc += 1;
-                        freed_first.push(SegmentBand {
-                            addr: e.addr,
-                            size: e.size,
-                            alloc: 0,
-                            free: step,
-                            stream: snapshot.stream(e),
-                            mapped: false,
-                        });
-                    }
+                    None => freed_before(e, step, false),
                 },
                 Action::SegmentUnmap => {
                     let (from, to) = (e.addr, e.addr.saturating_add(e.size));
@@ -282,15 +284,7 @@ impl DeviceSegments {
                         .map(|(&a, _)| a)
                         .collect();
                     if hit.is_empty() {
-                        lacks.freed_without_alloc += 1;
-                        freed_first.push(SegmentBand {
-                            addr: e.addr,
-                            size: e.size,
-                            alloc: 0,
-                            free: step,
-                            stream: snapshot.stream(e),
-                            mapped: true,
-                        });
+                        freed_before(e, step, true);
                     }
                     for a in hit {
                         let Some(i) = live.remove(&a) else { continue };
