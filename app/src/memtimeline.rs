@@ -13,7 +13,7 @@ use collector::snapshot::Snapshot;
 use collector::snapshot::timeline::{
     BlockInfo, DeviceTimeline, Hit, MemoryTimeline, NEVER, Picture, SUMMARY_SITES,
 };
-use egui::{Color32, Mesh, Rect, Sense, Shape, Stroke, pos2, vec2};
+use egui::{Color32, Rect, Sense, Shape, Stroke, pos2, vec2};
 
 /// What the view shows of one snapshot: its layout (made the first time it is shown), the
 /// device, the steps in view, the pinned block, and the picture last sampled.
@@ -35,6 +35,8 @@ pub struct MemoryState {
     between: crate::diff::Memo<(u32, u32, u32), collector::snapshot::timeline::Between>,
     /// The segment timeline shown instead of the blocks.
     pub segments: bool,
+    /// The trace's first time (µs since the epoch; 0: no times).
+    start_us: Option<i64>,
     /// The segments' view: their layout and its picture.
     pub segment_view: crate::segtimeline::SegmentView,
 }
@@ -62,11 +64,11 @@ impl Filter {
     }
 }
 
-/// A picture sampled for one view, and its mesh for one rectangle and filter.
+/// A picture sampled for one view, and its image for one rectangle, scale and filter.
 struct Cached {
     key: (usize, u32, u32, u32, u64),
     picture: Picture,
-    mesh: Option<(Rect, Option<Filter>, Arc<Mesh>)>,
+    image: Option<(Rect, f32, Option<Filter>, egui::TextureHandle)>,
 }
 
 impl MemoryState {
@@ -177,7 +179,10 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
         return;
     }
     state.device = state.device.min(layout.devices.len() - 1);
-    let start_us = snapshot.time_range_us().map_or(0, |r| r.0);
+    // The trace's start, found once (a scan of every entry: too slow for every frame).
+    let start_us = *state
+        .start_us
+        .get_or_insert_with(|| snapshot.time_range_us().map_or(0, |r| r.0));
     ui.horizontal_wrapped(|ui| {
         if layout.devices.len() > 1 {
             egui::ComboBox::from_id_salt("memory device")
@@ -330,7 +335,7 @@ fn blocks_ui(
         state.cached = Some(Cached {
             key,
             picture: device.picture(key.1, key.2, columns, threshold, &sites),
-            mesh: None,
+            image: None,
         });
     }
     let Some(cached) = state.cached.as_mut() else {
@@ -339,10 +344,13 @@ fn blocks_ui(
     let sx =
         move |step: f64| plot.left() + ((step - x0) / (x1 - x0).max(1e-9)) as f32 * plot.width();
     let sy = move |bytes: f64| plot.bottom() - (bytes / y_max) as f32 * plot.height();
+    // The picture as one image at the screen's pixels, made when the view, its size or the
+    // filter change: a frame then draws one texture, however many bands there are.
+    let scale = ui.ctx().pixels_per_point();
     if cached
-        .mesh
+        .image
         .as_ref()
-        .is_none_or(|(r, f, _)| *r != plot || *f != state.filter)
+        .is_none_or(|(r, k, f, _)| *r != plot || *k != scale || *f != state.filter)
     {
         let keep = |band: u32| {
             state.filter.as_ref().is_none_or(|f| {
@@ -351,21 +359,35 @@ fn blocks_ui(
                     .is_some_and(|b| f.keeps(b.stack))
             })
         };
-        let mesh = mesh(
+        let (w, h) = (
+            (plot.width() * scale).round().max(1.0) as usize,
+            (plot.height() * scale).round().max(1.0) as usize,
+        );
+        let px = move |step: f64| ((step - x0) / (x1 - x0).max(1e-9)) * w as f64;
+        let py = move |bytes: f64| (1.0 - bytes / y_max) * h as f64;
+        let image = raster(
             layout,
             &cached.picture,
-            &sx,
-            &sy,
+            (w, h),
+            (&px, &py),
             &keep,
             state.filter.is_some(),
         );
-        cached.mesh = Some((plot, state.filter.clone(), Arc::new(mesh)));
+        let texture =
+            ui.ctx()
+                .load_texture("memory timeline", image, egui::TextureOptions::NEAREST);
+        cached.image = Some((plot, scale, state.filter.clone(), texture));
     }
     let painter = ui.painter_at(rect);
     painter.rect_filled(plot, 0.0, ui.visuals().extreme_bg_color);
     axes(ui, &painter, plot, y_max, &sy);
-    if let Some((_, _, mesh)) = &cached.mesh {
-        ui.painter_at(plot).add(Shape::Mesh(mesh.clone()));
+    if let Some((_, _, _, texture)) = &cached.image {
+        ui.painter_at(plot).image(
+            texture.id(),
+            plot,
+            Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0)),
+            Color32::WHITE,
+        );
     }
     capacity_and_ends(
         ui,
@@ -559,28 +581,40 @@ pub(crate) fn capacity_and_ends(
     }
 }
 
-/// The bands and the summaries as one mesh.
 /// A block left out by the filter: drawn, for the stack's shape, but without colour.
 const FILTERED_OUT: Color32 = Color32::from_gray(70);
 
-fn mesh(
+/// The bands and the summaries as one image of `w × h` pixels, top row first; `px` and `py`
+/// place a step and a byte count in it. Each band between two of its samples fills, in every
+/// pixel column it spans, the rows from its bottom (moving linearly between the samples) to its
+/// top, at least one column and one row; the summaries fill the rows between their levels.
+fn raster(
     layout: &MemoryTimeline,
     picture: &Picture,
-    sx: &dyn Fn(f64) -> f32,
-    sy: &dyn Fn(f64) -> f32,
+    (w, h): (usize, usize),
+    (px, py): (&dyn Fn(f64) -> f64, &dyn Fn(f64) -> f64),
     keep: &dyn Fn(u32) -> bool,
     filtered: bool,
-) -> Mesh {
-    let mut mesh = Mesh::default();
-    let mut quad = |a: (f32, f32, f32), b: (f32, f32, f32), c: Color32| {
-        // a, b: (x, bottom, top) at either side.
-        let i = mesh.vertices.len() as u32;
-        mesh.colored_vertex(pos2(a.0, a.1), c);
-        mesh.colored_vertex(pos2(b.0, b.1), c);
-        mesh.colored_vertex(pos2(b.0, b.2), c);
-        mesh.colored_vertex(pos2(a.0, a.2), c);
-        mesh.add_triangle(i, i + 1, i + 2);
-        mesh.add_triangle(i, i + 2, i + 3);
+) -> egui::ColorImage {
+    let mut pixels = vec![Color32::TRANSPARENT; w * h];
+    // Fills the span from (xa, bottom a) to (xb, bottom b), `size` bytes tall.
+    let mut fill = |(xa, ba): (f64, f64), (xb, bb): (f64, f64), size: (f64, f64), c: Color32| {
+        let first = xa.floor().max(0.0) as usize;
+        let last = (xb.ceil() as usize).max(first + 1).min(w);
+        for col in first..last {
+            let t = if xb > xa {
+                ((col as f64 + 0.5 - xa) / (xb - xa)).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            let bottom = ba + t * (bb - ba);
+            let height = size.0 + t * (size.1 - size.0);
+            let top_row = py(bottom + height).floor().max(0.0) as usize;
+            let bottom_row = (py(bottom).round() as usize).max(top_row + 1).min(h);
+            for row in top_row..bottom_row {
+                pixels[row * w + col] = c;
+            }
+        }
     };
     for band in &picture.bands {
         // Neighbours from one site told apart by a slightly different shade.
@@ -591,22 +625,21 @@ fn mesh(
             FILTERED_OUT
         };
         let size = band.size as f64;
-        for w in band.points.windows(2) {
-            let (xa, ba) = (sx(f64::from(w[0].0)), w[0].1 as f64);
-            let (mut xb, bb) = (sx(f64::from(w[1].0)), w[1].1 as f64);
-            // A band narrower than a pixel is drawn a pixel wide.
-            if band.points.len() == 2 && xb - xa < 1.0 {
-                xb = xa + 1.0;
-            }
-            quad((xa, sy(ba), sy(ba + size)), (xb, sy(bb), sy(bb + size)), c);
+        for w2 in band.points.windows(2) {
+            fill(
+                (px(f64::from(w2[0].0)), w2[0].1 as f64),
+                (px(f64::from(w2[1].0)), w2[1].1 as f64),
+                (size, size),
+                c,
+            );
         }
     }
     let n = picture.summary_sites.len() + 2;
     for i in 1..picture.samples.len() {
         let (l, r) = (picture.levels_at(i - 1), picture.levels_at(i));
         let (xl, xr) = (
-            sx(f64::from(picture.samples[i - 1])),
-            sx(f64::from(picture.samples[i])),
+            px(f64::from(picture.samples[i - 1])),
+            px(f64::from(picture.samples[i])),
         );
         for k in 0..n - 1 {
             if l[k] == l[k + 1] && r[k] == r[k + 1] {
@@ -623,14 +656,18 @@ fn mesh(
                         darker(site_color(layout, s), 0.7)
                     })
             };
-            quad(
-                (xl, sy(l[k] as f64), sy(l[k + 1] as f64)),
-                (xr, sy(r[k] as f64), sy(r[k + 1] as f64)),
+            fill(
+                (xl, l[k] as f64),
+                (xr, r[k] as f64),
+                (
+                    l[k + 1].saturating_sub(l[k]) as f64,
+                    r[k + 1].saturating_sub(r[k]) as f64,
+                ),
                 c,
             );
         }
     }
-    mesh
+    egui::ColorImage::new([w, h], pixels)
 }
 
 /// The y axis: a few round byte counts, with their grid lines.
