@@ -9,8 +9,8 @@ Chromium, and checks what a user sees.
 - no `?url=`: the embedded example is shown;
 - `?url=` a real snapshot: its Memory timeline tab draws the allocations and then the segments
   (pixels of the largest site's colour, and of free segment bytes), with no console error; the
-  intervals between frames while the pointer moves over them are reported (and with
-  WEB_CHECK_SNAPSHOT=FILE, those of that big snapshot's views);
+  time of each frame the app draws while the pointer moves over them is reported (and with
+  WEB_CHECK_SNAPSHOT=FILE, that of the big snapshot's views);
 - `?url=` a missing file (404), a file that is not a recording, another origin: the page shows
   why (the app's `tidemark:failed` performance mark names the cause, and red text is drawn);
 - `?url=` BIG_RECORDING (1 million samples): the time from navigation to its first drawn frame
@@ -57,36 +57,44 @@ SEGMENTS_TOGGLE = (132, 68)
 SITE_0 = (0x4E, 0x79, 0xA7)
 SEGMENT_FREE = (0xD8, 0xE0, 0xE8)
 
-# The page's frames while the pointer moves over the canvas (a move a frame, so that the app
-# draws every frame): the intervals between animation frames for `ms`, in ms. A frame of the app
-# that takes longer than the display's 16.7 ms makes an interval longer than that.
-FRAME_INTERVALS = """
+# Times each animation-frame callback of the page (where the app draws its frames): installed
+# before the app starts, so the time of every frame the app draws is in `window.__frames`.
+FRAME_SHIM = """
+window.__frames = [];
+const raf = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (callback) => raf((t) => {
+  const start = performance.now();
+  try { callback(t); } finally { window.__frames.push(performance.now() - start); }
+});
+"""
+
+# The pointer moving over the canvas for `ms` (a move every 20 ms, so that the app draws a frame
+# for each): the times of the frames drawn meanwhile, in ms.
+FRAME_TIMES = """
 const [ms, done] = arguments;
 const canvas = document.getElementById("tidemark_canvas");
 const box = canvas.getBoundingClientRect();
-const intervals = [];
-const start = performance.now();
-let last = start, k = 0;
-function frame(now) {
-  intervals.push(now - last);
-  last = now;
+window.__frames = [];
+let k = 0;
+const move = setInterval(() => {
   k += 1;
   const x = box.left + 120 + (k * 37) % (box.width - 200), y = box.top + 200 + (k * 13) % 400;
   canvas.dispatchEvent(new PointerEvent("pointermove", {clientX: x, clientY: y, bubbles: true, pointerType: "mouse"}));
   canvas.dispatchEvent(new MouseEvent("mousemove", {clientX: x, clientY: y, bubbles: true}));
-  if (now - start < ms) requestAnimationFrame(frame); else done(intervals.slice(2));
-}
-requestAnimationFrame(frame);
+}, 20);
+setTimeout(() => { clearInterval(move); done(window.__frames.slice()); }, ms);
 """
 
 
-def frame_intervals(driver, ms=3000):
-    """Median and 95th percentile of the intervals between frames while the pointer moves."""
-    intervals = sorted(driver.execute_async_script(FRAME_INTERVALS, ms))
-    if not intervals:
-        return None, None
-    at = lambda p: intervals[round((len(intervals) - 1) * p)]  # noqa: E731
-    return at(0.5), at(0.95)
+def frame_times(driver, ms=3000):
+    """How many frames the app drew while the pointer moved over it, and their median and 95th
+    percentile time (ms)."""
+    times = sorted(driver.execute_async_script(FRAME_TIMES, ms))
+    if not times:
+        return 0, None, None
+    at = lambda p: times[round((len(times) - 1) * p)]  # noqa: E731
+    return len(times), at(0.5), at(0.95)
+
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     requests = []
@@ -246,6 +254,7 @@ def main():
             errors = console_errors(driver)
             check(not errors, f"console errors: {errors}")
             print("a real snapshot's memory timeline and segments (the Memory timeline tab)")
+            driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FRAME_SHIM})
             name, detail, at_ms, image = open_page(driver, base, "?url=real.pickle", out / "real-snapshot.png")
             check(name == "tidemark:shown" and detail == "real.pickle", f"shown: {name} {detail}")
             for view, button, colours in (
@@ -261,9 +270,11 @@ def main():
                     check(drawn > 5000, f"{view}: {drawn} pixels of {colour} in the plot")
                 errors = console_errors(driver)
                 check(not errors, f"{view}: console errors: {errors}")
-                median, p95 = frame_intervals(driver)
-                timings[f"{view}_frame_interval_ms"] = [median, p95]
-                print(f"  {view}: frames while the pointer moves: median {median:.1f} ms, p95 {p95:.1f} ms apart")
+                n, median, p95 = frame_times(driver)
+                check(n > 0, f"{view}: {n} frames drawn while the pointer moved")
+                timings[f"{view}_frame_ms"] = [n, median, p95]
+                if n:
+                    print(f"  {view}: {n} frames while the pointer moves: median {median:.2f} ms, p95 {p95:.2f} ms a frame")
             if extra_snapshot:
                 name, detail, at_ms, image = open_page(
                     driver, base, "?url=big-snapshot.pickle", out / "big-snapshot.png"
@@ -284,9 +295,10 @@ def main():
                     click_canvas(driver, button)
                     time.sleep(5)  # the layout, then the picture
                     driver.save_screenshot(str(out / f"big-snapshot-{view}.png"))
-                    median, p95 = frame_intervals(driver)
-                    timings[f"big_snapshot_{view}_frame_interval_ms"] = [median, p95]
-                    print(f"  {view}: frames while the pointer moves: median {median:.1f} ms, p95 {p95:.1f} ms apart")
+                    n, median, p95 = frame_times(driver)
+                    timings[f"big_snapshot_{view}_frame_ms"] = [n, median, p95]
+                    if n:
+                        print(f"  {view}: {n} frames while the pointer moves: median {median:.2f} ms, p95 {p95:.2f} ms a frame")
 
             print("no ?url=: the embedded example")
             name, detail, at_ms, image = open_page(driver, base, "", out / "example.png")

@@ -57,23 +57,29 @@ impl SegmentLacks {
     /// What is lacking, one sentence each (empty when nothing is).
     pub fn describe(&self) -> Vec<String> {
         let n = crate::format::count;
+        let were = |k: usize| if k == 1 { "was" } else { "were" };
         let mut out = Vec::new();
         if self.freed_without_alloc > 0 {
             out.push(format!(
-                "{} released in the trace were made before it (drawn from its start)",
-                n(self.freed_without_alloc, "segment")
+                "{} released in the trace {} made before it (drawn from its start)",
+                n(self.freed_without_alloc, "segment"),
+                were(self.freed_without_alloc)
             ));
         }
         if self.before_trace > 0 {
             out.push(format!(
-                "{} of the snapshot were made before the trace (drawn from its start)",
-                n(self.before_trace, "segment")
+                "{} of the snapshot {} made before the trace (drawn from its start)",
+                n(self.before_trace, "segment"),
+                were(self.before_trace)
             ));
         }
         if self.blocks_outside > 0 {
             out.push(format!(
-                "{} lie in no segment the trace knows (not drawn here)",
-                n(self.blocks_outside, "block")
+                "{} in no segment the trace knows (not drawn here)",
+                match self.blocks_outside {
+                    1 => "1 block lies".to_owned(),
+                    k => format!("{k} blocks lie"),
+                }
             ));
         }
         out
