@@ -59,7 +59,7 @@ impl PartialEq for Filter {
 }
 
 impl Filter {
-    fn keeps(&self, stack: u32) -> bool {
+    pub(crate) fn keeps(&self, stack: u32) -> bool {
         self.stacks.binary_search(&stack).is_ok()
     }
 }
@@ -218,6 +218,19 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
             ));
         }
     });
+    if let Some(filter) = &state.filter {
+        let mut clear = false;
+        ui.horizontal_wrapped(|ui| {
+            ui.strong(format!(
+                "Only the blocks allocated under {} are in colour (a frame clicked in the flame graph; blocks smaller than a pixel are grey)",
+                filter.what
+            ));
+            clear = ui.small_button("Show every block").clicked();
+        });
+        if clear {
+            state.filter = None;
+        }
+    }
     if state.segments {
         crate::segtimeline::segments_ui(ui, snapshot, state, &layout, start_us);
     } else {
@@ -280,19 +293,6 @@ fn blocks_ui(
     let device = &layout.devices[state.device];
     for line in device.lacks.describe() {
         ui.colored_label(ui.visuals().warn_fg_color, line);
-    }
-    if let Some(filter) = &state.filter {
-        let mut clear = false;
-        ui.horizontal_wrapped(|ui| {
-            ui.strong(format!(
-                "Only the blocks allocated under {} are in colour (a frame clicked in the flame graph; blocks smaller than a pixel are grey)",
-                filter.what
-            ));
-            clear = ui.small_button("Show every block").clicked();
-        });
-        if clear {
-            state.filter = None;
-        }
     }
     ui.weak(
         "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack; right-click two moments to compare them.",
@@ -582,7 +582,7 @@ pub(crate) fn capacity_and_ends(
 }
 
 /// A block left out by the filter: drawn, for the stack's shape, but without colour.
-const FILTERED_OUT: Color32 = Color32::from_gray(70);
+pub(crate) const FILTERED_OUT: Color32 = Color32::from_gray(70);
 
 /// The bands and the summaries as one image of `w × h` pixels, top row first; `px` and `py`
 /// place a step and a byte count in it. Each band between two of its samples fills, in every

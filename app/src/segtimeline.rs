@@ -27,6 +27,7 @@ pub struct SegmentView {
 /// track in it.
 struct Cached {
     key: (usize, u32, u32, u32, u32),
+    filter: Option<crate::memtimeline::Filter>,
     picture: SegmentPicture,
     texture: Option<egui::TextureHandle>,
     track: Option<(u32, Vec<(u32, u64)>)>,
@@ -77,6 +78,7 @@ fn fill_color(blocks: &MemoryTimeline, fill: Fill) -> Color32 {
         Fill::Free => color(palette::SEGMENT_FREE),
         Fill::Pending => color(palette::SEGMENT_PENDING),
         Fill::Site(site) => site_color(blocks, site),
+        Fill::Filtered => crate::memtimeline::FILTERED_OUT,
     }
 }
 
@@ -156,9 +158,23 @@ pub fn segments_ui(
         plot.height().max(1.0) as u32,
     );
     let view = &mut state.segment_view;
-    if view.cached.as_ref().is_none_or(|c| c.key != key) {
+    if view
+        .cached
+        .as_ref()
+        .is_none_or(|c| c.key != key || c.filter != state.filter)
+    {
+        // A frame clicked in the flame graph: only its blocks in colour.
+        let keep = |band: u32| {
+            state.filter.as_ref().is_none_or(|f| {
+                timeline
+                    .block(snapshot, band)
+                    .is_some_and(|b| f.keeps(b.stack))
+            })
+        };
+        let filter: Option<&dyn Fn(u32) -> bool> = state.filter.as_ref().map(|_| &keep as _);
         view.cached = Some(Cached {
             key,
+            filter: state.filter.clone(),
             picture: device.picture(
                 snapshot,
                 timeline,
@@ -166,6 +182,7 @@ pub fn segments_ui(
                 key.3,
                 key.4,
                 y_max as u64,
+                filter,
             ),
             texture: None,
             track: None,

@@ -1556,6 +1556,13 @@ fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
     harness.run();
     harness.get_by_label_contains("Only the blocks allocated under");
     harness.snapshot("memory_timeline_filtered");
+    // The segments too: the frame's blocks in colour, the others grey.
+    harness.get_by_label("Segments").click();
+    harness.run();
+    harness.get_by_label_contains("Only the blocks allocated under");
+    harness.snapshot("segment_timeline_filtered");
+    harness.get_by_label("Allocations").click();
+    harness.run();
     harness.get_by_label("Flame graph").click();
     harness.run();
     harness.get_by_label("Whole graph").click();

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use collector::snapshot::segments_timeline::{Fill, PlacedBlock, SegmentTimeline};
+use collector::snapshot::segments_timeline::{Fill, PlacedBlock, SegmentPicture, SegmentTimeline};
 use collector::snapshot::timeline::MemoryTimeline;
 use collector::snapshot::{Action, BlockState, Frame, Segment, Snapshot, TraceEntry};
 use proptest::prelude::*;
@@ -217,7 +217,15 @@ fn the_real_snapshots_place_segments_and_blocks_as_the_replay() {
             assert_eq!(column.reserved(), held, "{name} cuda:{}", timeline.device);
             // The picture: every cell of a column below what the segments hold is a segment's.
             let top = device.peak.max(1);
-            let picture = device.picture(&snapshot, timeline, (0, timeline.end()), 300, 200, top);
+            let picture = device.picture(
+                &snapshot,
+                timeline,
+                (0, timeline.end()),
+                300,
+                200,
+                top,
+                None,
+            );
             assert_eq!(picture.cells.len(), picture.samples.len() * 200);
             let last = picture.samples.len() - 1;
             let filled = picture
@@ -235,6 +243,24 @@ fn the_real_snapshots_place_segments_and_blocks_as_the_replay() {
                     picture.cells.iter().any(|c| matches!(c, Fill::Site(_))),
                     "{name}"
                 );
+                // A filter that keeps nothing leaves no site's colour, and the same cells filled.
+                let none = device.picture(
+                    &snapshot,
+                    timeline,
+                    (0, timeline.end()),
+                    300,
+                    200,
+                    top,
+                    Some(&|_| false),
+                );
+                assert!(
+                    !none.cells.iter().any(|c| matches!(c, Fill::Site(_))),
+                    "{name}"
+                );
+                assert!(none.cells.contains(&Fill::Filtered), "{name}");
+                let filled =
+                    |p: &SegmentPicture| p.cells.iter().filter(|c| **c != Fill::Empty).count();
+                assert_eq!(filled(&none), filled(&picture), "{name}");
             }
         }
     }

@@ -160,6 +160,8 @@ pub enum Fill {
     Pending,
     /// Allocated; the site of the largest block there.
     Site(u32),
+    /// Allocated, the largest block there one a filter leaves out (drawn without colour).
+    Filtered,
 }
 
 /// The segment timeline of a range of steps as a grid: `samples.len()` columns of `rows`
@@ -218,6 +220,9 @@ impl SegmentTimeline {
         }
     }
 }
+
+/// `Tally::site` of a block the filter leaves out.
+const FILTERED: u32 = u32::MAX;
 
 /// Per cell of a column being drawn: bytes of segments, of allocated and of waiting blocks, and
 /// the largest allocated piece's site.
@@ -465,7 +470,9 @@ impl DeviceSegments {
     }
 
     /// The picture of steps `from..=to` in at most `columns` columns of `rows` cells, the
-    /// height standing for `top` bytes.
+    /// height standing for `top` bytes; with `keep`, the blocks it leaves out are
+    /// [`Fill::Filtered`] (a frame clicked in the flame graph keeps its own blocks).
+    #[allow(clippy::too_many_arguments)]
     pub fn picture(
         &self,
         snapshot: &Snapshot,
@@ -474,6 +481,7 @@ impl DeviceSegments {
         columns: u32,
         rows: u32,
         top: u64,
+        keep: Option<&dyn Fn(u32) -> bool>,
     ) -> SegmentPicture {
         let (from, to) = (from.min(to), from.max(to).min(timeline.end()));
         let columns = columns.clamp(1, (to - from).saturating_add(1).max(1));
@@ -504,6 +512,11 @@ impl DeviceSegments {
                 });
             }
             for b in &column.blocks {
+                let site = if keep.is_none_or(|keep| keep(b.band)) {
+                    b.site
+                } else {
+                    FILTERED
+                };
                 spread(&mut tally, cell, b.bottom, b.size, |t, bytes| {
                     if b.pending {
                         t.pending += bytes;
@@ -511,7 +524,7 @@ impl DeviceSegments {
                         t.allocated += bytes;
                         if bytes > t.largest {
                             t.largest = bytes;
-                            t.site = b.site;
+                            t.site = site;
                         }
                     }
                 });
@@ -521,7 +534,11 @@ impl DeviceSegments {
                 if t.segment == 0 {
                     Fill::Empty
                 } else if t.allocated >= free && t.allocated >= t.pending {
-                    Fill::Site(t.site)
+                    if t.site == FILTERED {
+                        Fill::Filtered
+                    } else {
+                        Fill::Site(t.site)
+                    }
                 } else if t.pending > free {
                     Fill::Pending
                 } else {
