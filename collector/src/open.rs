@@ -278,7 +278,7 @@ impl OpenError {
                     ),
                 };
                 format!(
-                    "no tidemark recordings and no per-rank snapshots in the folder (looked for recordings, which start with TIDEMARK, and PyTorch memory snapshots with a rank in their names, like rank0_memory_snapshot.pickle or memory_trace_0.pickle){unranked}"
+                    "no tidemark recordings, per-rank snapshots or profiler traces in the folder (looked for recordings, which start with TIDEMARK, PyTorch memory snapshots with a rank in their names, like rank0_memory_snapshot.pickle or memory_trace_0.pickle, and torch.profiler traces, *.pt.trace.json[.gz]){unranked}"
                 )
             }
             Self::NoNodeReadable { reasons, .. } => format!(
@@ -394,8 +394,12 @@ fn look(path: &Path) -> Result<Found, OpenError> {
         .collect();
     files.sort();
     let (mut nodes, mut ranks, mut unranked, mut recordings) = (Vec::new(), Vec::new(), 0, 0);
+    let mut traces = Vec::new();
     for file in files {
-        let kind = first_bytes(&file).map_or(Kind::Unknown, |first| Kind::of(&first));
+        let kind = match first_bytes(&file).map_or(Kind::Unknown, |first| Kind::of(&first)) {
+            Kind::Gzip => gzip_kind(&file).unwrap_or(Kind::Unknown),
+            kind => kind,
+        };
         let named = |ext: &[&str]| {
             file.extension()
                 .is_some_and(|e| ext.iter().any(|x| e.eq_ignore_ascii_case(x)))
@@ -413,6 +417,8 @@ fn look(path: &Path) -> Result<Found, OpenError> {
             (Kind::Snapshot, Some(rank)) => ranks.push((rank, file)),
             (Kind::Unknown, Some(rank)) if named(&["pickle", "pkl"]) => ranks.push((rank, file)),
             (Kind::Snapshot, None) => unranked += 1,
+            // A profiler trace: one rank's (`distributedInfo`), when the folder holds several.
+            (Kind::Trace, _) => traces.push(file),
             _ => {}
         }
     }
@@ -424,6 +430,9 @@ fn look(path: &Path) -> Result<Found, OpenError> {
     } else if !ranks.is_empty() {
         ranks.sort();
         Ok(Found::Ranks(ranks))
+    } else if !traces.is_empty() {
+        // Per-rank profiler traces: read and merged into one run as nodes' recordings are.
+        Ok(Found::Nodes(traces))
     } else {
         Err(OpenError::NothingInFolder {
             path: path.to_owned(),
@@ -695,13 +704,24 @@ pub fn read_one_run(files: &[&Path]) -> Result<Recording, Vec<String>> {
     for (index, why) in merged.left_out {
         warnings.push(format!("left out {}: {why}", read[index].display()));
     }
+    let hosts: Vec<&str> = merged
+        .hosts
+        .iter()
+        .map(String::as_str)
+        .filter(|h| !h.is_empty())
+        .collect();
     recording.notes.push(crate::recording::Note {
         t_ns: 0,
-        text: format!(
-            "one run from {} recordings (hosts {})",
-            merged.hosts.len(),
-            merged.hosts.join(", ")
-        ),
+        text: if hosts.is_empty() {
+            // Profiler traces name no host.
+            format!("one run from {} files", merged.hosts.len())
+        } else {
+            format!(
+                "one run from {} recordings (hosts {})",
+                merged.hosts.len(),
+                hosts.join(", ")
+            )
+        },
     });
     recording.warnings.extend(warnings);
     Ok(recording)

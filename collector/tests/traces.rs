@@ -334,6 +334,65 @@ fn a_leak_planted_in_forward_is_a_leak_in_forward() {
     );
 }
 
+/// [`generated_trace`] as rank `rank` of two writes it: `distributedInfo`, on its own GPU.
+fn rank_trace(steps: u64, leak: u64, rank: u32) -> String {
+    generated_trace(steps, leak)
+        .replace("\"Device Id\": 0", &format!("\"Device Id\": {rank}"))
+        .replace("{\"id\": 0,", &format!("{{\"id\": {rank},"))
+        .replacen(
+            "{\"schemaVersion\": 1,",
+            &format!(
+                "{{\"schemaVersion\": 1, \"distributedInfo\": {{\"backend\": \"nccl\", \"rank\": {rank}, \"world_size\": 2}},"
+            ),
+            1,
+        )
+}
+
+#[test]
+fn a_folder_of_per_rank_traces_is_one_run_with_every_rank_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rank0.pt.trace.json"), rank_trace(30, 0, 0)).unwrap();
+    // Rank 1's, gzipped as the profiler can write it, leaks 1 MiB a step in forward.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, rank_trace(30, 1 << 20, 1).as_bytes()).unwrap();
+    std::fs::write(
+        dir.path().join("rank1.pt.trace.json.gz"),
+        gz.finish().unwrap(),
+    )
+    .unwrap();
+    let input = collector::open::open_path(dir.path()).unwrap();
+    let collector::open::Input::NodeRecordings { recording, files } = input else {
+        panic!("not one run: {:?}", input.kind());
+    };
+    assert_eq!(files.len(), 2);
+    assert!(
+        recording
+            .notes
+            .iter()
+            .any(|n| n.text == "one run from 2 files"),
+        "{:?}",
+        recording.notes
+    );
+    let analysis = analyze(&recording);
+    let ranks: Vec<(u32, Option<bool>)> =
+        analysis.ranks.iter().map(|r| (r.rank, r.problem)).collect();
+    assert_eq!(ranks.len(), 2, "{ranks:?}");
+    let judged = |rank: u32| analysis.ranks.iter().find(|r| r.rank == rank).unwrap();
+    assert!(
+        judged(1).headline.contains("leak in forward"),
+        "{}",
+        judged(1).headline
+    );
+    assert!(
+        judged(0).headline.starts_with("No leak"),
+        "{}",
+        judged(0).headline
+    );
+    // Each rank on its own GPU.
+    let devices: Vec<u32> = recording.header.devices.iter().map(|d| d.index).collect();
+    assert!(devices.contains(&0), "{devices:?}");
+}
+
 #[test]
 fn bad_inputs_say_what_they_are() {
     let dir = tempfile::tempdir().unwrap();

@@ -161,7 +161,7 @@ pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
         bad(
             "an empty folder",
             empty_folder,
-            "no tidemark recordings and no per-rank snapshots in the folder",
+            "no tidemark recordings, per-rank snapshots or profiler traces in the folder",
         ),
         bad(
             "a missing file",
