@@ -370,7 +370,7 @@ fn a_folder_of_per_rank_snapshots_compares_the_ranks() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("no per-rank snapshots in"),
+        stderr(&output).contains("per-rank snapshots or profiler traces in the folder"),
         "{}",
         stderr(&output)
     );
