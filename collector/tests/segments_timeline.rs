@@ -217,15 +217,18 @@ fn the_real_snapshots_place_segments_and_blocks_as_the_replay() {
             assert_eq!(column.reserved(), held, "{name} cuda:{}", timeline.device);
             // The picture: every cell of a column below what the segments hold is a segment's.
             let top = device.peak.max(1);
-            let picture = device.picture(
-                &snapshot,
-                timeline,
-                (0, timeline.end()),
-                300,
-                200,
-                top,
-                None,
-            );
+            let whole = |keep: Option<&dyn Fn(u32) -> bool>| {
+                device.picture(
+                    &snapshot,
+                    timeline,
+                    (0, timeline.end()),
+                    300,
+                    200,
+                    top,
+                    keep,
+                )
+            };
+            let picture = whole(None);
             assert_eq!(picture.cells.len(), picture.samples.len() * 200);
             let last = picture.samples.len() - 1;
             let filled = picture
@@ -244,15 +247,7 @@ fn the_real_snapshots_place_segments_and_blocks_as_the_replay() {
                     "{name}"
                 );
                 // A filter that keeps nothing leaves no site's colour, and the same cells filled.
-                let none = device.picture(
-                    &snapshot,
-                    timeline,
-                    (0, timeline.end()),
-                    300,
-                    200,
-                    top,
-                    Some(&|_| false),
-                );
+                let none = whole(Some(&|_| false));
                 assert!(
                     !none.cells.iter().any(|c| matches!(c, Fill::Site(_))),
                     "{name}"
