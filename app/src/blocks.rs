@@ -271,12 +271,14 @@ pub fn blocks_ui(
         .max_height(ui.available_height() * 0.55)
         .show(ui, |ui| {
             for (i, site) in sites.iter().take(ROWS).enumerate() {
-                let holds_pinned = pinned.is_some_and(|p| {
-                    site.blocks
-                        .iter()
-                        .filter_map(|&b| blocks.get(b))
-                        .any(|b| p.is(b))
-                });
+                // Looked for only when the pin is new (its site is opened once).
+                let opens = newly_pinned
+                    && pinned.is_some_and(|p| {
+                        site.blocks
+                            .iter()
+                            .filter_map(|&b| blocks.get(b))
+                            .any(|b| p.is(b))
+                    });
                 let header = egui::CollapsingHeader::new(format!(
                     "{:>10}   {:>11}   cuda:{}   {}",
                     format_bytes(site.bytes as f64),
@@ -285,7 +287,7 @@ pub fn blocks_ui(
                     s.site_name(site.site)
                 ))
                 .id_salt(("site", i, site.device, site.stack))
-                .open((holds_pinned && newly_pinned).then_some(true))
+                .open(opens.then_some(true))
                 .show(ui, |ui| {
                     if site.stacks > 1 {
                         ui.weak(format!(

@@ -59,8 +59,11 @@ impl PartialEq for Filter {
 }
 
 impl Filter {
-    pub(crate) fn keeps(&self, stack: u32) -> bool {
-        self.stacks.binary_search(&stack).is_ok()
+    /// Whether the block of `band` (of `device`) was allocated under the frame.
+    pub(crate) fn keeps(&self, snapshot: &Snapshot, device: &DeviceTimeline, band: u32) -> bool {
+        device
+            .band_place(snapshot, band)
+            .is_some_and(|b| self.stacks.binary_search(&b.stack).is_ok())
     }
 }
 
@@ -353,11 +356,10 @@ fn blocks_ui(
         .is_none_or(|(r, k, f, _)| *r != plot || *k != scale || *f != state.filter)
     {
         let keep = |band: u32| {
-            state.filter.as_ref().is_none_or(|f| {
-                device
-                    .block(snapshot, band)
-                    .is_some_and(|b| f.keeps(b.stack))
-            })
+            state
+                .filter
+                .as_ref()
+                .is_none_or(|f| f.keeps(snapshot, device, band))
         };
         let (w, h) = (
             (plot.width() * scale).round().max(1.0) as usize,

@@ -165,11 +165,10 @@ pub fn segments_ui(
     {
         // A frame clicked in the flame graph: only its blocks in colour.
         let keep = |band: u32| {
-            state.filter.as_ref().is_none_or(|f| {
-                timeline
-                    .block(snapshot, band)
-                    .is_some_and(|b| f.keeps(b.stack))
-            })
+            state
+                .filter
+                .as_ref()
+                .is_none_or(|f| f.keeps(snapshot, timeline, band))
         };
         let filter: Option<&dyn Fn(u32) -> bool> = state.filter.as_ref().map(|_| &keep as _);
         view.cached = Some(Cached {

@@ -44,7 +44,7 @@ pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES
 /// as it is.
 pub fn metadata_text(metadata: &str) -> String {
     match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(metadata) {
-        Ok(map) if metadata.trim_start().starts_with('{') => map
+        Ok(map) => map
             .iter()
             .map(|(k, v)| match v {
                 serde_json::Value::String(s) => format!("{k}: {s}"),

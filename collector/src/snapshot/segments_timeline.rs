@@ -401,17 +401,43 @@ impl DeviceSegments {
         peak
     }
 
-    /// Blocks alive at their allocation step that no segment holds then.
+    /// Blocks alive at their allocation step that no segment holds then: one sweep of the
+    /// bands (in the order they appear) beside the segments' starts and ends.
     fn count_outside(&self, snapshot: &Snapshot, timeline: &DeviceTimeline) -> usize {
-        (0..timeline.band_count() as u32)
-            .filter(|&band| {
-                timeline.band_place(snapshot, band).is_some_and(|b| {
-                    !self.segments.iter().any(|s| {
-                        s.alive_at(b.alloc) && s.addr <= b.addr && b.addr < s.addr + s.size
-                    })
-                })
-            })
-            .count()
+        // (step, comes, place): at one step what goes is gone before what comes.
+        let mut events: Vec<(u32, bool, usize)> = Vec::with_capacity(self.segments.len() * 2);
+        for (i, s) in self.segments.iter().enumerate() {
+            events.push((s.alloc, true, i));
+            if s.free != NEVER {
+                events.push((s.free, false, i));
+            }
+        }
+        events.sort_unstable();
+        let mut events = events.into_iter().peekable();
+        // The segments alive, by (address, place): their ends.
+        let mut alive: std::collections::BTreeMap<(u64, usize), u64> = Default::default();
+        let mut outside = 0;
+        for band in 0..timeline.band_count() as u32 {
+            let Some(b) = timeline.band_place(snapshot, band) else {
+                continue;
+            };
+            while let Some((_, comes, i)) = events.next_if(|e| e.0 <= b.alloc) {
+                let s = &self.segments[i];
+                if comes {
+                    alive.insert((s.addr, i), s.addr.saturating_add(s.size));
+                } else {
+                    alive.remove(&(s.addr, i));
+                }
+            }
+            let held = alive
+                .range(..=(b.addr, usize::MAX))
+                .next_back()
+                .is_some_and(|(_, &end)| b.addr < end);
+            if !held {
+                outside += 1;
+            }
+        }
+        outside
     }
 
     /// The segments, in stacking order.

@@ -250,6 +250,8 @@ pub struct BandPlace {
     pub size: u64,
     /// Its site.
     pub site: u32,
+    /// The stack of its allocation (0: unknown).
+    pub stack: u32,
     /// The step it appears at.
     pub alloc: u32,
 }
@@ -898,19 +900,13 @@ impl DeviceTimeline {
     pub fn block(&self, snapshot: &Snapshot, band: u32) -> Option<BlockInfo> {
         let b = self.bands.get(band as usize)?;
         let time = |step: u32| {
-            (step != NEVER && step > 0)
-                .then(|| snapshot.entries.get(self.first + step as usize - 1))
+            (step != NEVER)
+                .then(|| self.entry(snapshot, step))
                 .flatten()
                 .map(|e| e.time_us)
                 .filter(|&t| t > 0)
         };
-        let (addr, stack, stream) = if b.source & RESIDENT != 0 {
-            let r = self.resident.get((b.source & INDEX) as usize)?;
-            (r.addr, r.stack, r.stream)
-        } else {
-            let e = snapshot.entries.get((b.source & !PRE) as usize)?;
-            (e.addr, e.stack, snapshot.stream(e))
-        };
+        let (addr, stack, stream) = self.origin(snapshot, b)?;
         Some(BlockInfo {
             band,
             addr,
@@ -925,6 +921,18 @@ impl DeviceTimeline {
         })
     }
 
+    /// A band's address, stack and stream: from the segments for a block only they know, else
+    /// from the trace entry that allocated (or freed) it.
+    fn origin(&self, snapshot: &Snapshot, b: &Band) -> Option<(u64, u32, u64)> {
+        if b.source & RESIDENT != 0 {
+            let r = self.resident.get((b.source & INDEX) as usize)?;
+            Some((r.addr, r.stack, r.stream))
+        } else {
+            let e = snapshot.entries.get((b.source & !PRE) as usize)?;
+            Some((e.addr, e.stack, snapshot.stream(e)))
+        }
+    }
+
     /// The trace entry that makes `step` (1 to [`steps`](Self::steps)).
     pub fn entry<'s>(&self, snapshot: &'s Snapshot, step: u32) -> Option<&'s super::TraceEntry> {
         let k = (step as usize)
@@ -937,15 +945,12 @@ impl DeviceTimeline {
     /// views that place many blocks).
     pub fn band_place(&self, snapshot: &Snapshot, band: u32) -> Option<BandPlace> {
         let b = self.bands.get(band as usize)?;
-        let addr = if b.source & RESIDENT != 0 {
-            self.resident.get((b.source & INDEX) as usize)?.addr
-        } else {
-            snapshot.entries.get((b.source & !PRE) as usize)?.addr
-        };
+        let (addr, stack, _) = self.origin(snapshot, b)?;
         Some(BandPlace {
             addr,
             size: b.size,
             site: b.site,
+            stack,
             alloc: b.alloc,
         })
     }
