@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use super::trend::{self, Trend};
-use super::{ALPHA, Analysis, Basis, Finding, FindingKind, GROWTH_FLOOR_BYTES, MIB};
+use super::{ALPHA, Analysis, Basis, Finding, FindingKind, GROWTH_FLOOR_BYTES, KEEPS_PACE, MIB};
 use crate::format::format_bytes;
 use crate::recording::{Categories, Census, Phase, Recording};
 
@@ -183,8 +183,13 @@ fn category_trend(values: &[(f64, u64)]) -> CategoryTrend {
         last_bytes: values.last().map_or(0, |v| v.1),
         median_bytes: sorted[sorted.len() / 2],
         per_step_bytes: t.as_ref().map_or(0.0, |t| t.slope_per_step),
+        // A category that rose and settled (a replay buffer filling to its `maxlen`, caches
+        // warming) does not grow, as the verdict's own leak does not: it must keep its pace.
         grows: t.is_some_and(|t| {
-            t.rises(ALPHA) && t.growth_bytes >= GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes)
+            t.rises(ALPHA)
+                && t.growth_bytes >= GROWTH_FLOOR_BYTES.max(3.0 * t.noise_bytes)
+                && trend::shape(&steps[warmup..], &bytes[warmup..])
+                    .is_none_or(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE))
         }),
     }
 }

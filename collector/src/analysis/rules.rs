@@ -4,17 +4,11 @@
 use super::phases::{self, PhaseStats};
 use super::trend::{self, Shape, Trend};
 use super::{
-    ALPHA, Analysis, Basis, Finding, FindingKind, GIB, GROWTH_FLOOR_BYTES, MIB, MIN_STEPS,
-    Projection, StepSeries,
+    ALPHA, Analysis, Basis, Finding, FindingKind, GIB, GROWTH_FLOOR_BYTES, KEEPS_PACE, MIB,
+    MIN_STEPS, Projection, StepSeries,
 };
 use crate::format::{format_bytes, format_duration};
 use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
-
-/// A leak's slope over the second half of the steps after warm-up is at least this share of its
-/// slope over the first half (and of the trend): a steady leak keeps all of it, noise moves it by a
-/// few tenths; settling keeps a small fraction (a rise that decays with a time constant of a tenth
-/// of the run keeps 1 %, one of a fifth 11 %, one of a third 26 %).
-const KEEPS_PACE: f64 = 0.35;
 
 /// Host memory of a Python process (and a device's, its caches filling) can settle for tens of
 /// steps, slowly enough to look like a slow leak until it stops: a DDP rank's resident memory
