@@ -307,6 +307,10 @@ pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
         Kind::Trace | Kind::MemoryTimeline => {
             Ok(Opened::Recording(Box::new(crate::trace::read_json(bytes)?)))
         }
+        // A profiler file is read as it is decompressed, never whole.
+        Kind::Gzip if Kind::of_gzip(bytes).opens_as() == Kind::Recording => {
+            Ok(Opened::Recording(Box::new(crate::trace::read_from(bytes)?)))
+        }
         Kind::Gzip => {
             let inner = crate::trace::gunzip(bytes)?;
             match Kind::of(&inner) {
@@ -577,7 +581,10 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
                     reason: reason.into(),
                 })
         }
-        Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
+        // A profiler trace streams from the file (gzip too): a 1 GB trace is not held.
+        Kind::Trace => streamed_trace(file, path),
+        Kind::Gzip if gzip_kind(path).map_err(io)? == Kind::Trace => streamed_trace(file, path),
+        Kind::MemoryTimeline | Kind::Gzip => {
             let len = file.metadata().map_err(io)?.len();
             let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
             file.read_to_end(&mut bytes).map_err(io)?;
@@ -588,6 +595,17 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
         }
         _ => Err(unknown(path, &first)),
     }
+}
+
+/// The profiler trace (gzipped or not) in `file`, read as it streams in.
+#[cfg(not(target_arch = "wasm32"))]
+fn streamed_trace(file: std::fs::File, path: &Path) -> Result<Opened, OpenError> {
+    crate::trace::read_from(file)
+        .map(|r| Opened::Recording(Box::new(r)))
+        .map_err(|reason| OpenError::Format {
+            path: path.to_owned(),
+            reason: reason.into(),
+        })
 }
 
 /// Reads the PyTorch memory snapshot in `path` part by part ([`SnapshotReader`]): the process

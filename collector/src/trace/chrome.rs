@@ -8,81 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-
 use super::TraceError;
+use super::events::{self, Args, Event, Meta, Name, Named};
 use super::loose::Loose;
 use crate::recording::{
     AllocatorSample, Chunk, Column, Device, Edge, End, Header, Note, Oom, Origin, Phase, PhaseEdge,
     Record, Recording, SeriesKey, SeriesKind,
 };
-
-/// A trace file: an object holding the events, or (older tools) the array of events alone.
-#[derive(Deserialize)]
-struct TraceFile {
-    #[serde(rename = "traceEvents", default)]
-    trace_events: Option<Vec<Event>>,
-    #[serde(rename = "deviceProperties", default)]
-    device_properties: Option<Vec<DeviceProperties>>,
-    #[serde(rename = "distributedInfo", default)]
-    distributed_info: Option<DistributedInfo>,
-    #[serde(rename = "baseTimeNanoseconds", default)]
-    base_time_ns: Loose,
-    #[serde(rename = "traceName", default)]
-    trace_name: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct DeviceProperties {
-    #[serde(default)]
-    id: Loose,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(rename = "totalGlobalMem", default)]
-    total_global_mem: Loose,
-}
-
-#[derive(Deserialize)]
-struct DistributedInfo {
-    #[serde(default)]
-    rank: Loose,
-}
-
-/// One trace event; only what a memory reading needs is kept.
-#[derive(Deserialize)]
-struct Event {
-    #[serde(default)]
-    ph: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    ts: Loose,
-    #[serde(default)]
-    dur: Loose,
-    #[serde(default)]
-    pid: Loose,
-    #[serde(default)]
-    finished: Loose,
-    #[serde(default)]
-    args: Option<Args>,
-}
-
-/// The args of a `[memory]` or `[OutOfMemory]` event.
-#[derive(Default, Deserialize)]
-struct Args {
-    #[serde(rename = "Bytes", default)]
-    bytes: Loose,
-    #[serde(rename = "Total Allocated", default)]
-    total_allocated: Loose,
-    #[serde(rename = "Total Reserved", default)]
-    total_reserved: Loose,
-    #[serde(rename = "Device Type", default)]
-    device_type: Loose,
-    #[serde(rename = "Device Id", default)]
-    device_id: Loose,
-    #[serde(default)]
-    finished: Loose,
-}
 
 /// One `[memory]` event, read.
 #[derive(Clone, Copy, Debug)]
@@ -98,18 +30,6 @@ struct Mem {
     total_reserved: Option<u64>,
 }
 
-/// A span (`ph: X`) that names a step or a phase.
-#[derive(Clone, Debug)]
-enum Named {
-    Step(u64),
-    /// A phase named by a `record_function` label or the optimizer.
-    Phase(Phase),
-    /// A piece of autograd's backward pass.
-    Autograd,
-    /// The data loader's `__next__`.
-    Data,
-}
-
 #[derive(Clone, Debug)]
 struct Span {
     what: Named,
@@ -117,89 +37,25 @@ struct Span {
     end: f64,
 }
 
-/// What a span's name says it is.
-fn named(name: &str) -> Option<Named> {
-    if let Some(n) = name.strip_prefix("ProfilerStep#") {
-        return n.trim().parse().ok().map(Named::Step);
-    }
-    if name.starts_with("Optimizer.step#") {
-        return Some(Named::Phase(Phase::Optimizer));
-    }
-    if name.starts_with("Optimizer.zero_grad#") {
-        return Some(Named::Phase(Phase::Custom("zero_grad".to_owned())));
-    }
-    if name.starts_with("autograd::engine::evaluate_function") || is_autograd_node(name) {
-        return Some(Named::Autograd);
-    }
-    if name.starts_with("enumerate(DataLoader)#") {
-        return Some(Named::Data);
-    }
-    // A label: `## forward ##`, `forward`, `optimizer step`.
-    let label = name
-        .trim_matches(|c: char| c == '#' || c.is_whitespace())
-        .to_ascii_lowercase();
-    match label.as_str() {
-        "forward" | "forward pass" => Some(Named::Phase(Phase::Forward)),
-        "backward" | "backward pass" => Some(Named::Phase(Phase::Backward)),
-        "optimizer" | "optimizer step" | "optimizer_step" | "optimizer.step" => {
-            Some(Named::Phase(Phase::Optimizer))
-        }
-        "eval" | "evaluation" | "validation" => Some(Named::Phase(Phase::Eval)),
-        "zero_grad" => Some(Named::Phase(Phase::Custom("zero_grad".to_owned()))),
-        _ => None,
-    }
-}
-
-/// An autograd node as profilers before `autograd::engine::evaluate_function` named them on
-/// the backward thread: `CudnnConvolutionBackward`, `MeanBackward1`.
-fn is_autograd_node(name: &str) -> bool {
-    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
-    !name.contains("::")
-        && stem.len() > "Backward".len()
-        && stem.ends_with("Backward")
-        && stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// A chrome trace's JSON as a recording.
+/// A chrome trace's JSON as a recording ([`read_chrome_trace_from`] on bytes held in memory).
 pub fn read_chrome_trace(bytes: &[u8]) -> Result<Recording, TraceError> {
-    let file = match super::skip_blank(bytes).first() {
-        Some(b'[') => {
-            let events: Vec<Event> = serde_json::from_slice(bytes).map_err(|err| {
-                if err.is_data() {
-                    TraceError::NotATrace {
-                        found: format!("an array that is not one of trace events ({err})"),
-                    }
-                } else {
-                    super::json_error(&err)
-                }
-            })?;
-            TraceFile {
-                trace_events: Some(events),
-                device_properties: None,
-                distributed_info: None,
-                base_time_ns: Loose::Absent,
-                trace_name: None,
-            }
-        }
-        _ => serde_json::from_slice(bytes).map_err(|err| {
-            if err.is_data() {
-                TraceError::NotATrace {
-                    found: format!("an object that is not a trace ({err})"),
-                }
-            } else {
-                super::json_error(&err)
-            }
-        })?,
-    };
-    let Some(events) = &file.trace_events else {
-        return Err(TraceError::NotATrace {
-            found: "an object without traceEvents".to_owned(),
-        });
-    };
-    convert(&file, events)
+    read_chrome_trace_from(bytes, |err| TraceError::Json(err.to_string()))
+}
+
+/// A chrome trace's JSON read from `input` as it streams in ([`events::read_events`]): only the
+/// memory events, OOMs and named spans are kept, never the file. `read_error` says what a failed
+/// read of `input` is.
+pub fn read_chrome_trace_from(
+    input: impl std::io::Read,
+    read_error: fn(std::io::Error) -> TraceError,
+) -> Result<Recording, TraceError> {
+    let mut read = Read::default();
+    let (meta, events) = events::read_events(input, read_error, |e| read.add(e))?;
+    convert(&meta, read, events)
 }
 
 /// The memory events, OOMs and named spans of a trace.
+#[derive(Default)]
 struct Read {
     mems: Vec<Mem>,
     ooms: Vec<Mem>,
@@ -207,76 +63,72 @@ struct Read {
     pid: Option<u32>,
     unfinished: usize,
     memory_named: usize,
+    /// Events seen.
+    seen: usize,
 }
 
-fn read_events(events: &[Event]) -> Read {
-    let mut read = Read {
-        mems: Vec::new(),
-        ooms: Vec::new(),
-        spans: Vec::new(),
-        pid: None,
-        unfinished: 0,
-        memory_named: 0,
-    };
-    for (order, e) in events.iter().enumerate() {
-        let Some(name) = e.name.as_deref() else {
-            continue;
-        };
+impl Read {
+    /// Keeps what `e` (the next event in the file) says of memory, steps and phases.
+    fn add(&mut self, e: Event) {
+        let order = self.seen;
+        self.seen += 1;
         let Some(ts) = e.ts.num() else {
-            continue;
+            return;
         };
-        let memory = name == "[memory]";
-        if memory || name == "[OutOfMemory]" {
-            read.memory_named += usize::from(memory);
-            let args = e.args.as_ref();
-            let arg = |f: fn(&Args) -> Loose| args.map_or(Loose::Absent, f);
-            let (Some(bytes), Some(kind)) = (arg(|a| a.bytes).int(), arg(|a| a.device_type).int())
-            else {
-                continue;
-            };
-            let device = match kind {
-                0 => None,
-                // Device Type is c10::DeviceType: 1 is CUDA. Other accelerators keep their ids.
-                _ => Some(
-                    arg(|a| a.device_id)
-                        .int()
-                        .and_then(|d| u32::try_from(d).ok())
-                        .unwrap_or(0),
-                ),
-            };
-            if e.finished.bool().or(arg(|a| a.finished).bool()) == Some(false) {
-                read.unfinished += 1;
+        let memory = match e.name {
+            Name::Memory => true,
+            Name::OutOfMemory => false,
+            Name::Span(what) => {
+                if e.ph.0
+                    && let Some(dur) = e.dur.num()
+                {
+                    self.spans.push(Span {
+                        what,
+                        begin: ts,
+                        end: ts + dur.max(0.0),
+                    });
+                }
+                return;
             }
-            if read.pid.is_none() {
-                read.pid = e.pid.int().and_then(|p| u32::try_from(p).ok());
-            }
-            let mem = Mem {
-                ts,
-                order,
-                device,
-                bytes,
-                total_allocated: arg(|a| a.total_allocated).uint(),
-                total_reserved: arg(|a| a.total_reserved).uint(),
-            };
-            if memory {
-                read.mems.push(mem);
-            } else {
-                read.ooms.push(mem);
-            }
-            continue;
+            Name::Other => return,
+        };
+        self.memory_named += usize::from(memory);
+        let args = e.args.as_ref();
+        let arg = |f: fn(&Args) -> Loose| args.map_or(Loose::Absent, f);
+        let (Some(bytes), Some(kind)) = (arg(|a| a.bytes).int(), arg(|a| a.device_type).int())
+        else {
+            return;
+        };
+        let device = match kind {
+            0 => None,
+            // Device Type is c10::DeviceType: 1 is CUDA. Other accelerators keep their ids.
+            _ => Some(
+                arg(|a| a.device_id)
+                    .int()
+                    .and_then(|d| u32::try_from(d).ok())
+                    .unwrap_or(0),
+            ),
+        };
+        if e.finished.bool().or(arg(|a| a.finished).bool()) == Some(false) {
+            self.unfinished += 1;
         }
-        if e.ph.as_deref() != Some("X") {
-            continue;
+        if self.pid.is_none() {
+            self.pid = e.pid.int().and_then(|p| u32::try_from(p).ok());
         }
-        if let (Some(what), Some(dur)) = (named(name), e.dur.num()) {
-            read.spans.push(Span {
-                what,
-                begin: ts,
-                end: ts + dur.max(0.0),
-            });
+        let mem = Mem {
+            ts,
+            order,
+            device,
+            bytes,
+            total_allocated: arg(|a| a.total_allocated).uint(),
+            total_reserved: arg(|a| a.total_reserved).uint(),
+        };
+        if memory {
+            self.mems.push(mem);
+        } else {
+            self.ooms.push(mem);
         }
     }
-    read
 }
 
 /// One device's levels after each of its events, by time.
@@ -344,17 +196,14 @@ impl Levels {
     }
 }
 
-fn convert(file: &TraceFile, events: &[Event]) -> Result<Recording, TraceError> {
-    let mut read = read_events(events);
+fn convert(file: &Meta, mut read: Read, events: usize) -> Result<Recording, TraceError> {
     if read.mems.is_empty() && read.ooms.is_empty() {
         if read.memory_named > 0 {
             return Err(TraceError::OtherProfiler {
                 count: read.memory_named,
             });
         }
-        return Err(TraceError::NoMemoryEvents {
-            events: events.len(),
-        });
+        return Err(TraceError::NoMemoryEvents { events });
     }
     read.mems
         .sort_by(|a, b| a.ts.total_cmp(&b.ts).then(a.order.cmp(&b.order)));
@@ -702,38 +551,6 @@ fn phase_edges(spans: &[Span], t_ns: impl Fn(f64) -> u64) -> Vec<(u64, Edge, Pha
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn span_names_say_the_phase() {
-        let phase = |name: &str| match named(name) {
-            Some(Named::Phase(p)) => Some(p),
-            _ => None,
-        };
-        assert!(matches!(named("ProfilerStep#12"), Some(Named::Step(12))));
-        assert_eq!(phase("## forward ##"), Some(Phase::Forward));
-        assert_eq!(phase("Backward"), Some(Phase::Backward));
-        assert_eq!(phase("Optimizer.step#SGD.step"), Some(Phase::Optimizer));
-        assert_eq!(
-            phase("Optimizer.zero_grad#SGD.zero_grad"),
-            Some(Phase::Custom("zero_grad".to_owned()))
-        );
-        assert_eq!(phase("aten::conv2d"), None);
-        assert!(matches!(
-            named("autograd::engine::evaluate_function: AddmmBackward0"),
-            Some(Named::Autograd)
-        ));
-        assert!(matches!(
-            named("CudnnConvolutionBackward"),
-            Some(Named::Autograd)
-        ));
-        assert!(matches!(named("MeanBackward1"), Some(Named::Autograd)));
-        assert!(named("aten::cudnn_convolution_backward").is_none());
-        assert!(named("Backward").is_some_and(|n| !matches!(n, Named::Autograd)));
-        assert!(matches!(
-            named("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"),
-            Some(Named::Data)
-        ));
-    }
 
     #[test]
     fn forward_is_the_longest_stretch_before_the_backward() {

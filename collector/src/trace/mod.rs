@@ -5,6 +5,7 @@
 //! here (the viewer reads the same bytes in a browser tab).
 
 pub mod chrome;
+mod events;
 mod loose;
 pub mod timeline;
 
@@ -21,6 +22,9 @@ pub enum TraceError {
     /// Gzip inside gzip.
     #[error("gzip data that holds gzip data again: decompress it once first")]
     GzipTwice,
+    /// The input could not be read.
+    #[error("cannot read it ({0})")]
+    Read(String),
     /// Not JSON at all, or JSON cut short.
     #[error("not valid JSON ({0})")]
     Json(String),
@@ -136,14 +140,55 @@ pub fn read_json(bytes: &[u8]) -> Result<Recording, TraceError> {
 
 /// A profiler file, gzipped or not, as a recording.
 pub fn read_trace(bytes: &[u8]) -> Result<Recording, TraceError> {
-    if is_gzip(bytes) {
-        let inner = gunzip(bytes)?;
-        if is_gzip(&inner) {
-            return Err(TraceError::GzipTwice);
-        }
-        return read_json(&inner);
+    read_from(bytes)
+}
+
+/// A profiler file, gzipped or not, read from `input` as it streams in: a chrome trace is never
+/// held whole, nor decompressed whole (a memory timeline, a small file, is).
+pub fn read_from(input: impl std::io::Read) -> Result<Recording, TraceError> {
+    let (first, input) = head(input, |err| TraceError::Read(err.to_string()))?;
+    if !is_gzip(&first) {
+        return json_from(first, input, |err| TraceError::Read(err.to_string()));
     }
-    read_json(bytes)
+    let gzip = |err: std::io::Error| TraceError::Gzip(err.to_string());
+    let inner = flate2::read::MultiGzDecoder::new(std::io::Cursor::new(first).chain(input));
+    let (first, inner) = head(inner, gzip)?;
+    if is_gzip(&first) {
+        return Err(TraceError::GzipTwice);
+    }
+    json_from(first, inner, gzip)
+}
+
+/// The first bytes of `input` (enough to tell what it holds), and the rest of it.
+fn head<R: std::io::Read>(
+    mut input: R,
+    read_error: fn(std::io::Error) -> TraceError,
+) -> Result<(Vec<u8>, R), TraceError> {
+    let mut first = Vec::with_capacity(256);
+    (&mut input)
+        .take(256)
+        .read_to_end(&mut first)
+        .map_err(read_error)?;
+    Ok((first, input))
+}
+
+/// JSON that starts with `first` and goes on in `rest`, as its first bytes tell.
+fn json_from(
+    first: Vec<u8>,
+    rest: impl std::io::Read,
+    read_error: fn(std::io::Error) -> TraceError,
+) -> Result<Recording, TraceError> {
+    let kind = json_kind(&first);
+    let mut input = std::io::Cursor::new(first).chain(rest);
+    match kind {
+        Some(JsonKind::Trace) => chrome::read_chrome_trace_from(input, read_error),
+        Some(JsonKind::Timeline) => {
+            let mut bytes = Vec::new();
+            input.read_to_end(&mut bytes).map_err(read_error)?;
+            timeline::read_timeline(&bytes)
+        }
+        None => Err(TraceError::Json("it does not start with { or [".to_owned())),
+    }
 }
 
 /// A serde_json error in words, with where it happened.
@@ -202,6 +247,9 @@ mod tests {
         let err = read_trace(b"[1, 2, 3]").expect_err("not a trace");
         assert!(err.to_string().contains("expected a trace"), "{err}");
         let err = read_trace(b"{\"traceEvents\": [").expect_err("cut short");
-        assert!(err.to_string().starts_with("not valid JSON (EOF"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "not valid JSON (the JSON ends after 17 bytes where trace event 0 was expected: cut short?)"
+        );
     }
 }
