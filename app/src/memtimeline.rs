@@ -164,6 +164,9 @@ pub(crate) fn block_lines(
             collector::snapshot::metadata_text(m)
         ));
     }
+    if let Some(context) = device.compile_context(snapshot, b.band) {
+        lines.push(format!("compiling: {context}"));
+    }
     for (step, text) in device.annotations(snapshot, b.band).into_iter().take(6) {
         lines.push(format!(
             "annotated at {}: {}",

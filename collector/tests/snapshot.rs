@@ -200,7 +200,11 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
                 e.time_us,
                 snapshot.stack(e.stack).count(),
                 fnv(&snapshot, e.stack),
-                snapshot.entries.device_free(i).to_string()
+                snapshot.entries.device_free(i).to_string(),
+                snapshot
+                    .entries
+                    .compile_context(i)
+                    .map_or("", |c| snapshot.string(c))
             ])
         })
         .collect();
@@ -211,7 +215,7 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
     {
         assert_eq!(
             ours, theirs,
-            "{name}: trace entry {i} [device, action, addr, size, stream, time_us, frames, digest, device_free]"
+            "{name}: trace entry {i} [device, action, addr, size, stream, time_us, frames, digest, device_free, compile_context]"
         );
     }
     let live: BTreeMap<String, u64> = snapshot

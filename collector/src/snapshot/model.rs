@@ -216,6 +216,9 @@ pub struct Entries {
     len: usize,
     /// `device_free` of the entries that have one (out-of-memory entries), by entry, in order.
     device_free: Vec<(u32, u64)>,
+    /// `compile_context` of the entries that have one (an interned string), by entry, in order:
+    /// few have one, so it is not a field of every entry.
+    compile_context: Vec<(u32, u32)>,
 }
 
 /// Entries per block (3 MiB).
@@ -272,6 +275,24 @@ impl Entries {
             .map_or(0, |at| self.device_free[at].1)
     }
 
+    /// Gives the last entry pushed, `i`, what `torch.compile` was compiling (an interned
+    /// string) when it was recorded.
+    pub(crate) fn set_compile_context(&mut self, i: usize, string: u32) {
+        if let Ok(i) = u32::try_from(i) {
+            self.compile_context.push((i, string));
+        }
+    }
+
+    /// What `torch.compile` was compiling when entry `i` was recorded (`compile_context`, an
+    /// interned string), if the trace says.
+    pub fn compile_context(&self, i: usize) -> Option<u32> {
+        let i = u32::try_from(i).ok()?;
+        self.compile_context
+            .binary_search_by_key(&i, |&(e, _)| e)
+            .ok()
+            .map(|at| self.compile_context[at].1)
+    }
+
     /// Entry `i`.
     pub fn get(&self, i: usize) -> Option<&TraceEntry> {
         self.blocks.get(i / ENTRY_BLOCK)?.get(i % ENTRY_BLOCK)
@@ -304,6 +325,7 @@ impl Entries {
         }
         self.blocks.shrink_to_fit();
         self.device_free.shrink_to_fit();
+        self.compile_context.shrink_to_fit();
     }
 }
 

@@ -359,6 +359,9 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
             if let Some(entry) = entries.get(e as usize) {
                 let free = entries.device_free(e as usize);
                 traces.push_with_free(TraceEntry { device, ..*entry }, free);
+                if let Some(context) = entries.compile_context(e as usize) {
+                    traces.set_compile_context(traces.len() - 1, context);
+                }
             }
         }
         entries = traces;

@@ -988,6 +988,16 @@ impl DeviceTimeline {
         Some(snapshot.string(e.user_metadata()?))
     }
 
+    /// What `torch.compile` was compiling when `band`'s block was allocated
+    /// (`compile_context`), if the trace has its allocation and says.
+    pub fn compile_context<'s>(&self, snapshot: &'s Snapshot, band: u32) -> Option<&'s str> {
+        let b = self.bands.get(band as usize)?;
+        if b.source & PRE != 0 {
+            return None;
+        }
+        Some(snapshot.string(snapshot.entries.compile_context(b.source as usize)?))
+    }
+
     /// The trace's time at `step` (µs since the epoch), if the entry has one.
     pub fn time_at(&self, snapshot: &Snapshot, step: u32) -> Option<i64> {
         let step = step.clamp(1, self.steps.max(1));
@@ -1262,5 +1272,24 @@ mod tests {
         );
         assert_eq!(device.metadata(&s, second), None);
         assert_eq!(crate::snapshot::metadata_text("plain"), "plain");
+        assert_eq!(device.compile_context(&s, first), None);
+    }
+
+    #[test]
+    fn a_block_s_compile_context_is_the_one_its_allocation_was_recorded_in() {
+        let mut s = Snapshot::default();
+        s.strings
+            .push("torch/_dynamo/convert_frame.py [0/1]".into());
+        s.devices = 1;
+        s.entries.push(with(Action::Alloc, 0x100, None));
+        s.entries.set_compile_context(0, 0);
+        s.entries.push(with(Action::Alloc, 0x200, None));
+        let layout = MemoryTimeline::new(&s);
+        let device = &layout.devices[0];
+        assert_eq!(
+            device.compile_context(&s, 0),
+            Some("torch/_dynamo/convert_frame.py [0/1]")
+        );
+        assert_eq!(device.compile_context(&s, 1), None);
     }
 }

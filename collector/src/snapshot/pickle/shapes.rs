@@ -56,6 +56,7 @@ pub(crate) const K_TIME_US: u32 = 7;
 pub(crate) const K_FRAMES: u32 = 8;
 pub(crate) const K_DEVICE_FREE: u32 = 9;
 pub(crate) const K_USER_METADATA: u32 = 10;
+pub(crate) const K_COMPILE_CONTEXT: u32 = 11;
 pub(crate) const K_SEGMENTS: u32 = 12;
 pub(crate) const K_DEVICE_TRACES: u32 = 13;
 pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 14;
@@ -162,6 +163,11 @@ impl Machine<'_> {
             }
             _ => None,
         };
+        // What `torch.compile` was compiling (`_record_memory_history(compile_context=True)`).
+        let compile_context = match key(K_COMPILE_CONTEXT) {
+            Some(Value::Str(s)) if !matches!(&*self.strings[s as usize], "" | "N/A") => Some(s),
+            _ => None,
+        };
         let frames = key(K_FRAMES);
         let action = match action {
             K_ALLOC => Action::Alloc,
@@ -193,6 +199,9 @@ impl Machine<'_> {
         let id = u32::try_from(self.entries.len())
             .map_err(|_| self.err(at, "too many trace entries"))?;
         self.entries.push_with_free(entry, device_free);
+        if let Some(context) = compile_context {
+            self.entries.set_compile_context(id as usize, context);
+        }
         if let Some(Value::Obj(list)) = frames {
             self.replace(list, usize::MAX, Value::Stack(stack));
         }
@@ -328,10 +337,10 @@ impl Machine<'_> {
     }
 }
 
-/// The items of a dict that the shapes look at (the keys up to `user_metadata`), each by its
+/// The items of a dict that the shapes look at (the keys up to `compile_context`), each by its
 /// key's id, read in one pass; the first of a key that appears twice counts.
 pub(crate) struct Fields {
-    by_key: [Option<Value>; K_USER_METADATA as usize + 1],
+    by_key: [Option<Value>; K_COMPILE_CONTEXT as usize + 1],
     /// How many items the dict has.
     len: usize,
 }
@@ -340,7 +349,7 @@ impl Fields {
     #[inline]
     pub(crate) fn of(pairs: impl Iterator<Item = (Value, Value)>) -> Self {
         let mut fields = Self {
-            by_key: [None; K_USER_METADATA as usize + 1],
+            by_key: [None; K_COMPILE_CONTEXT as usize + 1],
             len: 0,
         };
         for (key, value) in pairs {

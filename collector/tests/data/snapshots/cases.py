@@ -67,7 +67,8 @@ def edge_snapshot(state_spelling="active_pending_free", legacy_history=False, wi
             e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t + dt}
             if with_optional:
                 e["frames"] = frames
-                e["compile_context"] = "N/A"
+                # What torch.compile was compiling, where it was (else PyTorch writes N/A).
+                e["compile_context"] = "torch/_dynamo/convert_frame.py:[0/1]" if (device, meta) == (1, "backward") else "N/A"
                 e["user_metadata"] = meta
             return e
 
@@ -395,7 +396,8 @@ def facts(path):
         for e in trace:
             entries.append([device, e["action"], str(e.get("addr", 0)), e.get("size", 0), str(e.get("stream", 0)),
                             e.get("time_us", 0), len(e.get("frames", [])), fnv(e.get("frames")),
-                            str(e.get("device_free") or 0)])
+                            str(e.get("device_free") or 0),
+                            e.get("compile_context") if e.get("compile_context") not in (None, "", "N/A") else ""])
     return {
         "file": str(path),
         "block_list": blocks,
