@@ -9,6 +9,7 @@ pub mod blocks;
 mod cards;
 mod compare;
 pub mod diff;
+pub mod envelope;
 pub mod flame;
 mod follow;
 mod intake;

@@ -198,23 +198,45 @@ impl LodSeries<'_> {
 
     /// The points to draw between `t0` and `t1` (nanoseconds) on a plot `columns` pixels wide,
     /// as `(time, value)`: every sample when there are few, else the minimum and the maximum of
-    /// each column. The samples just outside the range are included so the line runs to the
-    /// plot's edges.
+    /// each column ([`Self::shown`], as one line). The samples just outside the range are
+    /// included so the line runs to the plot's edges.
     pub fn visible(&self, t0: u64, t1: u64, columns: usize) -> Vec<(u64, u64)> {
+        match self.shown(t0, t1, columns) {
+            Shown::Samples(points) => points,
+            Shown::Columns(spans) => {
+                let mut out = Vec::with_capacity(2 * spans.len());
+                for (t, min, max) in spans {
+                    out.push((t, min));
+                    if max != min {
+                        out.push((t, max));
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// What is drawn between `t0` and `t1` on a plot `columns` pixels wide: every sample when
+    /// there are at most four a column, else the lowest and highest value of each column (at its
+    /// middle), between the samples just outside the range.
+    pub fn shown(&self, t0: u64, t1: u64, columns: usize) -> Shown {
         let times = self.times_ns;
         let start = times.partition_point(|&t| t < t0).saturating_sub(1);
         let end = (times.partition_point(|&t| t <= t1) + 1).min(times.len());
         if start >= end {
-            return Vec::new();
+            return Shown::Samples(Vec::new());
         }
         let columns = columns.max(1);
         if end - start <= 4 * columns {
-            return (start..end)
-                .map(|i| (times[i], self.values.at(i)))
-                .collect();
+            return Shown::Samples(
+                (start..end)
+                    .map(|i| (times[i], self.values.at(i)))
+                    .collect(),
+            );
         }
-        let mut out = Vec::with_capacity(2 * columns + 2);
-        out.push((times[start], self.values.at(start)));
+        let mut out = Vec::with_capacity(columns + 2);
+        let first = self.values.at(start);
+        out.push((times[start], first, first));
         let span = t1.saturating_sub(t0).max(1) as u128;
         // Many samples per column: walk the samples, or the coarsest level whose buckets are at
         // most half a column wide, in order (each sample or bucket to the column its first
@@ -249,11 +271,8 @@ impl LodSeries<'_> {
             .unwrap_or(times[b * size])
         };
         let mid = |c: usize| t0 + ((span * (2 * c as u128 + 1)) / (2 * columns as u128)) as u64;
-        let flush = |out: &mut Vec<(u64, u64)>, (c, min, max): (usize, u64, u64)| {
-            out.push((mid(c), min));
-            if max != min {
-                out.push((mid(c), max));
-            }
+        let flush = |out: &mut Vec<(u64, u64, u64)>, (c, min, max): (usize, u64, u64)| {
+            out.push((mid(c), min, max));
         };
         let mut column: Option<(usize, u64, u64)> = None;
         let mut walk = ColumnWalk::new(t0, span as u64, columns);
@@ -272,9 +291,20 @@ impl LodSeries<'_> {
         if let Some(done) = column {
             flush(&mut out, done);
         }
-        out.push((times[end - 1], self.values.at(end - 1)));
-        out
+        let last = self.values.at(end - 1);
+        out.push((times[end - 1], last, last));
+        Shown::Columns(out)
     }
+}
+
+/// What [`LodSeries::shown`] gives: the samples themselves, or a span a column.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// `(time, value)` of every sample.
+    Samples(Vec<(u64, u64)>),
+    /// `(time, lowest, highest)` of each pixel column, the samples just outside the range first
+    /// and last (a span of one value).
+    Columns(Vec<(u64, u64, u64)>),
 }
 
 /// The plot column of each of a rising sequence of times, `⌊(t − t0) · columns / span⌋` (at

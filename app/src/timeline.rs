@@ -9,6 +9,8 @@ use egui_plot::{
     PlotPoints, PlotUi, Points, Polygon, VLine,
 };
 
+use crate::envelope::Envelope;
+use crate::lod::Shown;
 use crate::style::{phase_color, trace_color};
 use crate::view::{EventKind, RunView, TraceKind};
 
@@ -390,27 +392,42 @@ pub fn timeline_ui(
             {
                 continue;
             }
-            let points: Vec<PlotPoint> = trace
-                .data(recording)
-                .visible(t0, t1, width)
-                .into_iter()
-                .map(|(t, v)| PlotPoint::new(map.x(t), v as f64))
-                .collect();
             // The peak is drawn thin rather than dashed: dashes over thousands of points cost
             // more to tessellate than the rest of the frame.
-            let width = if trace.kind == TraceKind::Peak {
+            let line_width = if trace.kind == TraceKind::Peak {
                 1.0
             } else {
                 1.5
             };
-            pui.line(
-                Line::new(trace.name(), PlotPoints::Owned(points))
-                    .color(trace_color(trace.kind))
-                    .width(width)
-                    // The points are already one minimum and one maximum per pixel column;
-                    // egui_plot's own banding would fill between far-apart columns.
-                    .allow_band(false),
-            );
+            match trace.data(recording).shown(t0, t1, width) {
+                Shown::Samples(samples) => {
+                    let points: Vec<PlotPoint> = samples
+                        .into_iter()
+                        .map(|(t, v)| PlotPoint::new(map.x(t), v as f64))
+                        .collect();
+                    pui.line(
+                        Line::new(trace.name(), PlotPoints::Owned(points))
+                            .color(trace_color(trace.kind))
+                            .width(line_width)
+                            // egui_plot's own banding would fill between far-apart samples.
+                            .allow_band(false),
+                    );
+                }
+                // More samples than pixel columns: one band mesh through the columns' spans
+                // (tessellating a line of two points a column was most of a frame).
+                Shown::Columns(spans) => {
+                    let spans = spans
+                        .into_iter()
+                        .map(|(t, lowest, highest)| [map.x(t), lowest as f64, highest as f64])
+                        .collect();
+                    pui.add(Envelope::new(
+                        trace.name(),
+                        spans,
+                        trace_color(trace.kind),
+                        line_width,
+                    ));
+                }
+            }
         }
         if let Some(overlay) = overlay {
             overlay_line(pui, overlay, axis, t0, t1, width, &map);

@@ -1591,3 +1591,41 @@ fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
     harness.run();
     harness.get_by_label_contains("each block's bytes × the steps it lived");
 }
+
+/// 2,000 steps of a sawtooth (12,000 allocator readings) on a plot ~1,100 pixels wide: more
+/// readings than columns, so each curve is drawn as one band through the columns' spans; the
+/// picture shows the sawtooth filled between its troughs and peaks, each curve in its colour.
+#[test]
+fn a_dense_run_is_drawn_as_bands_through_each_columns_span() {
+    let origin = collector::recording::Origin { pid: 7, rank: None };
+    let mut recording =
+        collector::recording::Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    for step in 0..2_000 {
+        for record in tidemark_tests::sawtooth_step(step, 100_000_000, origin) {
+            recording.push(record);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dense.msgpack");
+    collector::recording::write_file(&path, &recording).unwrap();
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let allocated = run
+        .view
+        .traces
+        .iter()
+        .find(|t| t.kind == TraceKind::Allocated)
+        .unwrap();
+    let end = run.recording.duration_ns();
+    assert!(matches!(
+        allocated.data(&run.recording).shown(0, end, 1_100),
+        tidemark_app::lod::Shown::Columns(_)
+    ));
+    // Without the verdict's projection to 80 GiB, the axis fits the curves.
+    harness.get_by_label("verdict").click();
+    harness.run();
+    harness.snapshot("timeline_dense");
+}
