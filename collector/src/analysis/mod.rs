@@ -8,6 +8,7 @@
 
 mod ending;
 mod holders;
+mod oom_cause;
 mod phases;
 mod ranks;
 mod rules;
@@ -17,8 +18,9 @@ use serde::Serialize;
 
 use crate::format::{format_bytes, format_duration};
 
-pub use self::ending::{CONTEXT_ALLOWANCE_BYTES, Contribution, Ending, OomCause, OomVerdict};
+pub use self::ending::{Ending, OomCause, OomVerdict};
 pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair, holders_between};
+pub use self::oom_cause::{CONTEXT_ALLOWANCE_BYTES, Contribution};
 pub use self::phases::{Occurrence, PhaseStats, StepStart};
 pub use self::ranks::RankSummary;
 pub use self::trend::{Trend, trend};
