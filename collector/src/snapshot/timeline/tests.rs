@@ -1,0 +1,80 @@
+#![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
+
+use std::num::NonZeroU32;
+
+use super::*;
+use crate::snapshot::TraceEntry;
+
+/// An entry with `metadata` (an interned string) as `user_metadata`.
+fn with(action: Action, addr: u64, metadata: Option<u32>) -> TraceEntry {
+    TraceEntry {
+        metadata: metadata.and_then(|m| NonZeroU32::new(m + 1)),
+        ..TraceEntry::new(action, addr, 512, 1_000, 1, 0)
+    }
+}
+
+#[test]
+fn a_block_s_metadata_and_annotations_are_its_own() {
+    let mut s = Snapshot::default();
+    for text in [
+        "train.py",
+        "step",
+        r#"{"phase":"forward","micro_batch":2}"#,
+        "packed",
+    ] {
+        s.strings.push(text.into());
+    }
+    s.frames.push(crate::snapshot::Frame {
+        name: 1,
+        filename: 0,
+        line: 3,
+    });
+    s.add_stack(&[0]);
+    s.devices = 1;
+    for e in [
+        with(Action::Alloc, 0x100, Some(2)),
+        with(Action::Annotate, 0x100, Some(3)),
+        with(Action::Alloc, 0x200, None),
+        with(Action::FreeCompleted, 0x100, None),
+        // A new block at the same address: the first one's annotation is not its own.
+        with(Action::Alloc, 0x100, None),
+        with(Action::Annotate, 0x100, Some(3)),
+    ] {
+        s.entries.push(e);
+    }
+    let layout = MemoryTimeline::new(&s);
+    let device = &layout.devices[0];
+    let bands: Vec<u32> = (0..device.band_count() as u32).collect();
+    let first = bands[0];
+    let second = bands[2];
+    assert_eq!(device.block(&s, second).unwrap().alloc_step, 5);
+    assert_eq!(device.annotations(&s, first), [(2, "packed")]);
+    assert_eq!(device.annotations(&s, second), [(6, "packed")]);
+    assert!(device.annotations(&s, bands[1]).is_empty());
+    let metadata = device.metadata(&s, first).unwrap();
+    assert_eq!(
+        crate::snapshot::metadata_text(metadata),
+        "micro_batch: 2, phase: forward"
+    );
+    assert_eq!(device.metadata(&s, second), None);
+    assert_eq!(crate::snapshot::metadata_text("plain"), "plain");
+    assert_eq!(device.compile_context(&s, first), None);
+}
+
+#[test]
+fn a_block_s_compile_context_is_the_one_its_allocation_was_recorded_in() {
+    let mut s = Snapshot::default();
+    s.strings
+        .push("torch/_dynamo/convert_frame.py [0/1]".into());
+    s.devices = 1;
+    s.entries.push(with(Action::Alloc, 0x100, None));
+    s.entries.set_compile_context(0, 0);
+    s.entries.push(with(Action::Alloc, 0x200, None));
+    let layout = MemoryTimeline::new(&s);
+    let device = &layout.devices[0];
+    assert_eq!(
+        device.compile_context(&s, 0),
+        Some("torch/_dynamo/convert_frame.py [0/1]")
+    );
+    assert_eq!(device.compile_context(&s, 1), None);
+}
