@@ -11,6 +11,8 @@ Chromium, and checks what a user sees.
   (pixels of the largest site's colour, and of free segment bytes), with no console error; the
   time of each frame the app draws while the pointer moves over them is reported (and with
   WEB_CHECK_SNAPSHOT=FILE, that of the big snapshot's views);
+- `?url=` two real PyTorch profiler traces (one gzipped): shown, the allocated curve drawn
+  (with WEB_CHECK_TRACE=FILE, a big trace is timed too);
 - `?url=` a missing file (404), a file that is not a recording, another origin: the page shows
   why (the app's `tidemark:failed` performance mark names the cause, and red text is drawn);
 - `?url=` BIG_RECORDING (1 million samples): the time from navigation to its first drawn frame
@@ -46,6 +48,7 @@ SUBPATH = "some/dir/"  # the site must work from any folder, not only from the h
 HOST_MEMORY = (0xCC, 0x79, 0xA7)
 DEVICE_USED = (0x00, 0x9E, 0x73)
 ALLOCATED = (0xD5, 0x5E, 0x00)
+RESERVED = (0x00, 0x72, 0xB2)
 
 # Where the "Open…" and "Save image" buttons are laid out in the canvas (CSS pixels from its
 # top left); a snapshot's "Memory timeline" tab, and its "Segments" toggle.
@@ -218,6 +221,15 @@ def main():
         extra_snapshot = os.environ.get("WEB_CHECK_SNAPSHOT")  # a big pickle to time, optional
         if extra_snapshot:
             shutil.copy(extra_snapshot, site / "big-snapshot.pickle")
+        traces = ROOT / "collector/tests/data/traces/real"
+        shutil.copy(traces / "particle_transformer_a100.json", site / "a100.pt.trace.json")
+        shutil.copy(traces / "kineto_resnet50_2021.pt.trace.json.gz", site / "resnet.pt.trace.json.gz")
+        extra_trace = os.environ.get("WEB_CHECK_TRACE")  # a big profiler trace to time, optional
+        if extra_trace:
+            try:  # a hard link where it can: the file may be a gigabyte
+                os.link(extra_trace, site / "big.pt.trace.json")
+            except OSError:
+                shutil.copy(extra_trace, site / "big.pt.trace.json")
         (site / "notes.msgpack").write_text("these are notes, not a recording\n")
         # A 3 GB snapshot that takes no disk (sparse): too big for a tab, said from its size.
         with open(site / "huge.pickle", "wb") as f:
@@ -299,6 +311,25 @@ def main():
                     timings[f"big_snapshot_{view}_frame_ms"] = [n, median, p95]
                     if n:
                         print(f"  {view}: {n} frames while the pointer moves: median {median:.2f} ms, p95 {p95:.2f} ms a frame")
+
+            for trace in ("a100.pt.trace.json", "resnet.pt.trace.json.gz"):
+                print(f"a PyTorch profiler trace by ?url= ({trace})")
+                name, detail, at_ms, image = open_page(driver, base, f"?url={trace}", out / f"{trace}.png")
+                check(name == "tidemark:shown" and detail == trace, f"shown: {name} {detail}")
+                # Without the totals (the 2021 trace), reserved is drawn equal to allocated, over it.
+                drawn = count_near(image, ALLOCATED, (0, 100, w, h)) + count_near(image, RESERVED, (0, 100, w, h))
+                check(drawn > 300, f"the allocated (or reserved, over it) curve is drawn: {drawn} pixels")
+                errors = console_errors(driver)
+                check(not errors, f"console errors: {errors}")
+            if extra_trace:
+                name, detail, at_ms, image = open_page(driver, base, "?url=big.pt.trace.json", out / "big-trace.png")
+                check(name == "tidemark:shown", f"big trace shown: {name} {detail}")
+                timings["big_trace_first_frame_ms"] = at_ms
+                wasm = driver.execute_script(
+                    "const m = performance.getEntriesByName('wasm-memory'); return m.length ? m[m.length - 1].detail : null;"
+                )
+                timings["big_trace_wasm_memory_bytes"] = wasm
+                print(f"  {extra_trace}: first frame after {at_ms:.0f} ms" + (f" (wasm memory {wasm / 1e6:.0f} MB)" if wasm else ""))
 
             print("no ?url=: the embedded example")
             name, detail, at_ms, image = open_page(driver, base, "", out / "example.png")

@@ -26,6 +26,10 @@ pub const WEB_MAX_SNAPSHOT: u64 = 5 << 29;
 /// page arrives whole): its bytes and what was found in them together.
 pub const WEB_MAX_SNAPSHOT_HELD: u64 = 1 << 30;
 
+/// The largest profiler trace a browser tab opens: the tab holds its bytes, then up to half
+/// as much of its events while they become a recording (a 1 GB trace: about 1.5 GB).
+pub const WEB_MAX_TRACE: u64 = 3 << 29;
+
 /// The largest recording a browser tab opens: the viewer holds 20 to 26 bytes per sample, and a
 /// recording stores one in 2.6 to 8 bytes.
 pub const WEB_MAX_RECORDING: u64 = 256 << 20;
@@ -39,6 +43,8 @@ pub enum TabFile {
     Snapshot,
     /// A snapshot whose bytes the tab holds whole.
     SnapshotHeld,
+    /// A profiler trace or memory timeline: its bytes held, and what is kept of its events.
+    Trace,
     /// A file whose first bytes have not arrived yet: too big when too big for any kind.
     Any,
 }
@@ -50,7 +56,11 @@ pub fn too_big_for_a_tab(name: &str, len: u64, kind: TabFile) -> Option<String> 
         TabFile::Recording => (WEB_MAX_RECORDING, "recording"),
         TabFile::Snapshot => (WEB_MAX_SNAPSHOT, "snapshot"),
         TabFile::SnapshotHeld => (WEB_MAX_SNAPSHOT_HELD, "snapshot"),
-        TabFile::Any => (WEB_MAX_SNAPSHOT.max(WEB_MAX_RECORDING), "file"),
+        TabFile::Trace => (WEB_MAX_TRACE, "profiler file"),
+        TabFile::Any => (
+            WEB_MAX_SNAPSHOT.max(WEB_MAX_RECORDING).max(WEB_MAX_TRACE),
+            "file",
+        ),
     };
     (len > limit).then(|| {
         let how = if kind == TabFile::SnapshotHeld {
@@ -116,7 +126,8 @@ enum Reading {
     /// The first bytes, until there are enough to tell the kind.
     Head(Vec<u8>),
     Snapshot(Box<collector::snapshot::SnapshotReader>),
-    Bytes(Vec<u8>),
+    /// Bytes held whole until the end, and what they are as a tab's limit counts them.
+    Bytes(Vec<u8>, TabFile),
 }
 
 impl Arriving {
@@ -160,10 +171,11 @@ impl Arriving {
                     Kind::Snapshot => {
                         Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
                     }
-                    // A profiler trace or timeline (gzipped or not) is read whole, as a
-                    // recording is.
-                    Kind::Recording | Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
-                        Reading::Bytes(Vec::new())
+                    Kind::Recording => Reading::Bytes(Vec::new(), TabFile::Recording),
+                    // A profiler trace or timeline (gzipped or not) is held whole, then read as
+                    // it streams from those bytes.
+                    Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
+                        Reading::Bytes(Vec::new(), TabFile::Trace)
                     }
                     _ => {
                         let why = collector::open::FormatError::Unknown {
@@ -178,7 +190,8 @@ impl Arriving {
         };
         let kind = match self.reading {
             Reading::Snapshot(_) => TabFile::Snapshot,
-            _ => TabFile::Recording,
+            Reading::Bytes(_, kind) => kind,
+            Reading::Head(_) => TabFile::Any,
         };
         let len = self.received.max(self.expected.unwrap_or(0));
         if let Some(why) = too_big_for_a_tab(&self.name, len, kind) {
@@ -188,7 +201,7 @@ impl Arriving {
             Reading::Snapshot(reader) => reader
                 .push(part)
                 .map_err(|err| format!("{}: {err}", self.name)),
-            Reading::Bytes(bytes) => {
+            Reading::Bytes(bytes, _) => {
                 bytes.extend_from_slice(part);
                 Ok(())
             }
@@ -224,7 +237,7 @@ impl Arriving {
                 )))
             }
             // Fewer bytes than tell the kind: the whole file.
-            Reading::Bytes(bytes) | Reading::Head(bytes) => Run::from_bytes(&self.name, &bytes),
+            Reading::Bytes(bytes, _) | Reading::Head(bytes) => Run::from_bytes(&self.name, &bytes),
         }
     }
 }
@@ -419,10 +432,10 @@ impl Run {
         if let Some(why) = too_big_for_a_tab(
             name,
             bytes.len() as u64,
-            if Kind::of(bytes) == Kind::Snapshot {
-                TabFile::SnapshotHeld
-            } else {
-                TabFile::Recording
+            match Kind::of(bytes) {
+                Kind::Snapshot => TabFile::SnapshotHeld,
+                Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => TabFile::Trace,
+                _ => TabFile::Recording,
             },
         ) {
             return Err(why);
@@ -526,6 +539,16 @@ mod tests {
         let why = too_big_for_a_tab("r.msgpack", 300 << 20, TabFile::Recording).unwrap_or_default();
         assert!(
             why.contains("recording") && why.contains("up to 256 MiB"),
+            "{why}"
+        );
+        // A profiler trace: its bytes and half as much again of its events; 1 GB opens.
+        assert_eq!(
+            too_big_for_a_tab("t.pt.trace.json", 1 << 30, TabFile::Trace),
+            None
+        );
+        let why = too_big_for_a_tab("t.pt.trace.json", 2 << 30, TabFile::Trace).unwrap_or_default();
+        assert!(
+            why.contains("2.00 GiB profiler file") && why.contains("up to 1.50 GiB"),
             "{why}"
         );
         // Before its first bytes tell what it is: too big for any kind.
