@@ -32,47 +32,24 @@ impl Envelope {
 
 impl PlotItem for Envelope {
     fn shapes(&self, _ui: &Ui, transform: &PlotTransform, shapes: &mut Vec<Shape>) {
-        // Each span is a plateau as wide as its column (at most a pixel). Next to the following
-        // column it reaches to that span where the two do not overlap (the jump a line draws at
-        // the column's edge); far from it (no sample in the columns between) it is joined to it
-        // by a band a line wide between their nearest values, as a line joins two samples.
+        // Columns next to each other (a pixel or so apart) are one strip: each span two
+        // vertices, two triangles to the next. A column far from the next (no sample in the
+        // columns between) ends its strip and is joined to the next by a band a line wide
+        // between their nearest values, as a line joins two samples; a column with no neighbour
+        // near is a plateau a pixel wide.
         let half = self.width / 2.0;
         let xs: Vec<f32> = self
             .spans
             .iter()
             .map(|&[x, ..]| transform.position_from_point_x(x))
             .collect();
-        let adjacent = |i: usize| xs.get(i + 1).is_some_and(|next| next - xs[i] <= 1.5);
-        // (left, right, top, bottom) in screen pixels.
-        let plateaus: Vec<[f32; 4]> = self
-            .spans
-            .iter()
-            .enumerate()
-            .map(|(i, &[x, lowest, highest])| {
-                let (lowest, highest) = match self.spans.get(i + 1) {
-                    Some(&[_, next_lowest, next_highest]) if adjacent(i) => {
-                        (lowest.min(next_highest), highest.max(next_lowest))
-                    }
-                    _ => (lowest, highest),
-                };
-                let top = transform.position_from_point(&PlotPoint::new(x, highest)).y;
-                let bottom = transform.position_from_point(&PlotPoint::new(x, lowest)).y;
-                // Screen y grows downwards; a span thinner than the line is widened about its
-                // middle.
-                let middle = (top + bottom) / 2.0;
-                let reach =
-                    |other: Option<&f32>| other.map_or(0.5, |o| ((o - xs[i]).abs() / 2.0).min(0.5));
-                [
-                    xs[i] - reach(i.checked_sub(1).and_then(|p| xs.get(p))),
-                    xs[i] + reach(xs.get(i + 1)),
-                    top.min(middle - half),
-                    bottom.max(middle + half),
-                ]
-            })
-            .collect();
+        let near = |i: usize, j: usize| match (xs.get(i), xs.get(j)) {
+            (Some(a), Some(b)) => (b - a).abs() <= 1.5,
+            _ => false,
+        };
         let mut mesh = Mesh::default();
-        mesh.reserve_vertices(8 * plateaus.len());
-        mesh.reserve_triangles(4 * plateaus.len());
+        mesh.reserve_vertices(2 * self.spans.len() + 8);
+        mesh.reserve_triangles(2 * self.spans.len() + 8);
         let quad = |mesh: &mut Mesh, [l0, l1]: [Pos2; 2], [r0, r1]: [Pos2; 2]| {
             let at = mesh.vertices.len() as u32;
             for p in [l0, l1, r0, r1] {
@@ -81,33 +58,47 @@ impl PlotItem for Envelope {
             mesh.add_triangle(at, at + 1, at + 2);
             mesh.add_triangle(at + 1, at + 3, at + 2);
         };
-        for (i, &[left, right, top, bottom]) in plateaus.iter().enumerate() {
-            quad(
-                &mut mesh,
-                [Pos2::new(left, top), Pos2::new(left, bottom)],
-                [Pos2::new(right, top), Pos2::new(right, bottom)],
-            );
-            let Some(&[next_left, _, next_top, next_bottom]) = plateaus.get(i + 1) else {
-                continue;
-            };
-            // The nearest values of the two spans, each a line wide.
-            // (`max` then `min`, not `clamp`, which panics where rounding crosses the bounds.)
-            let here = ((next_top + next_bottom) / 2.0)
-                .max(top + half)
-                .min(bottom - half);
-            let there = ((top + bottom) / 2.0)
-                .max(next_top + half)
-                .min(next_bottom - half);
-            let (a, b) = if adjacent(i) {
-                ([top, bottom], [next_top, next_bottom])
+        // The span before: its x, top and bottom in screen pixels.
+        let mut before: Option<(f32, f32, f32)> = None;
+        for (i, &[x, lowest, highest]) in self.spans.iter().enumerate() {
+            let top = transform.position_from_point(&PlotPoint::new(x, highest)).y;
+            let bottom = transform.position_from_point(&PlotPoint::new(x, lowest)).y;
+            // Screen y grows downwards; a span thinner than the line is widened about its middle.
+            let middle = (top + bottom) / 2.0;
+            let (top, bottom) = (top.min(middle - half), bottom.max(middle + half));
+            let x = xs[i];
+            let joined = i > 0 && near(i - 1, i);
+            if joined {
+                let at = mesh.vertices.len() as u32;
+                mesh.colored_vertex(Pos2::new(x, top), self.color);
+                mesh.colored_vertex(Pos2::new(x, bottom), self.color);
+                mesh.add_triangle(at - 2, at - 1, at);
+                mesh.add_triangle(at - 1, at + 1, at);
             } else {
-                ([here - half, here + half], [there - half, there + half])
-            };
-            quad(
-                &mut mesh,
-                [Pos2::new(right, a[0]), Pos2::new(right, a[1])],
-                [Pos2::new(next_left, b[0]), Pos2::new(next_left, b[1])],
-            );
+                if let Some((bx, btop, bbottom)) = before {
+                    // The nearest values of the two spans, each a line wide. (`max` then `min`,
+                    // not `clamp`, which panics where rounding crosses the bounds.)
+                    let here = middle.max(btop + half).min(bbottom - half);
+                    let there = ((btop + bbottom) / 2.0).max(top + half).min(bottom - half);
+                    quad(
+                        &mut mesh,
+                        [Pos2::new(bx, here - half), Pos2::new(bx, here + half)],
+                        [Pos2::new(x, there - half), Pos2::new(x, there + half)],
+                    );
+                }
+                // A strip starts here; alone (the next far too), it is a plateau a pixel wide.
+                let (left, right) = if near(i, i + 1) {
+                    (x, x)
+                } else {
+                    (x - 0.5, x + 0.5)
+                };
+                quad(
+                    &mut mesh,
+                    [Pos2::new(left, top), Pos2::new(left, bottom)],
+                    [Pos2::new(right, top), Pos2::new(right, bottom)],
+                );
+            }
+            before = Some((x, top, bottom));
         }
         shapes.push(Shape::mesh(mesh));
     }
