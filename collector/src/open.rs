@@ -304,10 +304,10 @@ pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
     match Kind::of(bytes) {
         Kind::Snapshot => Ok(Opened::Snapshot(Box::new(read_snapshot(bytes)?))),
         Kind::Recording => Ok(Opened::Recording(Box::new(read_recording(bytes)?))),
+        // A profiler file (gzipped too: read as it is decompressed, never whole).
         Kind::Trace | Kind::MemoryTimeline => {
-            Ok(Opened::Recording(Box::new(crate::trace::read_json(bytes)?)))
+            Ok(Opened::Recording(Box::new(crate::trace::read_from(bytes)?)))
         }
-        // A profiler file is read as it is decompressed, never whole.
         Kind::Gzip if Kind::of_gzip(bytes).opens_as() == Kind::Recording => {
             Ok(Opened::Recording(Box::new(crate::trace::read_from(bytes)?)))
         }
@@ -364,11 +364,16 @@ fn first_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
 /// What the gzip file at `path` holds, from its first 64 KiB.
 #[cfg(not(target_arch = "wasm32"))]
 fn gzip_kind(path: &Path) -> std::io::Result<Kind> {
-    use std::io::Read as _;
+    gzip_holds(&mut std::fs::File::open(path)?)
+}
+
+/// What the gzip data in `file` holds, from its first 64 KiB; the file is left at its start.
+#[cfg(not(target_arch = "wasm32"))]
+fn gzip_holds(file: &mut std::fs::File) -> std::io::Result<Kind> {
+    use std::io::{Read as _, Seek as _};
     let mut start = Vec::new();
-    std::fs::File::open(path)?
-        .take(1 << 16)
-        .read_to_end(&mut start)?;
+    file.take(1 << 16).read_to_end(&mut start)?;
+    file.rewind()?;
     Ok(Kind::of_gzip(&start))
 }
 
@@ -581,10 +586,12 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
                     reason: reason.into(),
                 })
         }
-        // A profiler trace streams from the file (gzip too): a 1 GB trace is not held.
-        Kind::Trace => streamed_trace(file, path),
-        Kind::Gzip if gzip_kind(path).map_err(io)? == Kind::Trace => streamed_trace(file, path),
-        Kind::MemoryTimeline | Kind::Gzip => {
+        // A profiler file streams from the file (gzip too): a 1 GB trace is not held.
+        Kind::Trace | Kind::MemoryTimeline => streamed_trace(file, path),
+        Kind::Gzip if gzip_holds(&mut file).map_err(io)?.opens_as() == Kind::Recording => {
+            streamed_trace(file, path)
+        }
+        Kind::Gzip => {
             let len = file.metadata().map_err(io)?.len();
             let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
             file.read_to_end(&mut bytes).map_err(io)?;

@@ -128,16 +128,6 @@ pub fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, TraceError> {
     Ok(out)
 }
 
-/// A profiler file's JSON (not gzipped) as a recording: a chrome trace or a memory timeline, as
-/// its first bytes tell.
-pub fn read_json(bytes: &[u8]) -> Result<Recording, TraceError> {
-    match json_kind(bytes) {
-        Some(JsonKind::Timeline) => timeline::read_timeline(bytes),
-        Some(JsonKind::Trace) => chrome::read_chrome_trace(bytes),
-        None => Err(TraceError::Json("it does not start with { or [".to_owned())),
-    }
-}
-
 /// A profiler file, gzipped or not, as a recording.
 pub fn read_trace(bytes: &[u8]) -> Result<Recording, TraceError> {
     read_from(bytes)
