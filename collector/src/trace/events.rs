@@ -214,6 +214,8 @@ pub(super) fn read_events(
     }
     let mut meta = Meta::default();
     let mut events = None;
+    // The names of the other members, to say what an object without events is.
+    let mut others: Vec<String> = Vec::new();
     match w.peek()? {
         Some(b'[') => events = Some(w.events(&mut each)?),
         Some(b'{') => {
@@ -235,6 +237,9 @@ pub(super) fn read_events(
                         "traceName" => meta.trace_name = w.next(&what)?,
                         _ => {
                             w.next::<IgnoredAny>(&what)?;
+                            if others.len() < 32 {
+                                others.push(key);
+                            }
                         }
                     }
                     match w.peek()? {
@@ -259,10 +264,23 @@ pub(super) fn read_events(
     }
     let Some(events) = events else {
         return Err(TraceError::NotATrace {
-            found: "an object without traceEvents".to_owned(),
+            found: without_events(&others),
         });
     };
     Ok((meta, events))
+}
+
+/// What a JSON object without `traceEvents` is: tidemark's own outputs are told by their
+/// members, so a report passed where a run is expected says so.
+fn without_events(members: &[String]) -> String {
+    let has = |name: &str| members.iter().any(|m| m == name);
+    if has("headline") && has("analysis") && has("schema") {
+        "the JSON of `collector report --json` (a report on a run, not the run: pass the recording or snapshot it was made from)".to_owned()
+    } else if has("kind") && has("a") && has("b") && has("diff") {
+        "the JSON of `collector diff --json` (a comparison, not a run: pass the recording or snapshot itself)".to_owned()
+    } else {
+        "an object without traceEvents".to_owned()
+    }
 }
 
 /// A window onto the input: the bytes from `buf[pos]` on are not read yet.

@@ -285,6 +285,25 @@ fn files_that_cannot_be_compared_exit_2_saying_why() {
         "{}",
         stderr(&other)
     );
+    // A baseline from another command: the JSON that `report --json` or `diff --json` wrote.
+    let report = collector(&["report".as_ref(), recording.as_os_str(), "--json".as_ref()]);
+    assert!(report.status.success(), "{}", stderr(&report));
+    let report_json = dir.path().join("report.json");
+    std::fs::write(&report_json, &report.stdout).unwrap();
+    let compared = diff(&recording, &recording, &["--json"]);
+    assert_eq!(compared.status.code(), Some(0), "{}", stderr(&compared));
+    let diff_json = dir.path().join("diff.json");
+    std::fs::write(&diff_json, &compared.stdout).unwrap();
+    for (base, said) in [
+        (&report_json, "the JSON of `collector report --json`"),
+        (&diff_json, "the JSON of `collector diff --json`"),
+    ] {
+        let gated = check(&recording, base, &[]);
+        assert_eq!(gated.status.code(), Some(2));
+        let err = stderr(&gated);
+        assert!(err.contains(said) && err.contains(&*base.to_string_lossy()), "{err}");
+        assert!(gated.stdout.is_empty());
+    }
     // A file that is not there.
     let missing = diff(&snapshot, &dir.path().join("nope.pickle"), &[]);
     assert_eq!(missing.status.code(), Some(2));
