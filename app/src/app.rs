@@ -1,10 +1,8 @@
 //! The top-level app: the open runs, the tabs, and the panels around the views (files come in
 //! through [`crate::intake`]; one file is a [`crate::run::OpenRun`]).
 
-use std::sync::mpsc::{Receiver, Sender, channel};
-
 use crate::compare::compare_ui;
-use crate::intake::{Incoming, drop_hint};
+use crate::intake::{Intake, drop_hint};
 use crate::run::{EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run};
 use crate::timeline::Overlay;
 
@@ -41,11 +39,8 @@ pub struct TidemarkApp {
     aligned: Option<(usize, usize)>,
     /// What the Compare tab compared last.
     compared: crate::diff::Memo<crate::diff::ComparedKey, crate::diff::Compared>,
-    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-    pub(crate) recent: Vec<String>,
-    pub(crate) inbox: (Sender<Incoming>, Receiver<Incoming>),
-    /// Files being read in the background.
-    pub(crate) loading: usize,
+    /// Files on their way in, and the recent ones.
+    pub(crate) intake: Intake,
     /// *Save image*: the screenshot on its way, and what saving said.
     pub(crate) picture: crate::picture::Pending,
     /// Where *Save image* writes without asking (set by tests and scripts).
@@ -70,9 +65,7 @@ impl TidemarkApp {
             compare: None,
             aligned: None,
             compared: crate::diff::Memo::default(),
-            recent: Vec::new(),
-            inbox: channel(),
-            loading: 0,
+            intake: Intake::new(),
             picture: crate::picture::Pending::default(),
             image_destination: None,
         }
@@ -81,7 +74,7 @@ impl TidemarkApp {
     /// Restores the recent files from the app's storage.
     pub fn with_storage(mut self, storage: Option<&dyn eframe::Storage>) -> Self {
         if let Some(recent) = storage.and_then(|s| s.get_string("recent_files")) {
-            self.recent = recent.lines().map(str::to_owned).collect();
+            self.intake.recent = recent.lines().map(str::to_owned).collect();
         }
         self
     }
@@ -150,33 +143,16 @@ impl TidemarkApp {
         self.current = self.runs.len() - 1;
     }
 
-    /// A sender for files read elsewhere (a download, a dialog); the sender wakes the window
-    /// (`request_repaint`) after sending.
-    pub(crate) fn sender(&self) -> Sender<Incoming> {
-        self.inbox.0.clone()
-    }
-
     fn receive(&mut self) {
-        while let Ok(incoming) = self.inbox.1.try_recv() {
-            match incoming {
-                Incoming::Run { name, run } => self.add(OpenRun::new(name, run.map(|r| *r))),
-                #[cfg(not(target_arch = "wasm32"))]
-                Incoming::Path { path, run } => {
-                    if run.is_ok() {
-                        self.remember(&path);
-                    }
-                    let name = path.to_string_lossy().into_owned();
-                    self.add(OpenRun::new(name, run.map(|r| *r)));
-                }
-                Incoming::Done => self.loading = self.loading.saturating_sub(1),
-            }
+        for run in self.intake.receive() {
+            self.add(run);
         }
     }
 
     /// Draws the whole app into `ui`.
     pub fn show(&mut self, ui: &mut egui::Ui) {
         self.receive();
-        self.take_dropped_files(ui.ctx());
+        self.intake.take_dropped_files(ui.ctx());
         if let Some(image) = self.picture.take() {
             self.picture.save(&image, self.image_destination.clone());
         }
@@ -246,10 +222,13 @@ impl TidemarkApp {
         ui.horizontal_wrapped(|ui| {
             ui.strong("tidemark");
             if ui.button("Open…").clicked() {
-                self.pick_files(ui.ctx());
+                self.intake.pick_files(ui.ctx());
             }
             #[cfg(not(target_arch = "wasm32"))]
-            self.recent_menu(ui);
+            {
+                self.intake.recent_menu(ui);
+                self.follow_checkbox(ui);
+            }
             if !self.runs.is_empty()
                 && ui
                     .button("Save image")
@@ -289,7 +268,7 @@ impl TidemarkApp {
             if let Some(i) = close {
                 self.close(i);
             }
-            if self.loading > 0 {
+            if self.intake.loading > 0 {
                 ui.spinner();
                 ui.label("reading…");
             }
@@ -488,6 +467,199 @@ impl eframe::App for TidemarkApp {
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
-        storage.set_string("recent_files", self.recent.join("\n"));
+        storage.set_string("recent_files", self.intake.recent.join("\n"));
+    }
+}
+
+impl TidemarkApp {
+    /// Reads what was added to followed files (each at its own pace, see `Follow::poll`, unless
+    /// `now`).
+    pub(crate) fn poll_follow(&mut self, ctx: &egui::Context) {
+        let mut any = false;
+        for open in &mut self.runs {
+            any |= open.follow.is_some();
+            poll(open, false);
+        }
+        if any {
+            ctx.request_repaint_after(std::time::Duration::from_millis(250));
+        }
+    }
+
+    fn poll_follow_now(&mut self) {
+        for open in &mut self.runs {
+            poll(open, true);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl TidemarkApp {
+    /// Reads a file in the background and shows it when it is read.
+    pub fn open_path_in_background(&mut self, ctx: &egui::Context, path: std::path::PathBuf) {
+        self.intake.open_path_in_background(ctx, path);
+    }
+
+    /// Opens several nodes' recordings of one run as one (`tidemark --one-run a b …`): ranks
+    /// judged together, the files that do not belong named in the run's warnings.
+    pub fn open_as_one_run(&mut self, paths: &[std::path::PathBuf]) {
+        if paths.is_empty() {
+            return;
+        }
+        let (name, run) = crate::intake::one_run(paths);
+        self.add(OpenRun::new(name, run));
+    }
+
+    /// Opens a file now, on this thread.
+    pub fn open_path(&mut self, path: &std::path::Path) {
+        let run = crate::intake::read_path(path);
+        if run.is_ok() {
+            self.intake.remember(path);
+        }
+        self.add(OpenRun::new(path.to_string_lossy().into_owned(), run));
+    }
+
+    /// Opens a file that may still be written, and keeps reading what is added to it.
+    pub fn follow_path(&mut self, path: &std::path::Path) {
+        let name = path.to_string_lossy().into_owned();
+        let mut open = OpenRun::new(
+            name,
+            Err("waiting for the recording's first bytes…".to_owned()),
+        );
+        open.follow = Some(crate::follow::Follow::new(path.to_owned()));
+        self.add(open);
+        self.poll_follow_now();
+    }
+
+    /// Starts or stops following the current file.
+    pub fn set_follow(&mut self, on: bool) {
+        let Some(open) = self.runs.get_mut(self.current) else {
+            return;
+        };
+        // A snapshot is written once: there is nothing to follow (and its Blocks would go).
+        let snapshot = matches!(
+            &open.run,
+            Ok(Run {
+                snapshot: Some(_),
+                ..
+            })
+        );
+        if !on {
+            open.follow = None;
+        } else if open.follow.is_none() && !snapshot && std::path::Path::new(&open.name).is_file() {
+            open.follow = Some(crate::follow::Follow::new(open.name.clone().into()));
+            poll(open, true);
+        }
+    }
+
+    /// Recently opened files, newest first.
+    pub fn recent(&self) -> &[String] {
+        &self.intake.recent
+    }
+
+    /// *Follow*: keeps reading the current file as the collector writes it.
+    fn follow_checkbox(&mut self, ui: &mut egui::Ui) {
+        if let Some(current) = self.runs.get(self.current) {
+            let following = current.follow.is_some();
+            let mut on = following;
+            if std::path::Path::new(&current.name).is_file() {
+                ui.checkbox(&mut on, "Follow")
+                    .on_hover_text("Keep reading the file as the collector writes it");
+            }
+            if on != following {
+                self.set_follow(on);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl TidemarkApp {
+    /// Fetches a recording hosted next to the page (same origin) and shows it, or shows why it
+    /// could not be fetched.
+    pub fn open_url(&mut self, ctx: &egui::Context, url: String) {
+        self.intake.open_url(ctx, url);
+    }
+
+    /// Opens per-rank snapshots hosted next to the page as one run named `folder`.
+    pub fn open_ranks(&mut self, ctx: &egui::Context, folder: String, urls: Vec<String>) {
+        self.intake.open_ranks(ctx, folder, urls);
+    }
+
+    /// Follows a recording hosted next to the page (same origin) while it is written, about
+    /// four times a second: its bytes from where the last fetch stopped (`Range: bytes=N-`), or a run
+    /// the server makes from several files whole again when they changed (`If-None-Match`).
+    pub fn follow_url(&mut self, url: String, fetch: crate::follow::Fetch) {
+        let mut open = OpenRun::new(
+            url.clone(),
+            Err("waiting for the recording's first bytes…".to_owned()),
+        );
+        open.follow = Some(crate::follow::Follow::url(url, fetch));
+        self.add(open);
+        self.poll_follow_now();
+    }
+}
+
+/// One followed file: what arrived goes into its recording, its curves grow, and it is analysed
+/// again when that is due — on a thread of its own, unless `now` or the recording is complete
+/// (then at once): the frames go on meanwhile, and the file is read again once it is done.
+fn poll(open: &mut OpenRun, now: bool) {
+    let Some(follow) = &mut open.follow else {
+        return;
+    };
+    let run = &mut open.run;
+    if let Some(analysis) = follow.analysis(now) {
+        match run {
+            Ok(run) => run.adopt(analysis),
+            Err(_) => drop(analysis),
+        }
+    }
+    if follow.analysing() {
+        return;
+    }
+    // The run stays, its recording lent to the follower to grow.
+    let mut kept: Option<Run> = None;
+    let taken = || match std::mem::replace(run, Err(String::new())) {
+        Ok(mut previous) => {
+            let empty = collector::recording::Recording::new(previous.recording.header.clone());
+            let recording = std::mem::replace(&mut previous.recording, empty);
+            kept = Some(previous);
+            Some(recording)
+        }
+        Err(_) => None,
+    };
+    let Some(update) = follow.poll(taken, now) else {
+        if follow.analysis_due()
+            && let Ok(run) = run
+        {
+            follow.analyse_in_background(&run.recording);
+        }
+        return;
+    };
+    let started = web_time::Instant::now();
+    match (update, kept) {
+        (Ok(recording), Some(mut previous)) => {
+            let at_once = now || recording.end.is_some();
+            previous.grow(recording, at_once);
+            #[cfg(target_arch = "wasm32")]
+            crate::web::announce_growth(previous.recording.sample_count());
+            if at_once {
+                follow.analysed_in(started.elapsed());
+            } else {
+                follow.grew();
+                if follow.analysis_due() {
+                    follow.analyse_in_background(&previous.recording);
+                }
+            }
+            *run = Ok(previous);
+        }
+        (update, _) => {
+            // The first bytes, or a run fetched whole again ([`crate::follow::Fetch::Whole`]).
+            #[cfg(target_arch = "wasm32")]
+            if let Ok(recording) = &update {
+                crate::web::announce_growth(recording.sample_count());
+            }
+            *run = update.map(Run::new);
+            follow.analysed_in(started.elapsed());
+        }
     }
 }

@@ -234,10 +234,10 @@ pub fn blocks_ui(
         ui.horizontal_wrapped(|ui| {
             ui.strong("Pinned on the memory timeline:");
             ui.label(format!(
-                "{} at 0x{:x} on cuda:{}, {}",
+                "{} at 0x{:x} on {}, {}",
                 format_bytes(p.size as f64),
                 p.addr,
-                p.device,
+                s.device_name(p.device),
                 s.site_name(s.site(p.stack))
             ));
             if let Some(t) = p.allocated_us.filter(|_| view.has_timeline())
@@ -280,10 +280,10 @@ pub fn blocks_ui(
                             .any(|b| p.is(b))
                     });
                 let header = egui::CollapsingHeader::new(format!(
-                    "{:>10}   {:>11}   cuda:{}   {}",
+                    "{:>10}   {:>11}   {}   {}",
                     format_bytes(site.bytes as f64),
                     count(site.blocks.len(), "block"),
-                    site.device,
+                    s.device_name(site.device),
                     s.site_name(site.site)
                 ))
                 .id_salt(("site", i, site.device, site.stack))
@@ -380,10 +380,10 @@ fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
                 };
                 egui::CollapsingHeader::new(
                     egui::RichText::new(format!(
-                        "{} in {} blocks, cuda:{}, {}, {within}",
+                        "{} in {} blocks, {}, {}, {within}",
                         format_bytes(x.bytes as f64),
                         x.blocks,
-                        x.device,
+                        s.device_name(x.device),
                         s.site_name(s.site(x.stack))
                     ))
                     .color(ui.visuals().warn_fg_color),
@@ -399,8 +399,8 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
     ui.heading("Segments at the snapshot");
     for g in &view.verdict.held {
         ui.label(format!(
-            "cuda:{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
-            g.device,
+            "{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
+            view.snapshot.device_name(g.device),
             g.segments,
             format_bytes(g.reserved as f64),
             format_bytes(g.allocated as f64),
@@ -448,8 +448,8 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
                     x += w;
                 }
                 response.on_hover_text(format!(
-                    "cuda:{} {} segment at 0x{:x}: {}, {} blocks",
-                    seg.device,
+                    "{} {} segment at 0x{:x}: {}, {} blocks",
+                    view.snapshot.device_name(seg.device),
                     seg.segment_type,
                     seg.address,
                     format_bytes(seg.total_size as f64),

@@ -194,12 +194,12 @@ pub fn run_info_ui(ui: &mut egui::Ui, name: &str, opened: &Run) {
                     .devices
                     .iter()
                     .map(|d| {
-                        format!(
-                            "cuda:{} {} ({})",
-                            d.index,
-                            d.name,
-                            format_bytes(d.total_bytes as f64)
-                        )
+                        let name = header.device_name(d.index);
+                        if name == collector::format::PINNED_HOST {
+                            name
+                        } else {
+                            format!("{name} {} ({})", d.name, format_bytes(d.total_bytes as f64))
+                        }
                     })
                     .collect::<Vec<_>>()
                     .join("\n")

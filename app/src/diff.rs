@@ -348,7 +348,8 @@ fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
     egui::ScrollArea::vertical().show(ui, |ui| {
         pairs(ui, "diff devices", A_B, |ui| {
             for d in &diff.devices {
-                let on = |what: &str| format!("cuda:{} {what}", d.device);
+                let name = collector::compare::device_name(d.device);
+                let on = |what: &str| format!("{name} {what}");
                 pair_row(ui, &on("alive"), &d.live_bytes);
                 pair_row(ui, &on("reserved"), &d.reserved);
                 pair_row(ui, &on("allocated"), &d.allocated);
@@ -367,7 +368,11 @@ fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
                 }
                 ui.end_row();
                 for s in diff.sites.iter().take(200) {
-                    ui.label(format!("cuda:{} {}", s.device, s.site));
+                    ui.label(format!(
+                        "{} {}",
+                        collector::compare::device_name(s.device),
+                        s.site
+                    ));
                     ui.label(bytes_or_dash(s.bytes.a));
                     ui.label(bytes_or_dash(s.bytes.b));
                     let change = s.bytes.b.unwrap_or(0.0) - s.bytes.a.unwrap_or(0.0);

@@ -86,7 +86,7 @@ pub fn flame_ui(
         return;
     };
     ui.horizontal_wrapped(|ui| {
-        ui.label(format!("cuda:{}", timeline.device));
+        ui.label(snapshot.device_name(timeline.device));
         ui.selectable_value(&mut state.when, When::End, "at the snapshot");
         ui.selectable_value(&mut state.when, When::Peak, "at the peak");
         if moment.is_some() {

@@ -1,13 +1,62 @@
 //! How files come in: dialogs, drops, background reads, `?url=` on the web, recent files, and
 //! files followed while the collector writes them.
 
-use crate::app::TidemarkApp;
+use std::sync::mpsc::{Receiver, Sender, channel};
+
 use crate::run::OpenRun;
 use crate::run::Run;
 
 /// How many recent files are remembered.
 #[cfg(not(target_arch = "wasm32"))]
 const RECENT: usize = 10;
+
+/// Files on their way in: what reads them in the background sends them here, how many reads
+/// are still going on, and the files opened recently.
+pub(crate) struct Intake {
+    inbox: (Sender<Incoming>, Receiver<Incoming>),
+    /// Files being read in the background.
+    pub(crate) loading: usize,
+    /// Recently opened files, newest first.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    pub(crate) recent: Vec<String>,
+}
+
+impl Intake {
+    pub(crate) fn new() -> Self {
+        Self {
+            inbox: channel(),
+            loading: 0,
+            recent: Vec::new(),
+        }
+    }
+
+    /// A sender for files read elsewhere (a download, a dialog); the sender wakes the window
+    /// (`request_repaint`) after sending.
+    pub(crate) fn sender(&self) -> Sender<Incoming> {
+        self.inbox.0.clone()
+    }
+
+    /// The files that arrived since the last look, to be shown in that order (those read from a
+    /// path and opened are remembered among the recent files).
+    pub(crate) fn receive(&mut self) -> Vec<OpenRun> {
+        let mut arrived = Vec::new();
+        while let Ok(incoming) = self.inbox.1.try_recv() {
+            match incoming {
+                Incoming::Run { name, run } => arrived.push(OpenRun::new(name, run.map(|r| *r))),
+                #[cfg(not(target_arch = "wasm32"))]
+                Incoming::Path { path, run } => {
+                    if run.is_ok() {
+                        self.remember(&path);
+                    }
+                    let name = path.to_string_lossy().into_owned();
+                    arrived.push(OpenRun::new(name, run.map(|r| *r)));
+                }
+                Incoming::Done => self.loading = self.loading.saturating_sub(1),
+            }
+        }
+        arrived
+    }
+}
 
 /// A file arriving from a dialog, a drop, a download or a background read.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))] // `Run` comes from browsers only.
@@ -42,7 +91,7 @@ impl Incoming {
 
 /// Nodes' recordings of one run, read and merged, and the name the run is shown under.
 #[cfg(not(target_arch = "wasm32"))]
-fn one_run(paths: &[std::path::PathBuf]) -> (String, Result<Run, String>) {
+pub(crate) fn one_run(paths: &[std::path::PathBuf]) -> (String, Result<Run, String>) {
     let files: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
     let name = match paths {
         [first, _, ..] => format!(
@@ -76,7 +125,7 @@ fn nodes_of_one_run(paths: &[std::path::PathBuf]) -> bool {
 /// recording, a snapshot, a folder of nodes' recordings as one run, a folder of per-rank
 /// snapshots. The error names it.
 #[cfg(not(target_arch = "wasm32"))]
-fn read_path(path: &std::path::Path) -> Result<Run, String> {
+pub(crate) fn read_path(path: &std::path::Path) -> Result<Run, String> {
     let input = collector::open::open_path(path)
         .map_err(|err| format!("{}: {}", path.to_string_lossy(), err.what()))?;
     let recording = input.kind() == collector::open::Kind::Recording;
@@ -100,7 +149,7 @@ fn read_path(path: &std::path::Path) -> Result<Run, String> {
     Ok(run)
 }
 
-impl TidemarkApp {
+impl Intake {
     pub(crate) fn take_dropped_files(&mut self, ctx: &egui::Context) {
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
         // Nodes' recordings of one run dropped together open as that run.
@@ -176,29 +225,8 @@ impl TidemarkApp {
     }
 }
 
-impl TidemarkApp {
-    /// Reads what was added to followed files (each at its own pace, see `Follow::poll`, unless
-    /// `now`).
-    pub(crate) fn poll_follow(&mut self, ctx: &egui::Context) {
-        let mut any = false;
-        for open in &mut self.runs {
-            any |= open.follow.is_some();
-            poll(open, false);
-        }
-        if any {
-            ctx.request_repaint_after(std::time::Duration::from_millis(250));
-        }
-    }
-
-    fn poll_follow_now(&mut self) {
-        for open in &mut self.runs {
-            poll(open, true);
-        }
-    }
-}
-
 #[cfg(not(target_arch = "wasm32"))]
-impl TidemarkApp {
+impl Intake {
     /// Reads a file in the background and shows it when it is read.
     pub fn open_path_in_background(&mut self, ctx: &egui::Context, path: std::path::PathBuf) {
         let tx = self.sender();
@@ -211,8 +239,8 @@ impl TidemarkApp {
         });
     }
 
-    /// [`TidemarkApp::open_as_one_run`], read in the background.
-    fn open_as_one_run_in_background(
+    /// [`one_run`], read in the background.
+    pub(crate) fn open_as_one_run_in_background(
         &mut self,
         ctx: &egui::Context,
         paths: Vec<std::path::PathBuf>,
@@ -231,58 +259,6 @@ impl TidemarkApp {
         });
     }
 
-    /// Opens several nodes' recordings of one run as one (`tidemark --one-run a b …`): ranks
-    /// judged together, the files that do not belong named in the run's warnings.
-    pub fn open_as_one_run(&mut self, paths: &[std::path::PathBuf]) {
-        if paths.is_empty() {
-            return;
-        }
-        let (name, run) = one_run(paths);
-        self.add(OpenRun::new(name, run));
-    }
-
-    /// Opens a file now, on this thread.
-    pub fn open_path(&mut self, path: &std::path::Path) {
-        let run = read_path(path);
-        if run.is_ok() {
-            self.remember(path);
-        }
-        self.add(OpenRun::new(path.to_string_lossy().into_owned(), run));
-    }
-
-    /// Opens a file that may still be written, and keeps reading what is added to it.
-    pub fn follow_path(&mut self, path: &std::path::Path) {
-        let name = path.to_string_lossy().into_owned();
-        let mut open = OpenRun::new(
-            name,
-            Err("waiting for the recording's first bytes…".to_owned()),
-        );
-        open.follow = Some(crate::follow::Follow::new(path.to_owned()));
-        self.add(open);
-        self.poll_follow_now();
-    }
-
-    /// Starts or stops following the current file.
-    pub fn set_follow(&mut self, on: bool) {
-        let Some(open) = self.runs.get_mut(self.current) else {
-            return;
-        };
-        // A snapshot is written once: there is nothing to follow (and its Blocks would go).
-        let snapshot = matches!(
-            &open.run,
-            Ok(Run {
-                snapshot: Some(_),
-                ..
-            })
-        );
-        if !on {
-            open.follow = None;
-        } else if open.follow.is_none() && !snapshot && std::path::Path::new(&open.name).is_file() {
-            open.follow = Some(crate::follow::Follow::new(open.name.clone().into()));
-            poll(open, true);
-        }
-    }
-
     pub(crate) fn remember(&mut self, path: &std::path::Path) {
         let path = std::fs::canonicalize(path)
             .unwrap_or_else(|_| path.to_owned())
@@ -291,11 +267,6 @@ impl TidemarkApp {
         self.recent.retain(|p| p != &path);
         self.recent.insert(0, path);
         self.recent.truncate(RECENT);
-    }
-
-    /// Recently opened files, newest first.
-    pub fn recent(&self) -> &[String] {
-        &self.recent
     }
 
     pub(crate) fn recent_menu(&mut self, ui: &mut egui::Ui) {
@@ -313,22 +284,11 @@ impl TidemarkApp {
         if let Some(path) = open {
             self.open_path_in_background(ui.ctx(), path.into());
         }
-        if let Some(current) = self.runs.get(self.current) {
-            let following = current.follow.is_some();
-            let mut on = following;
-            if std::path::Path::new(&current.name).is_file() {
-                ui.checkbox(&mut on, "Follow")
-                    .on_hover_text("Keep reading the file as the collector writes it");
-            }
-            if on != following {
-                self.set_follow(on);
-            }
-        }
     }
 }
 
 #[cfg(target_arch = "wasm32")]
-impl TidemarkApp {
+impl Intake {
     /// Fetches a recording hosted next to the page (same origin) and shows it, or shows why it
     /// could not be fetched.
     pub fn open_url(&mut self, ctx: &egui::Context, url: String) {
@@ -374,19 +334,6 @@ impl TidemarkApp {
             ctx.request_repaint();
         });
     }
-
-    /// Follows a recording hosted next to the page (same origin) while it is written, about
-    /// four times a second: its bytes from where the last fetch stopped (`Range: bytes=N-`), or a run
-    /// the server makes from several files whole again when they changed (`If-None-Match`).
-    pub fn follow_url(&mut self, url: String, fetch: crate::follow::Fetch) {
-        let mut open = OpenRun::new(
-            url.clone(),
-            Err("waiting for the recording's first bytes…".to_owned()),
-        );
-        open.follow = Some(crate::follow::Follow::url(url, fetch));
-        self.add(open);
-        self.poll_follow_now();
-    }
 }
 
 /// While files are dragged over the window, say that dropping opens them.
@@ -407,69 +354,4 @@ pub(crate) fn drop_hint(ctx: &egui::Context) {
         egui::FontId::proportional(28.0),
         egui::Color32::WHITE,
     );
-}
-
-/// One followed file: what arrived goes into its recording, its curves grow, and it is analysed
-/// again when that is due — on a thread of its own, unless `now` or the recording is complete
-/// (then at once): the frames go on meanwhile, and the file is read again once it is done.
-fn poll(open: &mut OpenRun, now: bool) {
-    let Some(follow) = &mut open.follow else {
-        return;
-    };
-    let run = &mut open.run;
-    if let Some(analysis) = follow.analysis(now) {
-        match run {
-            Ok(run) => run.adopt(analysis),
-            Err(_) => drop(analysis),
-        }
-    }
-    if follow.analysing() {
-        return;
-    }
-    // The run stays, its recording lent to the follower to grow.
-    let mut kept: Option<Run> = None;
-    let taken = || match std::mem::replace(run, Err(String::new())) {
-        Ok(mut previous) => {
-            let empty = collector::recording::Recording::new(previous.recording.header.clone());
-            let recording = std::mem::replace(&mut previous.recording, empty);
-            kept = Some(previous);
-            Some(recording)
-        }
-        Err(_) => None,
-    };
-    let Some(update) = follow.poll(taken, now) else {
-        if follow.analysis_due()
-            && let Ok(run) = run
-        {
-            follow.analyse_in_background(&run.recording);
-        }
-        return;
-    };
-    let started = web_time::Instant::now();
-    match (update, kept) {
-        (Ok(recording), Some(mut previous)) => {
-            let at_once = now || recording.end.is_some();
-            previous.grow(recording, at_once);
-            #[cfg(target_arch = "wasm32")]
-            crate::web::announce_growth(previous.recording.sample_count());
-            if at_once {
-                follow.analysed_in(started.elapsed());
-            } else {
-                follow.grew();
-                if follow.analysis_due() {
-                    follow.analyse_in_background(&previous.recording);
-                }
-            }
-            *run = Ok(previous);
-        }
-        (update, _) => {
-            // The first bytes, or a run fetched whole again ([`crate::follow::Fetch::Whole`]).
-            #[cfg(target_arch = "wasm32")]
-            if let Ok(recording) = &update {
-                crate::web::announce_growth(recording.sample_count());
-            }
-            *run = update.map(Run::new);
-            follow.analysed_in(started.elapsed());
-        }
-    }
 }

@@ -153,7 +153,11 @@ pub(crate) fn block_lines(
     };
     let mut lines = vec![
         format!("{} at 0x{:x}", format_bytes(b.size as f64), b.addr),
-        format!("stream 0x{:x}, cuda:{}", b.stream, device.device),
+        format!(
+            "stream 0x{:x}, {}",
+            b.stream,
+            snapshot.device_name(device.device)
+        ),
         format!("allocated: {allocated}"),
         format!("freed: {freed}"),
         format!("site: {}", layout.site_name(snapshot, b.site)),
@@ -191,12 +195,12 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
         .get_or_insert_with(|| snapshot.time_range_us().map_or(0, |r| r.0));
     ui.horizontal_wrapped(|ui| {
         if layout.devices.len() > 1 {
-            egui::ComboBox::from_id_salt("memory device")
-                .selected_text(format!("cuda:{}", layout.devices[state.device].device))
+            egui::ComboBox::from_label("device")
+                .selected_text(snapshot.device_name(layout.devices[state.device].device))
                 .show_ui(ui, |ui| {
                     for (i, d) in layout.devices.iter().enumerate() {
                         if ui
-                            .selectable_value(&mut state.device, i, format!("cuda:{}", d.device))
+                            .selectable_value(&mut state.device, i, snapshot.device_name(d.device))
                             .changed()
                         {
                             state.range = None;
@@ -215,8 +219,8 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
             ui.label(crate::segtimeline::caption(snapshot, &layout, state));
         } else {
             ui.label(format!(
-                "Active memory timeline of cuda:{}: {} bands over {} trace entries, peak {}, {} alive at the snapshot",
-                d.device,
+                "Active memory timeline of {}: {} bands over {} trace entries, peak {}, {} alive at the snapshot",
+                snapshot.device_name(d.device),
                 d.band_count(),
                 d.steps(),
                 format_bytes(d.peak as f64),

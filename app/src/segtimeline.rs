@@ -59,8 +59,8 @@ pub fn caption(snapshot: &Snapshot, blocks: &MemoryTimeline, state: &mut MemoryS
         .sum();
     let mapped = d.segments().iter().any(|s| s.mapped);
     format!(
-        "Segments of cuda:{}: {} over {}, at most {} reserved, {} at the snapshot",
-        d.device,
+        "Segments of {}: {} over {}, at most {} reserved, {} at the snapshot",
+        snapshot.device_name(d.device),
         collector::format::count(
             d.segments().len(),
             if mapped { "mapped range" } else { "segment" }

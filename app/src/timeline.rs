@@ -180,15 +180,17 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
         if view.devices.len() > 1 {
             ui.separator();
             egui::ComboBox::from_label("device")
-                .selected_text(
-                    state
-                        .device
-                        .map_or("all".to_owned(), |d| format!("cuda:{d}")),
-                )
+                .selected_text(state.device.map_or("all".to_owned(), |d| {
+                    view.devices
+                        .iter()
+                        .zip(&view.device_names)
+                        .find(|(x, _)| **x == d)
+                        .map_or_else(|| format!("cuda:{d}"), |(_, name)| name.clone())
+                }))
                 .show_ui(ui, |ui| {
                     ui.selectable_value(&mut state.device, None, "all");
-                    for &d in &view.devices {
-                        ui.selectable_value(&mut state.device, Some(d), format!("cuda:{d}"));
+                    for (&d, name) in view.devices.iter().zip(&view.device_names) {
+                        ui.selectable_value(&mut state.device, Some(d), name.as_str());
                     }
                 });
         }

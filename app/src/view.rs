@@ -65,6 +65,8 @@ pub struct Trace {
     pub kind: TraceKind,
     /// The CUDA device, for device curves.
     pub device: Option<u32>,
+    /// Its name (`cuda:N`, or pinned host memory in a run imported from a snapshot).
+    device_name: Option<String>,
     /// The process it belongs to, when the job had several ("rank 1", "pid 4242").
     pub origin: Option<String>,
     source: Source,
@@ -88,8 +90,9 @@ impl Trace {
     /// The legend name: kind, device and process.
     pub fn name(&self) -> String {
         let mut name = self.kind.label().to_owned();
-        if let Some(device) = self.device {
-            name.push_str(&format!(" cuda:{device}"));
+        if let Some(device) = &self.device_name {
+            name.push(' ');
+            name.push_str(device);
         }
         if let Some(origin) = &self.origin {
             name.push_str(&format!(" ({origin})"));
@@ -249,6 +252,8 @@ pub struct RunView {
     pub duration_ns: u64,
     /// The devices drawn.
     pub devices: Vec<u32>,
+    /// Their names, in the same order (`cuda:N`, or pinned host memory).
+    pub device_names: Vec<String>,
     /// The processes drawn, when several sent allocator numbers.
     pub origins: Vec<String>,
     /// The training process' memory by category at each step start, per device (host: `None`).
@@ -369,6 +374,7 @@ impl RunView {
             traces.push(Trace {
                 kind,
                 device: series.key.device,
+                device_name: series.key.device.map(|d| recording.header.device_name(d)),
                 origin: None,
                 source,
                 levels,
@@ -408,6 +414,10 @@ impl RunView {
         let mut devices: Vec<u32> = traces.iter().filter_map(|t| t.device).collect();
         devices.sort_unstable();
         devices.dedup();
+        let device_names = devices
+            .iter()
+            .map(|&d| recording.header.device_name(d))
+            .collect();
         let mut origins: Vec<String> = traces.iter().filter_map(|t| t.origin.clone()).collect();
         origins.sort();
         origins.dedup();
@@ -422,6 +432,7 @@ impl RunView {
             shape: None,
             duration_ns: recording.duration_ns(),
             devices,
+            device_names,
             origins,
             categories: analysis.categories.clone(),
             verdict: VerdictDrawing::new(recording, analysis, lead),
@@ -579,6 +590,7 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
         .map(|(rank, times_ns, values)| Trace {
             kind: TraceKind::Host,
             device: None,
+            device_name: None,
             origin: Some(format!("rank {rank}")),
             levels: Levels::new(&times_ns, &values),
             covered: values.len(),
@@ -630,6 +642,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
             traces.push(Trace {
                 kind,
                 device: Some(device),
+                device_name: Some(recording.header.device_name(device)),
                 origin: origin.clone(),
                 levels: Levels::new(&times_ns, &values),
                 covered: values.len(),
@@ -734,9 +747,9 @@ fn events(recording: &Recording, analysis: &Analysis) -> Vec<Event> {
     let bytes = |b: Option<u64>| b.map_or("?".to_owned(), |b| format_bytes(b as f64));
     let mut events = Vec::new();
     for oom in &recording.ooms {
-        let device = oom
-            .device
-            .map_or(String::new(), |d| format!(" on cuda:{d}"));
+        let device = oom.device.map_or(String::new(), |d| {
+            format!(" on {}", recording.header.device_name(d))
+        });
         events.push(Event {
             t_ns: oom.t_ns,
             kind: EventKind::Oom,

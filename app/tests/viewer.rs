@@ -1276,6 +1276,32 @@ fn snapshot_views_of(file: &str, tag: &str) {
     harness.snapshot(format!("flame_graph_{tag}"));
 }
 
+/// A snapshot with pinned host memory (PyTorch 2.14+): the memory views offer it as a device of
+/// its own, named as what it is, and draw its allocations and segments; the curves name it too.
+#[test]
+fn pinned_host_memory_is_a_device_of_the_snapshot_views() {
+    let path = tidemark_tests::inputs::data("snapshots/pinned_host.pickle");
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    // The curves: one per device, the host's named so in the legend.
+    harness.get_by_label_contains("allocated pinned host");
+    harness.get_by_label("Memory timeline").click();
+    harness.run();
+    harness.get_by_label_contains("Active memory timeline of cuda:0");
+    harness.get_by_label("device").click();
+    harness.run();
+    harness.get_by_label("pinned host").click();
+    harness.run();
+    // 33 pinned buffers made (32 kept in the cache, the staging one given back), 4 alive.
+    harness.get_by_label_contains("Active memory timeline of pinned host: 33 bands");
+    harness.get_by_label_contains("8.00 MiB alive at the snapshot");
+    harness.get_by_label("Segments").click();
+    harness.run();
+    harness.get_by_label_contains("Segments of pinned host");
+}
+
 /// FlexGen's out-of-memory snapshot, with a legacy history.
 #[test]
 fn snapshot_views_of_an_oom_snapshot() {

@@ -84,6 +84,23 @@ pub fn byte_marks(lo: f64, hi: f64, min_step: f64) -> Vec<(f64, f64)> {
     marks
 }
 
+/// What pinned host memory is called where a device's name goes.
+pub const PINNED_HOST: &str = "pinned host";
+
+/// The device pinned host memory is where several snapshots' devices meet (a comparison): the
+/// same in all of them, whatever number of CUDA devices each has.
+pub const HOST_DEVICE: u32 = u32::MAX;
+
+/// How device `device` is named to a person: `cuda:N`, or [`PINNED_HOST`] when it is `host`, the
+/// device a snapshot's pinned host memory was given.
+pub fn device_name(device: u32, host: Option<u32>) -> String {
+    if host == Some(device) {
+        PINNED_HOST.to_owned()
+    } else {
+        format!("cuda:{device}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -91,6 +91,11 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
         expected["devices"],
         "{name}: devices"
     );
+    assert_eq!(
+        snapshot.host.map(u64::from),
+        expected["host"].as_u64(),
+        "{name}: the pinned host memory's device"
+    );
     let actions: BTreeMap<String, u64> = expected["actions"]
         .as_object()
         .unwrap()
@@ -754,6 +759,73 @@ fn other_spellings_and_missing_keys() {
     let empty = agrees_with_python(&dir.join("empty_trace.pickle"));
     assert_eq!(empty.devices, 1);
     assert!(empty.to_recording().allocator.is_empty());
+}
+
+/// Pinned host memory (PyTorch 2.14+, `record_pinned_host_memory=True`): its flat
+/// `host_traces` and its `host_segments` (`device` -1) are one more device after the CUDA ones,
+/// named as what it is; a snapshot whose two keys are empty (what 2.14+ writes without the
+/// option) has no such device.
+#[test]
+fn pinned_host_memory_is_a_device_of_its_own() {
+    let dir = generated();
+    let s = agrees_with_python(&dir.join("pinned_host.pickle"));
+    assert_eq!((s.devices, s.host), (2, Some(1)));
+    assert_eq!(s.device_name(0), "cuda:0");
+    assert_eq!(s.device_name(1), "pinned host");
+    let mib = 1u64 << 20;
+    let on = |device: u32| s.segments.iter().filter(move |g| g.device == device);
+    assert_eq!(on(1).count(), 32, "a segment per pinned buffer");
+    assert!(on(1).all(|g| g.blocks.len() == 1 && g.stream == 0));
+    let live: u64 = on(1)
+        .flat_map(|g| &g.blocks)
+        .filter(|b| b.state != BlockState::Inactive)
+        .map(|b| b.size)
+        .sum();
+    assert_eq!(live, 4 * 2 * mib, "the four buffers kept");
+    // The trace's curves: the host's reserved memory ends at its 32 segments (the staging
+    // buffer's segment freed), allocated at the four kept.
+    let recording = s.to_recording();
+    let last = recording
+        .allocator
+        .iter()
+        .rev()
+        .find(|r| r.device == 1)
+        .unwrap();
+    assert_eq!((last.allocated, last.reserved), (8 * mib, 64 * mib));
+    assert_eq!(
+        recording.header.devices.last().map(|d| d.name.as_str()),
+        Some("pinned host")
+    );
+
+    let empty = agrees_with_python(&dir.join("host_empty.pickle"));
+    assert_eq!((empty.devices, empty.host), (3, None));
+}
+
+/// Bytes after the pickle's STOP (a file decoded from a MemoryViz HTML page ends with a NUL) are
+/// left as Python leaves them, read whole or as they arrive.
+#[test]
+fn bytes_after_the_pickle_are_left_alone() {
+    use collector::snapshot::SnapshotReader;
+    let clean = std::fs::read(data("snapshots/pinned_host.pickle")).unwrap();
+    let expected = read_snapshot(&clean).unwrap();
+    for tail in [&b"\0"[..], b"\0\0\0\0", b"<html>not a pickle</html>"] {
+        let mut bytes = clean.clone();
+        bytes.extend_from_slice(tail);
+        for snapshot in [read_snapshot(&bytes).unwrap(), {
+            let mut reader = SnapshotReader::with_window(7);
+            for part in bytes.chunks(5) {
+                reader.push(part).unwrap();
+            }
+            reader.finish().unwrap()
+        }] {
+            assert_eq!(snapshot.entries.len(), expected.entries.len());
+            assert_eq!(snapshot.segments.len(), expected.segments.len());
+            assert_eq!(
+                (snapshot.devices, snapshot.host),
+                (expected.devices, expected.host)
+            );
+        }
+    }
 }
 
 #[test]

@@ -137,6 +137,11 @@ pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
             Kind::Snapshot,
         ),
         ok(
+            "a snapshot with pinned host memory",
+            data("snapshots/pinned_host.pickle"),
+            Kind::Snapshot,
+        ),
+        ok(
             "a snapshot without a trace",
             data("snapshots/real/verl_rollout_state.pickle"),
             Kind::Snapshot,

@@ -1,13 +1,13 @@
 //! `collector check FILE`: a CI gate on the analysis' findings.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use collector::analysis::{Analysis, Finding, FindingKind};
 use collector::compare::{Gate, GateRow, Threshold};
 use collector::snapshot::SnapshotVerdict;
 
-use super::load;
+use super::failure::{Answer, Failure};
+use super::loaded::load;
 
 /// Arguments of `collector check`.
 #[derive(Debug, clap::Args)]
@@ -97,14 +97,11 @@ pub fn parse_growth(text: &str) -> Result<f64, String> {
 }
 
 /// `collector check FILE`: 0 when fine, 1 with the failing findings printed, 2 when unreadable.
-pub fn check(args: &CheckArgs) -> ExitCode {
+pub fn check(args: &CheckArgs) -> Result<Answer, Failure> {
     if let Some(base) = &args.baseline {
         return check_against(args, base);
     }
-    let (analysis, verdict) = match load(&args.file) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
+    let (analysis, verdict) = load(&args.file)?;
     let failing = failing_findings(args, &analysis);
     let verdict = failing_verdict(args, &analysis, verdict.as_ref());
     if failing.is_empty() && verdict.is_none() {
@@ -120,7 +117,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
-        return ExitCode::SUCCESS;
+        return Ok(Answer::Done);
     }
     if let Some(verdict) = verdict {
         super::out(format_args!(
@@ -137,7 +134,7 @@ pub fn check(args: &CheckArgs) -> ExitCode {
             super::out(format_args!("    {line}\n"));
         }
     }
-    ExitCode::from(1)
+    Ok(Answer::Fails)
 }
 
 /// The findings of `analysis` that fail the check under `args`.
@@ -170,14 +167,8 @@ fn failing_verdict<'a>(
 /// `collector check FILE --baseline BASE`: FILE's own findings, and every quantity of FILE
 /// against BASE's; 0 when all pass, 1 when any fails, 2 when either file cannot be read or the
 /// two cannot be compared.
-fn check_against(args: &CheckArgs, base: &Path) -> ExitCode {
-    let (compared, analysis, verdict) = match super::diff::compare_files_judged(base, &args.file) {
-        Ok(both) => both,
-        Err(why) => {
-            eprintln!("collector check: {why}");
-            return ExitCode::from(2);
-        }
-    };
+fn check_against(args: &CheckArgs, base: &Path) -> Result<Answer, Failure> {
+    let (compared, analysis, verdict) = super::diff::compare_files_judged(base, &args.file)?;
     let gate = Gate {
         peak: args.max_peak_increase,
         watermark: args.max_watermark_increase,
@@ -193,13 +184,12 @@ fn check_against(args: &CheckArgs, base: &Path) -> ExitCode {
         }
     };
     if rows.is_empty() {
-        eprintln!(
-            "collector check: nothing to compare between {} and {}: no peak, phase or step series in both{}",
+        return Err(Failure::Cannot(format!(
+            "nothing to compare between {} and {}: no peak, phase or step series in both{}",
             base.display(),
             args.file.display(),
             notes.first().map_or(String::new(), |n| format!(" ({n})"))
-        );
-        return ExitCode::from(2);
+        )));
     }
     let mut findings: Vec<Failing<'_>> = failing_verdict(args, &analysis, verdict.as_ref())
         .map(|v| Failing {
@@ -223,11 +213,7 @@ fn check_against(args: &CheckArgs, base: &Path) -> ExitCode {
         baseline_text(base, &rows, &findings, &notes)
     };
     super::out(format_args!("{text}"));
-    if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
+    Ok(if failed { Answer::Fails } else { Answer::Done })
 }
 
 /// What fails a check besides the quantities: a finding, or a snapshot's verdict.

@@ -4,17 +4,18 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use collector::analysis::{Analysis, StepSeries, analyze};
 use collector::compare::{
     Pair, RecordingDiff, SiteStatus, SnapshotDiff, SnapshotFacts, compare_recordings,
-    compare_snapshots, signed_bytes,
+    compare_snapshots, device_name, signed_bytes,
 };
 use collector::format::format_bytes;
 use collector::open::{Opened, read_any_file};
 use collector::snapshot::{Judged, SnapshotVerdict};
 use serde::Serialize;
+
+use super::failure::{Answer, Failure};
 
 /// Arguments of `collector diff`.
 #[derive(Debug, clap::Args)]
@@ -175,9 +176,8 @@ fn compare(a: &Path, b: &Path, judge_b: bool) -> Result<(Compared, Option<Judged
     }
 }
 
-/// `collector diff A B`: 0 with the comparison printed, 2 when the files cannot be read or
-/// compared.
-pub fn diff(args: &DiffArgs) -> ExitCode {
+/// `collector diff A B`: the comparison printed, or why the files cannot be read or compared.
+pub fn diff(args: &DiffArgs) -> Result<Answer, Failure> {
     let form = if args.markdown {
         Form::Markdown
     } else {
@@ -185,87 +185,50 @@ pub fn diff(args: &DiffArgs) -> ExitCode {
     };
     match &args.b {
         Some(b) => {
-            let compared = compare_files(&args.a, b);
-            if let (Some(path), Ok(c)) = (&args.html, &compared)
-                && let Err(why) = super::diff_picture::write_html(path, c, args.sites)
-            {
-                eprintln!("collector diff: {why}");
-                return ExitCode::from(2);
+            let compared = compare_files(&args.a, b)?;
+            if let Some(path) = &args.html {
+                super::diff_picture::write_html(path, &compared, args.sites)?;
             }
-            print(args, compared, |c| render(c, form, args.sites))
+            print(args, &compared, |c| render(c, form, args.sites))
         }
         // `collector diff FILE --at T1 --at T2`: two moments of a snapshot's trace, or of a
         // recording.
-        None => {
-            let opened = match read_any_file(&args.a) {
-                Ok(opened) => opened,
-                Err(err) => {
-                    eprintln!("collector diff: {err}");
-                    return ExitCode::from(2);
+        None => match read_any_file(&args.a)? {
+            Opened::Snapshot(snapshot) => {
+                let moments = super::moments::between(&args.a, &snapshot, &args.at)?;
+                if let Some(path) = &args.html {
+                    super::diff_picture::write_moments_html(path, &moments, args.sites)?;
                 }
-            };
-            let written = |page: Result<(), String>| match page {
-                Ok(()) => None,
-                Err(why) => {
-                    eprintln!("collector diff: {why}");
-                    Some(ExitCode::from(2))
-                }
-            };
-            match opened {
-                Opened::Snapshot(snapshot) => {
-                    let moments = super::moments::between(&args.a, &snapshot, &args.at);
-                    if let (Some(path), Ok(m)) = (&args.html, &moments)
-                        && let Some(code) =
-                            written(super::diff_picture::write_moments_html(path, m, args.sites))
-                    {
-                        return code;
-                    }
-                    print(args, moments, |m| {
-                        super::moments::render(m, args.markdown, args.sites)
-                    })
-                }
-                Opened::Recording(recording) => {
-                    let moments = super::run_moments::between(&args.a, &recording, &args.at);
-                    if let (Some(path), Ok(m)) = (&args.html, &moments)
-                        && let Some(code) =
-                            written(super::diff_picture::write_run_moments_html(path, m))
-                    {
-                        return code;
-                    }
-                    print(args, moments, |m| super::run_moments::render(m, form))
-                }
+                print(args, &moments, |m| {
+                    super::moments::render(m, args.markdown, args.sites)
+                })
             }
-        }
+            Opened::Recording(recording) => {
+                let moments = super::run_moments::between(&args.a, &recording, &args.at)?;
+                if let Some(path) = &args.html {
+                    super::diff_picture::write_run_moments_html(path, &moments)?;
+                }
+                print(args, &moments, |m| super::run_moments::render(m, form))
+            }
+        },
     }
 }
 
-/// Prints what was compared as JSON (`--json`) or as `render` writes it; 2, saying why, when
-/// it could not be compared.
+/// Prints what was compared as JSON (`--json`) or as `render` writes it.
 fn print<T: Serialize>(
     args: &DiffArgs,
-    compared: Result<T, String>,
+    compared: &T,
     render: impl FnOnce(&T) -> String,
-) -> ExitCode {
-    let compared = match compared {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("collector diff: {why}");
-            return ExitCode::from(2);
-        }
-    };
+) -> Result<Answer, Failure> {
     let text = if args.json {
-        match serde_json::to_string_pretty(&compared) {
-            Ok(json) => json + "\n",
-            Err(err) => {
-                eprintln!("collector diff: {err}");
-                return ExitCode::from(2);
-            }
-        }
+        serde_json::to_string_pretty(compared)
+            .map_err(|err| Failure::Cannot(format!("cannot write the comparison as JSON: {err}")))?
+            + "\n"
     } else {
-        render(&compared)
+        render(compared)
     };
     super::out(format_args!("{text}"));
-    ExitCode::SUCCESS
+    Ok(Answer::Done)
 }
 
 /// How a row's numbers read.
@@ -438,7 +401,7 @@ pub(super) fn render(compared: &Compared, form: Form, max_sites: usize) -> Strin
         Compared::Snapshots { diff, .. } => {
             let mut table = Table::new("per device", header.clone());
             for d in &diff.devices {
-                let dev = format!("cuda:{}", d.device);
+                let dev = device_name(d.device);
                 table.quantity(format!("{dev} reserved"), &d.reserved, Unit::Bytes);
                 table.quantity(format!("{dev} allocated"), &d.allocated, Unit::Bytes);
                 table.quantity(
@@ -476,7 +439,7 @@ pub(super) fn render(compared: &Compared, form: Form, max_sites: usize) -> Strin
                         number(s.blocks.a, Unit::Count),
                         number(s.blocks.b, Unit::Count)
                     ),
-                    format!("cuda:{} {}{tag}", s.device, s.site),
+                    format!("{} {}{tag}", device_name(s.device), s.site),
                 ]);
             }
             sites.write(&mut out, form);

@@ -179,9 +179,9 @@ fn lead(compared: &Compared) -> (String, &'static str) {
                 let change = s.bytes.change.unwrap_or(0.0);
                 (
                     format!(
-                        "The largest change: {} at cuda:{} {}",
+                        "The largest change: {} at {} {}",
                         signed_bytes(change),
-                        s.device,
+                        collector::compare::device_name(s.device),
                         s.site
                     ),
                     if change > 0.0 { "problem" } else { "ok" },
@@ -229,7 +229,7 @@ pub(super) fn write_html(path: &Path, compared: &Compared, max_sites: usize) -> 
                 .iter()
                 .map(|s| {
                     (
-                        format!("cuda:{} {}", s.device, s.site),
+                        format!("{} {}", collector::compare::device_name(s.device), s.site),
                         s.bytes.change.unwrap_or(0.0),
                     )
                 })
@@ -266,7 +266,7 @@ pub(super) fn write_moments_html(
         .flat_map(|d| {
             d.sites
                 .iter()
-                .map(move |s| (format!("cuda:{} {}", d.device, s.site), s.bytes as f64))
+                .map(move |s| (format!("{} {}", d.name, s.site), s.bytes as f64))
         })
         .collect();
     let svg = bars_svg(

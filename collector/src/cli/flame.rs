@@ -4,13 +4,13 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use collector::format::format_bytes;
 use collector::snapshot::Snapshot;
 use collector::snapshot::flame::{Flame, Label, Weigh};
 use collector::snapshot::timeline::MemoryTimeline;
 
+use super::failure::{Answer, Failure};
 use super::moments::{Moment, no_trace, read_snapshot, trace_start};
 use super::picture::escape;
 
@@ -32,7 +32,8 @@ pub struct FlameArgs {
     /// folding them into the first frame of your own code.
     #[arg(long)]
     pub unfold: bool,
-    /// Only this CUDA device (default: every device with a trace).
+    /// Only this device (default: every device with a trace); pinned host memory, when the
+    /// snapshot recorded it, is the device after the CUDA ones.
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// Write the flame graph as an SVG to this file instead of printing folded stacks.
@@ -40,16 +41,11 @@ pub struct FlameArgs {
     pub svg: Option<PathBuf>,
 }
 
-/// `collector flame`: 0 with the folded stacks printed (or the SVG written), 2 when the file
-/// cannot be read or has no trace.
-pub fn flame(args: &FlameArgs) -> ExitCode {
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(why) => {
-            eprintln!("collector flame: {why}");
-            ExitCode::from(2)
-        }
-    }
+/// `collector flame`: the folded stacks printed (or the SVG written), or why the file cannot be
+/// read or has no trace.
+pub fn flame(args: &FlameArgs) -> Result<Answer, Failure> {
+    run(args)?;
+    Ok(Answer::Done)
 }
 
 fn run(args: &FlameArgs) -> Result<(), String> {
@@ -61,7 +57,11 @@ fn run(args: &FlameArgs) -> Result<(), String> {
     let flames = flames(&snapshot, moment, args);
     if flames.is_empty() {
         return Err(match args.device {
-            Some(d) => format!("{}: no trace of cuda:{d}", args.file.display()),
+            Some(d) => format!(
+                "{}: no trace of {}",
+                args.file.display(),
+                snapshot.device_name(d)
+            ),
             None => no_trace(&args.file),
         });
     }
@@ -71,7 +71,7 @@ fn run(args: &FlameArgs) -> Result<(), String> {
             let mut out = String::new();
             for (device, _, flame) in &flames {
                 for line in flame.folded(&snapshot).lines() {
-                    let _ = writeln!(out, "cuda:{device};{line}");
+                    let _ = writeln!(out, "{};{line}", snapshot.device_name(*device));
                 }
             }
             super::out(format_args!("{out}"));
@@ -127,7 +127,8 @@ fn write_svg(
         y += 16.0;
         let _ = writeln!(
             body,
-            r#"<text x="10" y="{y}" font-size="14" font-weight="bold">cuda:{device}: {}{}</text>"#,
+            r#"<text x="10" y="{y}" font-size="14" font-weight="bold">{}: {}{}</text>"#,
+            snapshot.device_name(*device),
             escape(&what),
             if flame.unfolded {
                 ""

@@ -1,10 +1,11 @@
 //! `collector import snapshot.pickle --out run.msgpack`.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use collector::open::open_snapshot;
 use collector::recording::write_file;
+
+use super::failure::{Answer, Failure};
 
 /// Arguments of `collector import`.
 #[derive(Debug, clap::Args)]
@@ -18,30 +19,20 @@ pub struct ImportArgs {
 
 /// `collector import snapshot.pickle --out run.msgpack`: the snapshot's curves, OOMs and phases
 /// as a recording (the frames and blocks stay in the snapshot: open it for those).
-pub fn import(args: &ImportArgs) -> ExitCode {
-    let snapshot = match open_snapshot(&args.file) {
-        Ok(s) => s,
-        Err(err) => {
-            eprintln!("collector: {err}");
-            return ExitCode::from(2);
-        }
-    };
+pub fn import(args: &ImportArgs) -> Result<Answer, Failure> {
+    let snapshot = open_snapshot(&args.file)?;
     let recording = snapshot.to_recording();
     drop(snapshot);
-    match write_file(&args.out, &recording) {
-        Ok(()) => {
-            super::out(format_args!(
-                "collector: wrote {} ({} allocator readings, {} phase edges, {} OOMs)\n",
-                args.out.display(),
-                recording.allocator.len(),
-                recording.phases.len(),
-                recording.ooms.len()
-            ));
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("collector: cannot write {}: {err}", args.out.display());
-            ExitCode::from(2)
-        }
-    }
+    write_file(&args.out, &recording).map_err(|source| Failure::Write {
+        path: args.out.clone(),
+        source,
+    })?;
+    super::out(format_args!(
+        "collector: wrote {} ({} allocator readings, {} phase edges, {} OOMs)\n",
+        args.out.display(),
+        recording.allocator.len(),
+        recording.phases.len(),
+        recording.ooms.len()
+    ));
+    Ok(Answer::Done)
 }

@@ -170,7 +170,10 @@ fn pictures(snapshot: &Snapshot) -> Vec<DevicePicture> {
             ));
         }
         pictures.push(DevicePicture {
-            heading: format!("Active memory timeline of cuda:{}", device.device),
+            heading: format!(
+                "Active memory timeline of {}",
+                snapshot.device_name(device.device)
+            ),
             about: format!(
                 "The bytes alive over the trace's {} entries, stacked by allocation site as memory_viz stacks its blocks (largest sites first); peak {}, {} alive at the snapshot.",
                 device.steps(),

@@ -5,8 +5,10 @@
 mod check;
 mod diff;
 mod diff_picture;
+mod failure;
 mod flame;
 mod import;
+mod loaded;
 mod memory_picture;
 mod moments;
 mod picture;
@@ -17,13 +19,11 @@ mod run_moments;
 mod serve;
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use collector::analysis::{Analysis, analyze};
-use collector::open::{Input, open_path};
-use collector::snapshot::{Judged, SnapshotVerdict};
+use failure::exit;
 
 /// Records how a job uses GPU and host memory, with the training phases, into a file that
 /// survives crashes.
@@ -154,17 +154,37 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
+impl From<RecordArgs> for crate::record::Options {
+    fn from(args: RecordArgs) -> Self {
+        Self {
+            out: args.out,
+            pid: args.pid,
+            device_interval_ms: args.device_interval_ms,
+            host_interval_ms: args.host_interval_ms,
+            process_interval_ms: args.process_interval_ms,
+            gpus: args.gpus,
+            no_probe: args.no_probe,
+            no_auto_phases: args.no_auto_phases,
+            keep_peaks: args.keep_peaks,
+            no_census: args.no_census,
+            history: args.history,
+            flush_interval_ms: args.flush_interval_ms,
+            command: args.command,
+        }
+    }
+}
+
 /// Parses the command line and runs the command; the exit status is the command's.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Report(args)) => report::report(&args),
-        Some(Command::Check(args)) => check::check(&args),
-        Some(Command::Diff(args)) => diff::diff(&args),
-        Some(Command::Flame(args)) => flame::flame(&args),
-        Some(Command::Import(args)) => import::import(&args),
-        Some(Command::Serve(args)) => serve::serve(&args),
-        None => crate::record::run(cli.record),
+        Some(Command::Report(args)) => exit("collector", report::report(&args)),
+        Some(Command::Check(args)) => exit("collector check", check::check(&args)),
+        Some(Command::Diff(args)) => exit("collector diff", diff::diff(&args)),
+        Some(Command::Flame(args)) => exit("collector flame", flame::flame(&args)),
+        Some(Command::Import(args)) => exit("collector", import::import(&args)),
+        Some(Command::Serve(args)) => exit("collector", serve::serve(&args)),
+        None => crate::record::run(cli.record.into()),
     }
 }
 
@@ -174,31 +194,6 @@ pub fn main() -> ExitCode {
 pub(crate) fn out(text: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
     let _ = std::io::stdout().lock().write_fmt(text);
-}
-
-/// Reads what is at `path` ([`open_path`]) and judges it: a recording's analysis; a snapshot's
-/// ([`Judged`]: its trace's analysis, and its verdict); a folder of nodes' recordings as one
-/// run; a folder of per-rank snapshots as their traces on one timeline. The error is printed,
-/// and the exit status for an unreadable input returned.
-fn load(path: &Path) -> Result<(Analysis, Option<SnapshotVerdict>), ExitCode> {
-    let fail = |err: String| {
-        eprintln!("collector: {err}");
-        ExitCode::from(2)
-    };
-    match open_path(path).map_err(|err| fail(err.to_string()))? {
-        Input::Recording(recording) => Ok((analyze(&recording), None)),
-        Input::Snapshot(snapshot) => {
-            let judged = Judged::new(*snapshot);
-            Ok((judged.analysis, Some(judged.verdict)))
-        }
-        Input::NodeRecordings { recording, .. } => Ok((analyze(&recording), None)),
-        Input::RankSnapshots(folder) => folder.recording.map(|r| (analyze(&r), None)).ok_or_else(|| {
-            fail(format!(
-                "no snapshot in the folder has a trace: there is nothing on a timeline to judge (`collector report` compares the ranks): {}",
-                path.display()
-            ))
-        }),
-    }
 }
 
 #[cfg(test)]

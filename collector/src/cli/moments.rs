@@ -66,8 +66,10 @@ impl Moment {
 /// One device's change between the two moments.
 #[derive(Debug, Serialize)]
 pub(super) struct DeviceMoments {
-    /// The CUDA device.
+    /// The device (its index in the snapshot).
     pub device: u32,
+    /// Its name: `cuda:N`, or `pinned host`.
+    pub name: String,
     /// The earlier step, and the later one.
     pub steps: [u32; 2],
     /// The device's trace entries (its last step).
@@ -193,6 +195,7 @@ fn of_snapshot(snapshot: &Snapshot, moments: [Moment; 2]) -> Vec<DeviceMoments> 
             };
             DeviceMoments {
                 device: d.device,
+                name: snapshot.device_name(d.device),
                 steps: [between.from, between.to],
                 trace_steps: d.steps(),
                 seconds: [seconds(between.from), seconds(between.to)],
@@ -237,7 +240,7 @@ pub(super) fn render(m: &Moments, markdown: bool, max_sites: usize) -> String {
     }
     for d in &m.devices {
         let change = d.alive[1] as f64 - d.alive[0] as f64;
-        let head = format!("cuda:{} from {} to {}", d.device, when(d, 0), when(d, 1));
+        let head = format!("{} from {} to {}", d.name, when(d, 0), when(d, 1));
         let _ = if markdown {
             writeln!(out, "**{head}**\n")
         } else {

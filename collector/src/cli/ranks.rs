@@ -5,13 +5,14 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::ExitCode;
 
 use collector::analysis::analyze;
 use collector::format::format_bytes;
 use collector::open::Kind;
 use collector::snapshot::ranks::{RankFolder, RankSnapshot, short};
 use serde::Serialize;
+
+use super::failure::{Answer, Failure};
 
 /// The JSON report of a folder of per-rank snapshots (`collector report DIR --json`), and its
 /// headline.
@@ -36,7 +37,7 @@ pub fn folder_json(dir: &Path, folder: &RankFolder) -> Result<(String, String), 
     let analysis = folder.recording.as_ref().map(analyze);
     let headline = collector::headline::leading(analysis.as_ref(), None, Some(folder)).text;
     let json = serde_json::to_string_pretty(&Folder {
-        schema: super::report::REPORT_SCHEMA,
+        schema: super::report_json::REPORT_SCHEMA,
         folder: dir.display().to_string(),
         input: Kind::RankSnapshots,
         headline: &headline,
@@ -49,16 +50,12 @@ pub fn folder_json(dir: &Path, folder: &RankFolder) -> Result<(String, String), 
 }
 
 /// `collector report DIR [--json]`: the folder as [`collector::open::open_path`] read it.
-pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> ExitCode {
+pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> Result<Answer, Failure> {
     if json {
-        match folder_json(dir, folder) {
-            Ok((_, text)) => super::out(format_args!("{text}\n")),
-            Err(err) => {
-                eprintln!("collector: cannot write the report as JSON: {err}");
-                return ExitCode::from(2);
-            }
-        }
-        return ExitCode::SUCCESS;
+        let (_, text) = folder_json(dir, folder)
+            .map_err(|err| Failure::Cannot(format!("cannot write the report as JSON: {err}")))?;
+        super::out(format_args!("{text}\n"));
+        return Ok(Answer::Done);
     }
     let analysis = folder.recording.as_ref().map(analyze);
     let rows = &folder.rows;
@@ -138,5 +135,5 @@ pub fn report_folder(dir: &Path, folder: &RankFolder, json: bool) -> ExitCode {
         }
     }
     super::out(format_args!("{out}"));
-    ExitCode::SUCCESS
+    Ok(Answer::Done)
 }

@@ -2,7 +2,6 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use collector::analysis::{Analysis, FindingKind, analyze};
 use collector::format::{count, format_bytes, format_duration, format_seconds};
@@ -11,10 +10,9 @@ use collector::open::{Input, Kind, open_path};
 use collector::recording::Recording;
 use collector::snapshot::{Snapshot, SnapshotVerdict};
 
+use super::failure::{Answer, Failure};
+use super::loaded::{Loaded, judge, load_nodes};
 use super::report_json::{Judged, paired};
-
-/// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
-pub const REPORT_SCHEMA: u32 = 1;
 
 /// Arguments of `collector report`.
 #[derive(Debug, clap::Args)]
@@ -125,51 +123,40 @@ impl Outputs {
 }
 
 /// `collector report FILE [MORE…] [--json]`.
-pub fn report(args: &ReportArgs) -> ExitCode {
-    let fail = |err: &dyn std::fmt::Display| {
-        eprintln!("collector: {err}");
-        ExitCode::from(2)
-    };
+pub fn report(args: &ReportArgs) -> Result<Answer, Failure> {
     // A folder is looked into first: per-rank snapshots are reported as a table, without pictures.
     let mut opened = None;
     if args.more.is_empty() && args.file.is_dir() {
         match open_path(&args.file) {
             Ok(Input::RankSnapshots(folder)) => {
                 if args.svg.is_some() || args.html.is_some() || args.markdown.is_some() {
-                    eprintln!(
-                        "collector: {}: pictures are drawn for recordings; report a folder of snapshots as text or --json",
+                    return Err(Failure::Cannot(format!(
+                        "{}: pictures are drawn for recordings; report a folder of snapshots as text or --json",
                         args.file.display()
-                    );
-                    return ExitCode::from(2);
+                    )));
                 }
                 return super::ranks::report_folder(&args.file, &folder, args.json);
             }
             Ok(input) => opened = Some(input),
-            Err(err) => return fail(&err),
+            Err(err) => return Err(err.into()),
         }
     }
-    let outputs = match Outputs::open(args) {
-        Ok(outputs) => outputs,
-        Err(err) => return fail(&err),
-    };
+    let outputs = Outputs::open(args)?;
     let loaded = if args.more.is_empty() {
-        match opened.map_or_else(|| open_path(&args.file), Ok) {
-            Ok(input) => judge(&args.file, input),
-            Err(err) => return fail(&err),
-        }
+        let input = match opened {
+            Some(input) => input,
+            None => open_path(&args.file)?,
+        };
+        judge(&args.file, input)
     } else {
-        match load_nodes(&args.file, &args.more) {
-            Ok(recording) => {
-                let analysis = analyze(&recording);
-                Loaded {
-                    kind: Kind::NodeRecordings,
-                    recording,
-                    analysis,
-                    judged: None,
-                    beside: args.file.clone(),
-                }
-            }
-            Err(code) => return code,
+        let recording = load_nodes(&args.file, &args.more)?;
+        let analysis = analyze(&recording);
+        Loaded {
+            kind: Kind::NodeRecordings,
+            recording,
+            analysis,
+            judged: None,
+            beside: args.file.clone(),
         }
     };
     let Loaded {
@@ -191,18 +178,15 @@ pub fn report(args: &ReportArgs) -> ExitCode {
         snapshot.as_ref().zip(verdict.as_ref()),
         &lead,
     );
-    if outputs.any()
-        && let Err(err) = outputs.write(
+    if outputs.any() {
+        outputs.write(
             &args.file,
             &recording,
             &analysis,
             &report,
             snapshot.as_ref().zip(verdict.as_ref()),
             &lead,
-        )
-    {
-        eprintln!("collector: {err}");
-        return ExitCode::from(2);
+        )?;
     }
     if args.json {
         let judged = Judged {
@@ -213,13 +197,10 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             verdict,
             paired,
         };
-        match judged.json(&args.file) {
-            Ok(json) => super::out(format_args!("{json}\n")),
-            Err(err) => {
-                eprintln!("collector: cannot write the report as JSON: {err}");
-                return ExitCode::from(2);
-            }
-        }
+        let json = judged
+            .json(&args.file)
+            .map_err(|err| Failure::Cannot(format!("cannot write the report as JSON: {err}")))?;
+        super::out(format_args!("{json}\n"));
     } else {
         super::out(format_args!("{report}"));
         if let (Some(snapshot), Some(verdict)) = (&snapshot, &verdict) {
@@ -246,79 +227,7 @@ pub fn report(args: &ReportArgs) -> ExitCode {
             }
         }
     }
-    ExitCode::SUCCESS
-}
-
-/// An input read and judged: what it is, its recording (a snapshot's trace, nodes merged) and
-/// that recording's analysis, the snapshot with its verdict, and where a snapshot dumped next to
-/// the recording would be (beside this file).
-pub(super) struct Loaded {
-    pub(super) kind: Kind,
-    pub(super) recording: Recording,
-    pub(super) analysis: Analysis,
-    pub(super) judged: Option<(Snapshot, SnapshotVerdict)>,
-    pub(super) beside: PathBuf,
-}
-
-/// Analyses what was opened; a snapshot is judged ([`collector::snapshot::Judged::new`]).
-pub(super) fn judge(path: &Path, input: Input) -> Loaded {
-    let kind = input.kind();
-    let (recording, beside, snapshot) = match input {
-        Input::Snapshot(snapshot) => {
-            let collector::snapshot::Judged {
-                snapshot,
-                recording,
-                analysis,
-                verdict,
-                ..
-            } = collector::snapshot::Judged::new(*snapshot);
-            return Loaded {
-                kind,
-                recording,
-                analysis,
-                judged: Some((snapshot, verdict)),
-                beside: path.to_owned(),
-            };
-        }
-        Input::Recording(recording) => (*recording, path.to_owned(), None),
-        Input::NodeRecordings { recording, files } => {
-            let first = files.first().cloned().unwrap_or_else(|| path.to_owned());
-            (*recording, first, None)
-        }
-        // A folder of per-rank snapshots is reported by `report_folder` before this; here only
-        // when the path became one after it was looked at: its traces.
-        Input::RankSnapshots(mut folder) => {
-            let recording = folder.recording.take().unwrap_or_else(|| {
-                Recording::new(collector::recording::Header::new(
-                    0,
-                    String::new(),
-                    Vec::new(),
-                ))
-            });
-            (recording, path.to_owned(), None)
-        }
-    };
-    let analysis = analyze(&recording);
-    Loaded {
-        kind,
-        recording,
-        analysis,
-        judged: snapshot,
-        beside,
-    }
-}
-
-/// Several nodes' recordings as one run (see [`collector::open::read_one_run`]).
-fn load_nodes(first: &Path, more: &[PathBuf]) -> Result<Recording, ExitCode> {
-    let files: Vec<&Path> = std::iter::once(first)
-        .chain(more.iter().map(PathBuf::as_path))
-        .collect();
-    collector::open::read_one_run(&files).map_err(|reasons| {
-        for reason in reasons {
-            eprintln!("collector: {reason}");
-        }
-        ExitCode::from(2)
-    })
+    Ok(Answer::Done)
 }
 
 /// The text report: the verdict that leads (`lead`, [`leading`]; for a snapshot, its own with
@@ -354,13 +263,22 @@ pub fn text(
             out,
             "{} — a PyTorch memory snapshot ({}, {trace}{steps})\n",
             file.display(),
-            count(s.devices.max(1) as usize, "device")
+            match s.host {
+                Some(host) => format!("{} and pinned host memory", count(host as usize, "device")),
+                None => count(s.devices.max(1) as usize, "device"),
+            }
         );
     } else {
         let header = &recording.header;
+        let pinned = header
+            .devices
+            .iter()
+            .filter(|d| d.name == collector::format::PINNED_HOST)
+            .count();
+        let gpus = header.devices.len() - pinned;
         let _ = writeln!(
             out,
-            "{} — {} (host {}, {} GPU{}, {}, {})\n",
+            "{} — {} (host {}, {} GPU{}{}, {}, {})\n",
             file.display(),
             header.command.join(" "),
             if header.host.is_empty() {
@@ -368,8 +286,13 @@ pub fn text(
             } else {
                 &header.host
             },
-            header.devices.len(),
-            if header.devices.len() == 1 { "" } else { "s" },
+            gpus,
+            if gpus == 1 { "" } else { "s" },
+            if pinned > 0 {
+                " and pinned host memory"
+            } else {
+                ""
+            },
             format_duration(recording.duration_ns() as f64 / 1e9),
             count(
                 steps,
@@ -681,8 +604,8 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
     for s in snapshot.segment_summary() {
         let _ = writeln!(
             out,
-            "  cuda:{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
-            s.device,
+            "  {}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
+            snapshot.device_name(s.device),
             s.segments,
             mb(s.reserved),
             mb(s.allocated),
@@ -691,7 +614,7 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
             s.free_pieces,
             mb(s.largest_free)
         );
-        if s.free > 0 && s.largest_free < s.free / 2 {
+        if Some(s.device) != snapshot.host && s.free > 0 && s.largest_free < s.free / 2 {
             let _ = writeln!(
                 out,
                 "    fragmented: the largest free piece is {:.0}% of the free memory; a tensor larger than {} needs a new cudaMalloc",
@@ -716,10 +639,10 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
         };
         let _ = writeln!(
             out,
-            "  {:>10}  {:>11}  cuda:{}  {}{stacks}",
+            "  {:>10}  {:>11}  {}  {}{stacks}",
             mb(s.bytes),
             count(s.blocks, "block"),
-            s.device,
+            snapshot.device_name(s.device),
             s.site
         );
     }
@@ -744,10 +667,10 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
         };
         let _ = writeln!(
             out,
-            "  {} in {} blocks, cuda:{}, from {}, {within}",
+            "  {} in {} blocks, {}, from {}, {within}",
             mb(s.bytes),
             s.blocks,
-            s.device,
+            snapshot.device_name(s.device),
             snapshot.site_name(snapshot.site(s.stack))
         );
         for f in snapshot.user_frames(s.stack).iter().take(6) {

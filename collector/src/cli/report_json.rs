@@ -9,7 +9,10 @@ use collector::recording::Recording;
 use collector::snapshot::{Snapshot, SnapshotVerdict};
 use serde::Serialize;
 
-use super::report::{Loaded, REPORT_SCHEMA, judge};
+use super::loaded::{Loaded, judge};
+
+/// Version of the JSON report's schema; bumped only when a field changes meaning or goes away.
+pub const REPORT_SCHEMA: u32 = 1;
 
 /// The JSON report.
 #[derive(Serialize)]

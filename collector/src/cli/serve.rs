@@ -4,8 +4,8 @@
 use std::io::Write as _;
 use std::net::{IpAddr, TcpListener};
 use std::path::PathBuf;
-use std::process::ExitCode;
 
+use super::failure::{Answer, Failure};
 use crate::serve::{Config, page::Viewer};
 
 /// Arguments of `collector serve`.
@@ -41,11 +41,8 @@ fn new_token() -> Result<String, String> {
 }
 
 /// `collector serve DIR`.
-pub fn serve(args: &ServeArgs) -> ExitCode {
-    let fail = |err: String| {
-        eprintln!("collector: {err}");
-        ExitCode::from(2)
-    };
+pub fn serve(args: &ServeArgs) -> Result<Answer, Failure> {
+    let fail = |err: String| Err(Failure::Cannot(err));
     let dir = &args.dir;
     let root = match std::fs::canonicalize(dir) {
         Ok(root) if root.is_dir() => root,
@@ -126,7 +123,7 @@ pub fn serve(args: &ServeArgs) -> ExitCode {
         judge: super::report_json::json_report,
     };
     match crate::serve::serve(listener, config) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Ok(Answer::Done),
         Err(err) => fail(err),
     }
 }

@@ -176,7 +176,7 @@ impl Gate {
             };
             if let (Some(a), Some(b)) = (pair.a, pair.b) {
                 rows.push(GateRow::new(
-                    format!("{what} on cuda:{}", d.device),
+                    format!("{what} on {}", super::device_name(d.device)),
                     None,
                     a,
                     b,
@@ -223,7 +223,10 @@ impl Gate {
         for d in &diff.devices {
             if let (Some(a), Some(b)) = (d.trace_peak.a, d.trace_peak.b) {
                 rows.push(GateRow::new(
-                    format!("peak allocated in the trace on cuda:{}", d.device),
+                    format!(
+                        "peak allocated in the trace on {}",
+                        super::device_name(d.device)
+                    ),
                     None,
                     a,
                     b,
@@ -232,7 +235,7 @@ impl Gate {
             }
             if let (Some(a), Some(b)) = (d.live_bytes.a, d.live_bytes.b) {
                 rows.push(GateRow::new(
-                    format!("alive at the end on cuda:{}", d.device),
+                    format!("alive at the end on {}", super::device_name(d.device)),
                     None,
                     a,
                     b,

@@ -33,6 +33,12 @@ pub use self::snapshots::{
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// How a device of a comparison is named: `cuda:N`, or pinned host memory (keyed
+/// [`crate::format::HOST_DEVICE`] in a comparison, whatever its index in each snapshot).
+pub fn device_name(device: u32) -> String {
+    crate::format::device_name(device, Some(crate::format::HOST_DEVICE))
+}
+
 /// The notes for devices only one side has: they are not compared.
 fn devices_in_one(
     a: &std::collections::BTreeSet<u32>,
@@ -40,7 +46,7 @@ fn devices_in_one(
     notes: &mut Vec<String>,
 ) {
     for (side, x, y) in [("A", a, b), ("B", b, a)] {
-        let only: Vec<String> = x.difference(y).map(|d| format!("cuda:{d}")).collect();
+        let only: Vec<String> = x.difference(y).map(|d| device_name(*d)).collect();
         if !only.is_empty() {
             notes.push(format!(
                 "devices only in {side}: {} (not compared)",

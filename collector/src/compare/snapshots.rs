@@ -84,12 +84,20 @@ impl SnapshotFacts {
                 .or_insert_with(|| site_of(snapshot, stack))
                 .clone()
         };
+        // Pinned host memory keyed alike in every snapshot (its index follows the CUDA devices).
+        let key = |device: u32| {
+            if Some(device) == snapshot.host {
+                crate::format::HOST_DEVICE
+            } else {
+                device
+            }
+        };
         let mut sites: BTreeMap<(u32, String), (u64, usize)> = BTreeMap::new();
         let mut held: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         let from_segments = !snapshot.segments.is_empty();
         if from_segments {
             for segment in &snapshot.segments {
-                let h = held.entry(segment.device).or_default();
+                let h = held.entry(key(segment.device)).or_default();
                 h.0 += segment.total_size;
                 for block in &segment.blocks {
                     if block.state == BlockState::Inactive {
@@ -97,7 +105,7 @@ impl SnapshotFacts {
                     }
                     h.1 += block.size;
                     let s = sites
-                        .entry((segment.device, site(block.stack)))
+                        .entry((key(segment.device), site(block.stack)))
                         .or_default();
                     s.0 += block.size;
                     s.1 += 1;
@@ -105,7 +113,9 @@ impl SnapshotFacts {
             }
         } else {
             for block in LiveIndex::new(snapshot).at(i64::MAX, None) {
-                let s = sites.entry((block.device, site(block.stack))).or_default();
+                let s = sites
+                    .entry((key(block.device), site(block.stack)))
+                    .or_default();
                 s.0 += block.size;
                 s.1 += 1;
             }
@@ -114,7 +124,7 @@ impl SnapshotFacts {
         if !snapshot.entries.is_empty() {
             let trace = snapshot.to_recording();
             for sample in trace.allocator.iter() {
-                let peak = trace_peak.entry(sample.device).or_default();
+                let peak = trace_peak.entry(key(sample.device)).or_default();
                 *peak = (*peak).max(sample.allocated);
             }
         }
@@ -217,7 +227,7 @@ impl SnapshotDiff {
                     .devices
                     .iter()
                     .filter(|d| pick(d).is_some())
-                    .map(|d| format!("cuda:{}", d.device))
+                    .map(|d| super::device_name(d.device))
                     .collect();
                 if names.is_empty() {
                     "no device".to_owned()

@@ -23,13 +23,44 @@ use collector::recording::{Exit, Header, Record, SeriesKey, SeriesKind, Writer};
 use self::clock::{Clock, Ticker};
 use self::host::ProcessTree;
 use self::recorder::{Msg, Recorder, Summary};
-use crate::cli::RecordArgs;
 
 /// Exit status when the collector itself cannot start (bad output path, bad arguments).
 const EXIT_SETUP: u8 = 2;
 
+/// What to record and how: `collector`'s options as plain values (the command line's own types
+/// stay in [`crate::cli`]).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where to write the recording (`{host}` and `{pid}` expanded).
+    pub out: Option<std::path::PathBuf>,
+    /// A running process to attach to instead of starting `command`.
+    pub pid: Option<u32>,
+    /// Between device-memory samples (NVML), in milliseconds.
+    pub device_interval_ms: u64,
+    /// Between host-memory samples of the job's process tree, in milliseconds.
+    pub host_interval_ms: u64,
+    /// Between per-process device-memory samples, in milliseconds.
+    pub process_interval_ms: u64,
+    /// Only these GPUs, as the job numbers them.
+    pub gpus: Option<Vec<u32>>,
+    /// No probe in the job: device and host memory only.
+    pub no_probe: bool,
+    /// The probe without its automatic phases.
+    pub no_auto_phases: bool,
+    /// Leave PyTorch's peak-memory counters alone (not reset at every phase start).
+    pub keep_peaks: bool,
+    /// No census of who holds memory.
+    pub no_census: bool,
+    /// Record PyTorch's allocator history (this many entries) and dump snapshots.
+    pub history: Option<u64>,
+    /// Between flushes of the recording to disk, in milliseconds.
+    pub flush_interval_ms: u64,
+    /// The job to start.
+    pub command: Vec<std::ffi::OsString>,
+}
+
 /// Records the job described by `args`; returns the job's exit status.
-pub fn run(args: RecordArgs) -> ExitCode {
+pub fn run(args: Options) -> ExitCode {
     let Some(out) = args.out.clone() else {
         eprintln!("collector: --out PATH is required to record");
         return ExitCode::from(EXIT_SETUP);

@@ -61,6 +61,17 @@ impl Header {
             host_interval_ns: None,
         }
     }
+
+    /// How device `index` is named to a person: `cuda:N`, or pinned host memory where the run
+    /// was imported from a snapshot that recorded it (its device named so).
+    pub fn device_name(&self, index: u32) -> String {
+        let host = self
+            .devices
+            .iter()
+            .find(|d| d.index == index && d.name == crate::format::PINNED_HOST)
+            .map(|d| d.index);
+        crate::format::device_name(index, host)
+    }
 }
 
 /// One GPU, as the job sees it.

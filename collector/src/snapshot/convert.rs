@@ -130,7 +130,7 @@ impl Snapshot {
         header.devices = (0..self.devices.max(1))
             .map(|index| Device {
                 index,
-                name: format!("cuda:{index}"),
+                name: self.device_name(index),
                 uuid: String::new(),
                 total_bytes: 0,
             })
@@ -159,8 +159,10 @@ impl Snapshot {
                     process_bytes: None,
                     other_processes_bytes: None,
                     message: format!(
-                        "out of memory on cuda:{}: tried to allocate {} bytes with {} bytes free",
-                        e.device, e.size, free
+                        "out of memory on {}: tried to allocate {} bytes with {} bytes free",
+                        self.device_name(e.device),
+                        e.size,
+                        free
                     ),
                 }));
                 continue;

@@ -381,11 +381,21 @@ pub struct Snapshot {
     pub(super) streams: Vec<u64>,
     /// The names of actions this reader does not know (interned), each once.
     pub(super) other_actions: Vec<u32>,
-    /// How many devices the snapshot describes.
+    /// How many devices the snapshot describes: the CUDA devices, then pinned host memory when
+    /// it was recorded ([`Snapshot::host`]).
     pub devices: u32,
+    /// The device that is the CUDA pinned host memory (`host_segments` and `host_traces`, written
+    /// since PyTorch 2.14 with `_record_memory_history(record_pinned_host_memory=True)`): the one
+    /// after the CUDA devices, when the snapshot holds any.
+    pub host: Option<u32>,
 }
 
 impl Snapshot {
+    /// How a device is named to a person: `cuda:N`, or `pinned host` for pinned host memory.
+    pub fn device_name(&self, device: u32) -> String {
+        crate::format::device_name(device, self.host)
+    }
+
     /// Adds a stack of `frames` (indices into [`Snapshot::frames`], innermost first) and returns
     /// its id (for snapshots built in memory: tests, benchmarks; a read snapshot interns its own).
     pub fn add_stack(&mut self, frames: &[u32]) -> u32 {

@@ -237,6 +237,8 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
     }
     let annotations_v = find(pickle::K_EXTERNAL_ANNOTATIONS);
     let settings_v = find(pickle::K_ALLOCATOR_SETTINGS);
+    let host_segments_v = find(pickle::K_HOST_SEGMENTS);
+    let host_traces_v = find(pickle::K_HOST_TRACES);
 
     // Devices of the trace entries: device_traces[i] is device i. A device's trace is a run of
     // entries in order (what PyTorch writes), or any list of them.
@@ -293,6 +295,59 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
             .iter()
             .map(|s| s.device + 1)
             .fold(devices, u32::max);
+    }
+
+    // Pinned host memory (PyTorch 2.14+): one flat trace and segments of `device` -1, present
+    // (and empty) in every snapshot of those versions; when it holds anything, it is one more
+    // device, after the CUDA ones.
+    let mut host = None;
+    let host_items = |machine: &Machine<'_>, v: Option<Value>, what: &str| match v {
+        None => Ok(None),
+        Some(v) => match machine.entry_run(v) {
+            Some((_, 0)) => Ok(None),
+            Some(run) => Ok(Some(Err(run))),
+            None => match machine.list(v) {
+                Some([]) => Ok(None),
+                Some(items) => Ok(Some(Ok(items.to_vec()))),
+                None => Err(SnapshotError::Schema(format!(
+                    "{what} is {}, not a list",
+                    v.describe(&machine.strings)
+                ))),
+            },
+        },
+    };
+    let host_trace = host_items(&machine, host_traces_v, "host_traces")?;
+    let host_segments = host_items(&machine, host_segments_v, "host_segments")?;
+    if host_trace.is_some() || host_segments.is_some() {
+        let device = devices;
+        host = Some(device);
+        devices += 1;
+        runs.resize(device as usize, (0, 0));
+        match host_trace {
+            Some(Err(run)) => runs.push(run),
+            Some(Ok(items)) => {
+                runs.push((0, 0));
+                for item in items {
+                    match machine.resolve(item) {
+                        Value::Entry(e) => device_of.push((e, device)),
+                        other => {
+                            return Err(SnapshotError::Schema(format!(
+                                "host_traces holds {}, not a trace entry (a dict with action)",
+                                other.describe(&machine.strings)
+                            )));
+                        }
+                    }
+                }
+            }
+            None => {}
+        }
+        if let Some(Ok(items)) = host_segments {
+            for (i, item) in items.into_iter().enumerate() {
+                let segment = read_segment(&mut machine, item, Some(device))
+                    .map_err(|e| SnapshotError::Schema(format!("host_segments[{i}]: {e}")))?;
+                segments.push(segment);
+            }
+        }
     }
 
     let mut annotations = Vec::new();
@@ -377,6 +432,7 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
         annotations,
         allocator_settings,
         devices,
+        host,
         streams: parts.streams,
         other_actions: parts.other_actions,
     })
@@ -422,7 +478,7 @@ fn read_segments(
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            read_segment(machine, *item)
+            read_segment(machine, *item, None)
                 .map_err(|e| SnapshotError::Schema(format!("segments[{i}]: {e}")))
         })
         .collect()
@@ -436,13 +492,21 @@ fn required(machine: &Machine<'_>, pairs: &[(Value, Value)], key: u32) -> Result
     number(machine, pairs, key)
 }
 
-fn read_segment(machine: &mut Machine<'_>, value: Value) -> Result<Segment, String> {
+/// `device`: the device it is on, when not its own `device` (pinned host memory's say -1).
+fn read_segment(
+    machine: &mut Machine<'_>,
+    value: Value,
+    device: Option<u32>,
+) -> Result<Segment, String> {
     let pairs = machine
         .dict(value)
         .ok_or_else(|| format!("{}, not a dict", value.describe(&machine.strings)))?
         .to_vec();
-    let device = u32::try_from(number(machine, &pairs, pickle::K_DEVICE)?)
-        .map_err(|_| "device is out of range".to_owned())?;
+    let device = match device {
+        Some(device) => device,
+        None => u32::try_from(number(machine, &pairs, pickle::K_DEVICE)?)
+            .map_err(|_| "device is out of range".to_owned())?,
+    };
     let segment_type = field(&pairs, pickle::K_SEGMENT_TYPE)
         .and_then(|v| machine.str(v))
         .unwrap_or("")

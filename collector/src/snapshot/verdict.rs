@@ -143,7 +143,11 @@ impl SnapshotVerdict {
                     free_pieces: h.free_pieces,
                     largest_free_bytes: h.largest_free,
                     largest_request_bytes: request,
-                    fragmented: h.free > 0 && (fits_total_not_piece || h.largest_free < h.free / 2),
+                    // The pinned host allocator never splits a segment: its free pieces are
+                    // whole cached buffers, not fragments.
+                    fragmented: Some(h.device) != snapshot.host
+                        && h.free > 0
+                        && (fits_total_not_piece || h.largest_free < h.free / 2),
                 }
             })
             .collect();
@@ -151,8 +155,8 @@ impl SnapshotVerdict {
         let mut evidence = Vec::new();
         if let Some(oom) = &taken_at_oom {
             evidence.push(format!(
-                "taken at an out-of-memory error on cuda:{}: {} asked for, {} free on the device",
-                oom.device,
+                "taken at an out-of-memory error on {}: {} asked for, {} free on the device",
+                snapshot.device_name(oom.device),
                 format_bytes(oom.requested_bytes as f64),
                 format_bytes(oom.device_free_bytes as f64)
             ));
@@ -163,8 +167,8 @@ impl SnapshotVerdict {
         }
         for h in &held {
             evidence.push(format!(
-                "held on cuda:{}: {} reserved in {} — {} allocated, {} waiting to be freed, {} free in {}",
-                h.device,
+                "held on {}: {} reserved in {} — {} allocated, {} waiting to be freed, {} free in {}",
+                snapshot.device_name(h.device),
                 format_bytes(h.reserved as f64),
                 count(h.segments, "segment"),
                 format_bytes(h.allocated as f64),
@@ -175,10 +179,10 @@ impl SnapshotVerdict {
         }
         for site in top_sites.iter().take(3) {
             evidence.push(format!(
-                "{} in {} on cuda:{} {}",
+                "{} in {} on {} {}",
                 format_bytes(site.bytes as f64),
                 count(site.blocks, "live block"),
-                site.device,
+                snapshot.device_name(site.device),
                 whence("from", &site.site)
             ));
         }
@@ -190,8 +194,8 @@ impl SnapshotVerdict {
                 )
             });
             evidence.push(format!(
-                "fragmented on cuda:{}: the largest free piece is {} of {} free ({:.0}%){request}",
-                f.device,
+                "fragmented on {}: the largest free piece is {} of {} free ({:.0}%){request}",
+                snapshot.device_name(f.device),
                 format_bytes(f.largest_free_bytes as f64),
                 format_bytes(f.free_bytes as f64),
                 100.0 * f.largest_free_bytes as f64 / f.free_bytes.max(1) as f64
@@ -335,18 +339,18 @@ fn suspect_sentence(snapshot: &Snapshot, s: &LeakSuspect) -> String {
     let site = whence("from", &snapshot.site_name(snapshot.site(s.stack)));
     match &s.phase {
         Some(p) => format!(
-            "leak suspect: {} in {} on cuda:{} {site}, left alive by {} of {} occurrences of {p}",
+            "leak suspect: {} in {} on {} {site}, left alive by {} of {} occurrences of {p}",
             format_bytes(s.bytes as f64),
             count(s.blocks, "block"),
-            s.device,
+            snapshot.device_name(s.device),
             s.occurrences,
             s.of
         ),
         None => format!(
-            "leak suspect: {} in {} on cuda:{} {site}, allocated at {} different times and never freed",
+            "leak suspect: {} in {} on {} {site}, allocated at {} different times and never freed",
             format_bytes(s.bytes as f64),
             count(s.blocks, "block"),
-            s.device,
+            snapshot.device_name(s.device),
             s.occurrences
         ),
     }
@@ -380,8 +384,8 @@ fn headline(
         };
         return (
             format!(
-                "Out of memory on cuda:{} asking for {} with {} free — {cause}",
-                oom.device,
+                "Out of memory on {} asking for {} with {} free — {cause}",
+                snapshot.device_name(oom.device),
                 format_bytes(oom.requested_bytes as f64),
                 format_bytes(oom.device_free_bytes as f64)
             ),
@@ -403,13 +407,14 @@ fn headline(
         return (text, Some(FindingKind::Leak));
     }
     if let Some(f) = fragmentation.iter().find(|f| {
-        f.largest_request_bytes
-            .is_some_and(|r| r > f.largest_free_bytes && r <= f.free_bytes)
+        f.fragmented
+            && f.largest_request_bytes
+                .is_some_and(|r| r > f.largest_free_bytes && r <= f.free_bytes)
     }) {
         return (
             format!(
-                "Fragmented on cuda:{}: {} is free in {}, but the largest is {} — smaller than the largest request ({})",
-                f.device,
+                "Fragmented on {}: {} is free in {}, but the largest is {} — smaller than the largest request ({})",
+                snapshot.device_name(f.device),
                 format_bytes(f.free_bytes as f64),
                 count(f.free_pieces, "piece"),
                 format_bytes(f.largest_free_bytes as f64),
@@ -418,7 +423,9 @@ fn headline(
             Some(FindingKind::Fragmentation),
         );
     }
-    let Some(h) = held.iter().max_by_key(|h| h.reserved) else {
+    // The GPU leads; pinned host memory only when no GPU holds anything.
+    let on_gpu = held.iter().filter(|h| Some(h.device) != snapshot.host);
+    let Some(h) = on_gpu.max_by_key(|h| h.reserved).or_else(|| held.first()) else {
         return (
             "An empty snapshot: no segments and no trace".to_owned(),
             None,
@@ -437,10 +444,10 @@ fn headline(
         });
     (
         format!(
-            "At the snapshot: {} allocated of {} reserved on cuda:{}{holder}",
+            "At the snapshot: {} allocated of {} reserved on {}{holder}",
             format_bytes((h.allocated + h.pending_free) as f64),
             format_bytes(h.reserved as f64),
-            h.device
+            snapshot.device_name(h.device)
         ),
         None,
     )

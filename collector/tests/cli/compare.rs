@@ -301,7 +301,10 @@ fn files_that_cannot_be_compared_exit_2_saying_why() {
         let gated = check(&recording, base, &[]);
         assert_eq!(gated.status.code(), Some(2));
         let err = stderr(&gated);
-        assert!(err.contains(said) && err.contains(&*base.to_string_lossy()), "{err}");
+        assert!(
+            err.contains(said) && err.contains(&*base.to_string_lossy()),
+            "{err}"
+        );
         assert!(gated.stdout.is_empty());
     }
     // A file that is not there.

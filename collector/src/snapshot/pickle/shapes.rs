@@ -9,7 +9,7 @@ use super::{Frame, Machine, Obj, Value};
 use crate::snapshot::{Action, Entries, SnapshotError, TraceEntry};
 
 /// The keys the machine recognises, interned first so that they have fixed ids.
-pub(crate) const KEYS: [&str; 34] = [
+pub(crate) const KEYS: [&str; 36] = [
     "name",
     "filename",
     "line",
@@ -44,6 +44,8 @@ pub(crate) const KEYS: [&str; 34] = [
     "segment_alloc",
     "segment_free",
     "oom",
+    "host_segments",
+    "host_traces",
 ];
 pub(crate) const K_NAME: u32 = 0;
 pub(crate) const K_FILENAME: u32 = 1;
@@ -78,6 +80,8 @@ const K_FREE_COMPLETED: u32 = 30;
 const K_SEGMENT_ALLOC: u32 = 31;
 const K_SEGMENT_FREE: u32 = 32;
 const K_OOM: u32 = 33;
+pub(crate) const K_HOST_SEGMENTS: u32 = 34;
+pub(crate) const K_HOST_TRACES: u32 = 35;
 
 impl Machine<'_> {
     /// A dict got its items: if it is a frame or a trace entry, make it compact now.

@@ -269,6 +269,87 @@ def generate_random(directory, n, seed):
         (directory / f"random_{i}.pickle").write_bytes(pickle.dumps(random_snapshot(rng), protocol=protocol))
 
 
+def pinned_host_snapshot():
+    """What PyTorch 2.14+ writes with ``_record_memory_history(record_pinned_host_memory=True)``
+    (read from torch 2.15's ``THCPModule_memorySnapshot``): beside one CUDA device, the pinned
+    host allocator's ``host_segments`` (``device`` -1, stream 0, one block covering each segment:
+    it never splits them) and ``host_traces``, one flat list (not one per device) of entries
+    without a ``device``, each with a ``pool_id``. Pinned buffers of a data loader: 8 of 2 MiB
+    made and handed back each step, one kept every step (the leak), one 32 MiB staging buffer
+    freed back to the system at the end."""
+    t = 1_771_267_191_000_000
+    pin = "/usr/lib/python3/site-packages/torch/utils/data/_utils/pin_memory.py"
+    loader = [frame("at::CachingHostAllocatorImpl::allocate(unsigned long)", "??", 0),
+              frame("pin_memory", pin, 64), frame("_pin_memory_loop", pin, 38)]
+    keep = stack("keep")
+    cuda_seg = 0x7F00_0000_0000
+    cuda = [{"action": "segment_alloc", "addr": cuda_seg, "size": 20 * MIB, "stream": 0, "time_us": t,
+             "frames": stack("forward")},
+            {"action": "alloc", "addr": cuda_seg, "size": 2 * MIB, "stream": 0, "time_us": t + 1,
+             "frames": stack("forward")}]
+    host = []
+
+    def entry(action, addr, size, dt, frames):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t + dt,
+                "compile_context": "", "user_metadata": "", "pool_id": (0, 0), "frames": frames}
+
+    base = 0x7A00_0000_0000
+    kept = []
+    for step in range(4):
+        for i in range(8):
+            addr = base + (step * 8 + i) * 4 * MIB
+            host.append(entry("segment_alloc", addr, 2 * MIB, 100 * step + 2 * i, loader))
+            host.append(entry("alloc", addr, 2 * MIB, 100 * step + 2 * i, loader))
+            if i == 0:
+                kept.append(addr)  # held by the job: never handed back
+                continue
+            host.append(entry("free_requested", addr, 2 * MIB, 100 * step + 2 * i + 1, loader))
+            host.append(entry("free_completed", addr, 2 * MIB, 100 * step + 2 * i + 1, loader))
+    staging = base + 0x100 * MIB
+    host.append(entry("segment_alloc", staging, 32 * MIB, 500, keep))
+    host.append(entry("alloc", staging, 32 * MIB, 500, keep))
+    host.append(entry("free_requested", staging, 32 * MIB, 501, keep))
+    host.append(entry("free_completed", staging, 32 * MIB, 501, keep))
+    host.append(entry("segment_free", staging, 32 * MIB, 502, keep))
+    host_segments = []
+    for step in range(4):
+        for i in range(8):
+            addr = base + (step * 8 + i) * 4 * MIB
+            state = "active_allocated" if addr in kept else "inactive"
+            frames = loader
+            size = 2 * MIB
+            host_segments.append({
+                "device": -1, "address": addr, "total_size": size,
+                "allocated_size": size if state != "inactive" else 0,
+                "active_size": size if state != "inactive" else 0, "requested_size": size,
+                "stream": 0, "segment_type": "small", "segment_pool_id": (0, 0), "is_expandable": False,
+                "frames": frames,
+                "blocks": [{"address": addr, "size": size, "requested_size": size, "state": state,
+                            "frames": frames}]})
+    segments = [{"device": 0, "address": cuda_seg, "total_size": 20 * MIB, "allocated_size": 2 * MIB,
+                 "active_size": 2 * MIB, "requested_size": 2 * MIB, "stream": 0, "segment_type": "large",
+                 "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                 "blocks": [{"address": cuda_seg, "size": 2 * MIB, "requested_size": 2 * MIB,
+                             "state": "active_allocated", "frames": stack("forward")},
+                            {"address": cuda_seg + 2 * MIB, "size": 18 * MIB, "requested_size": 0,
+                             "state": "inactive", "frames": []}]}]
+    return {"segments": segments, "device_traces": [cuda], "allocator_settings": {},
+            "external_annotations": [], "host_segments": host_segments, "host_traces": host}
+
+
+def with_host(s):
+    """A snapshot as tidemark reads it: pinned host memory, when it holds anything, one more
+    device after the CUDA ones."""
+    host_traces, host_segments = s.get("host_traces") or [], s.get("host_segments") or []
+    if not host_traces and not host_segments:
+        return s, None
+    traces = list(s.get("device_traces", []))
+    host = max(len(traces), max((g["device"] + 1 for g in s["segments"]), default=0))
+    traces += [[] for _ in range(host - len(traces))] + [host_traces]
+    segments = s["segments"] + [dict(g, device=host) for g in host_segments]
+    return dict(s, device_traces=traces, segments=segments), host
+
+
 def generate(directory):
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -292,6 +373,10 @@ def generate(directory):
     whole = pickle.dumps(edge_snapshot(), protocol=4)
     (directory / "truncated.pickle").write_bytes(whole[: len(whole) // 2])
     (directory / "a_list.pickle").write_bytes(pickle.dumps([1, 2, 3], protocol=4))
+    (directory / "pinned_host.pickle").write_bytes(pickle.dumps(pinned_host_snapshot(), protocol=4))
+    # A snapshot of PyTorch 2.14+ that did not record pinned memory: both keys, empty.
+    (directory / "host_empty.pickle").write_bytes(
+        pickle.dumps(dict(shared_snapshot(), host_segments=[], host_traces=[]), protocol=4))
 
     class Tensor:  # what a dict of tensors pickles as: instances of a class
         def __reduce__(self):
@@ -345,6 +430,7 @@ def facts(path):
         s = pickle.load(f)
     if isinstance(s, list):  # pickle.dump(torch.cuda.memory_snapshot()): the segments alone
         s = {"segments": s, "device_traces": []}
+    s, host = with_host(s)
     actions = {}
     devices = max(len(s.get("device_traces", [])), max((g["device"] + 1 for g in s["segments"]), default=0))
     final = {}
@@ -400,6 +486,7 @@ def facts(path):
                             e.get("compile_context") if e.get("compile_context") not in (None, "", "N/A") else ""])
     return {
         "file": str(path),
+        "host": host,
         "block_list": blocks,
         "entry_list": entries,
         "live_bytes": live,
