@@ -39,11 +39,11 @@ fn main() {
     let findings = recording
         .as_ref()
         .map_or(0, |r| collector::analysis::analyze(r).findings.len());
-    let analysed = start.elapsed();
+    let analyzed = start.elapsed();
     println!(
         "parts: the read alone {:.0} ms, the analysis alone {:.0} ms ({} findings)",
         read.as_secs_f64() * 1e3,
-        analysed.as_secs_f64() * 1e3,
+        analyzed.as_secs_f64() * 1e3,
         findings
     );
     drop(recording);

@@ -599,7 +599,7 @@ impl TidemarkApp {
     }
 }
 
-/// One followed file: what arrived goes into its recording, its curves grow, and it is analysed
+/// One followed file: what arrived goes into its recording, its curves grow, and it is analyzed
 /// again when that is due — on a thread of its own, unless `now` or the recording is complete
 /// (then at once): the frames go on meanwhile, and the file is read again once it is done.
 fn poll(open: &mut OpenRun, now: bool) {
@@ -613,7 +613,7 @@ fn poll(open: &mut OpenRun, now: bool) {
             Err(_) => drop(analysis),
         }
     }
-    if follow.analysing() {
+    if follow.analyzing() {
         return;
     }
     // The run stays, its recording lent to the follower to grow.
@@ -631,7 +631,7 @@ fn poll(open: &mut OpenRun, now: bool) {
         if follow.analysis_due()
             && let Ok(run) = run
         {
-            follow.analyse_in_background(&run.recording);
+            follow.analyze_in_background(&run.recording);
         }
         return;
     };
@@ -643,11 +643,11 @@ fn poll(open: &mut OpenRun, now: bool) {
             #[cfg(target_arch = "wasm32")]
             crate::web::announce_growth(previous.recording.sample_count());
             if at_once {
-                follow.analysed_in(started.elapsed());
+                follow.analyzed_in(started.elapsed());
             } else {
                 follow.grew();
                 if follow.analysis_due() {
-                    follow.analyse_in_background(&previous.recording);
+                    follow.analyze_in_background(&previous.recording);
                 }
             }
             *run = Ok(previous);
@@ -659,7 +659,7 @@ fn poll(open: &mut OpenRun, now: bool) {
                 crate::web::announce_growth(recording.sample_count());
             }
             *run = update.map(Run::new);
-            follow.analysed_in(started.elapsed());
+            follow.analyzed_in(started.elapsed());
         }
     }
 }

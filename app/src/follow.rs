@@ -15,7 +15,7 @@ use web_time::Instant;
 /// one-byte range while nothing changed; its answer is taken at the next frame after it came).
 const POLL: Duration = Duration::from_millis(250);
 
-/// How often, at most, a growing run is analysed again (its curves grow at every poll).
+/// How often, at most, a growing run is analyzed again (its curves grow at every poll).
 const ANALYSIS: Duration = Duration::from_secs(1);
 
 /// The most bytes read in one poll, so the window stays responsive while a large file is caught
@@ -24,9 +24,9 @@ const MAX_READ: u64 = 64 << 20;
 
 /// An analysis being made: natively on a thread of its own; in a tab, made already.
 #[cfg(not(target_arch = "wasm32"))]
-type Analysing = std::thread::JoinHandle<Analysis>;
+type Analyzing = std::thread::JoinHandle<Analysis>;
 #[cfg(target_arch = "wasm32")]
-type Analysing = Analysis;
+type Analyzing = Analysis;
 
 /// The answer to the request under way, once it came: the bytes it brought, or why none.
 #[cfg(target_arch = "wasm32")]
@@ -66,14 +66,14 @@ pub struct Follow {
     offset: u64,
     follower: Follower,
     last_poll: Option<Instant>,
-    /// When the run was last analysed, and the wait before the next analysis: one second, or
+    /// When the run was last analyzed, and the wait before the next analysis: one second, or
     /// five times the last analysis when that took longer (between them the curves grow at
     /// every poll, the verdict and the phase bands with the next analysis).
     last_analysis: Option<Instant>,
     analysis_interval: Duration,
     /// The analysis running on its own thread, and when it started.
-    analysing: Option<(Analysing, Instant)>,
-    /// The recording grew since it was last analysed (or since that analysis started).
+    analyzing: Option<(Analyzing, Instant)>,
+    /// The recording grew since it was last analyzed (or since that analysis started).
     stale: bool,
     last_data: Option<Instant>,
     error: Option<String>,
@@ -110,7 +110,7 @@ impl Follow {
             last_poll: None,
             last_analysis: None,
             analysis_interval: ANALYSIS,
-            analysing: None,
+            analyzing: None,
             stale: false,
             last_data: None,
             error: None,
@@ -199,9 +199,9 @@ impl Follow {
         })
     }
 
-    /// Whether the run is due to be analysed again: it grew since its last analysis, and that
+    /// Whether the run is due to be analyzed again: it grew since its last analysis, and that
     /// was long enough ago. (Checked at every poll, with data or without: a job that stops
-    /// writing for a while still has what it wrote last analysed.)
+    /// writing for a while still has what it wrote last analyzed.)
     pub fn analysis_due(&self) -> bool {
         self.stale
             && self
@@ -209,14 +209,14 @@ impl Follow {
                 .is_none_or(|t| t.elapsed() >= self.analysis_interval)
     }
 
-    /// The run grew without being analysed again.
+    /// The run grew without being analyzed again.
     pub fn grew(&mut self) {
         self.stale = true;
     }
 
-    /// The run was analysed (and its views made) in `took`: the next analysis waits a second,
+    /// The run was analyzed (and its views made) in `took`: the next analysis waits a second,
     /// or five times that when longer.
-    pub fn analysed_in(&mut self, took: Duration) {
+    pub fn analyzed_in(&mut self, took: Duration) {
         self.last_analysis = Some(Instant::now());
         self.analysis_interval = ANALYSIS.max(took * 5);
         self.stale = false;
@@ -224,39 +224,39 @@ impl Follow {
 
     /// Analyses `recording` on a thread of its own (a copy that shares its series), so that
     /// the frames go on meanwhile; [`Follow::analysis`] hands the result over.
-    pub fn analyse_in_background(&mut self, recording: &Recording) {
+    pub fn analyze_in_background(&mut self, recording: &Recording) {
         self.stale = false;
         #[cfg(not(target_arch = "wasm32"))]
-        let analysing = {
+        let analyzing = {
             let copy = recording.clone();
             std::thread::spawn(move || analyze(&copy))
         };
         #[cfg(target_arch = "wasm32")]
-        let analysing = analyze(recording);
-        self.analysing = Some((analysing, Instant::now()));
+        let analyzing = analyze(recording);
+        self.analyzing = Some((analyzing, Instant::now()));
     }
 
     /// Whether an analysis runs on its thread. The recording is not grown meanwhile: growing a
     /// series that the analysis' copy shares would copy it whole.
-    pub fn analysing(&self) -> bool {
-        self.analysing.is_some()
+    pub fn analyzing(&self) -> bool {
+        self.analyzing.is_some()
     }
 
     /// The analysis made on its thread, once it is done (`wait`: waited for).
     pub fn analysis(&mut self, wait: bool) -> Option<Analysis> {
         #[cfg(not(target_arch = "wasm32"))]
-        if !wait && !self.analysing.as_ref()?.0.is_finished() {
+        if !wait && !self.analyzing.as_ref()?.0.is_finished() {
             return None;
         }
         let _ = wait;
-        let (analysing, started) = self.analysing.take()?;
+        let (analyzing, started) = self.analyzing.take()?;
         #[cfg(not(target_arch = "wasm32"))]
-        let analysis = analysing
+        let analysis = analyzing
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         #[cfg(target_arch = "wasm32")]
-        let analysis = analysing;
-        self.analysed_in(started.elapsed());
+        let analysis = analyzing;
+        self.analyzed_in(started.elapsed());
         Some(analysis)
     }
 

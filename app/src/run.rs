@@ -262,7 +262,7 @@ pub struct Run {
 
 /// A recording's analysis and its curves' levels of detail: independent, so natively computed
 /// in parallel.
-fn analysed(recording: &Recording) -> (Analysis, Vec<crate::view::Trace>) {
+fn analyzed(recording: &Recording) -> (Analysis, Vec<crate::view::Trace>) {
     #[cfg(not(target_arch = "wasm32"))]
     let both = std::thread::scope(|scope| {
         let traces = scope.spawn(|| RunView::traces(recording));
@@ -280,7 +280,7 @@ fn analysed(recording: &Recording) -> (Analysis, Vec<crate::view::Trace>) {
 impl Run {
     /// Analyses a recording and prepares its views.
     pub fn new(recording: Recording) -> Self {
-        let (analysis, traces) = analysed(&recording);
+        let (analysis, traces) = analyzed(&recording);
         Self::assemble(recording, analysis, traces, None, None, Kind::Recording)
     }
 
@@ -337,11 +337,11 @@ impl Run {
 
     /// The run of a recording that grew from this one's (a followed file): the curves extended
     /// by what arrived; the analysis, and what the views draw from it, made again only when
-    /// `reanalyse` (the caller throttles it: a whole analysis at every poll would take the
+    /// `reanalyze` (the caller throttles it: a whole analysis at every poll would take the
     /// frames' time on a long recording).
-    pub fn grow(&mut self, recording: Recording, reanalyse: bool) {
+    pub fn grow(&mut self, recording: Recording, reanalyze: bool) {
         let traces = RunView::grow_traces(std::mem::take(&mut self.view.traces), &recording);
-        if reanalyse {
+        if reanalyze {
             self.analysis = analyze(&recording);
             let lead = self.headline();
             self.view = RunView::with_traces(&recording, &self.analysis, traces, &lead.text);
@@ -377,7 +377,7 @@ impl Run {
             ));
             empty
         });
-        let (analysis, traces) = analysed(&recording);
+        let (analysis, traces) = analyzed(&recording);
         Self::assemble(
             recording,
             analysis,
@@ -401,7 +401,7 @@ impl Run {
 
     /// Nodes' recordings merged into one run ([`collector::open::read_one_run`]).
     pub fn from_nodes(recording: Recording) -> Self {
-        let (analysis, traces) = analysed(&recording);
+        let (analysis, traces) = analyzed(&recording);
         Self::assemble(
             recording,
             analysis,

@@ -201,11 +201,11 @@ fn a_followed_file_is_shown_as_it_grows() {
     harness.get_by_label_contains("the recording is complete");
 }
 
-/// While a followed file grows, it is analysed again on a thread of its own (the frames go on
+/// While a followed file grows, it is analyzed again on a thread of its own (the frames go on
 /// meanwhile), and what that analysis found is what the run shows once it is done: the
 /// analysis of everything read.
 #[test]
-fn a_growing_file_is_analysed_again_beside_the_frames() {
+fn a_growing_file_is_analyzed_again_beside_the_frames() {
     let bytes = std::fs::read(corpus("eval_keeps_predictions.msgpack")).unwrap();
     // Everything but the end record: the job still runs.
     let mut reader = collector::recording::Reader::new(&bytes).unwrap();
@@ -1019,7 +1019,7 @@ fn a_grown_run_draws_what_the_whole_recording_draws() {
     assert!((500..3000).contains(&third), "{third}");
     let early = run.analysis.clone();
     run.grow(at(2), false);
-    assert_eq!(run.analysis, early, "not analysed again");
+    assert_eq!(run.analysis, early, "not analyzed again");
     run.grow(whole.clone(), false);
     let fresh = Run::new(whole);
     assert_eq!(run.view.traces.len(), fresh.view.traces.len());
@@ -1037,7 +1037,7 @@ fn a_grown_run_draws_what_the_whole_recording_draws() {
     }
     assert_eq!(run.view.duration_ns, fresh.view.duration_ns);
     run.grow(fresh.recording.clone(), true);
-    assert_eq!(run.analysis, fresh.analysis, "analysed again when asked");
+    assert_eq!(run.analysis, fresh.analysis, "analyzed again when asked");
 }
 
 /// One way in: every kind of input (a recording, a snapshot, a folder of nodes' recordings, a

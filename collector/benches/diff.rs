@@ -26,7 +26,7 @@ fn main() {
     );
     drop(recording);
     let runs: [(&str, Vec<&std::ffi::OsStr>); 4] = [
-        // For scale: one file read and analysed.
+        // For scale: one file read and analyzed.
         ("report (one file)", vec!["report".as_ref(), a.as_os_str()]),
         ("diff", vec!["diff".as_ref(), a.as_os_str(), b.as_os_str()]),
         (
@@ -51,7 +51,7 @@ fn main() {
     for (name, args) in runs {
         let times = timed(name, &args);
         println!(
-            "{name}: {:.2} s median of 3 ({:.2}–{:.2} s; both files read, both analysed; budget ≤ 1 s)",
+            "{name}: {:.2} s median of 3 ({:.2}–{:.2} s; both files read, both analyzed; budget ≤ 1 s)",
             times[1], times[0], times[2]
         );
     }

@@ -127,7 +127,7 @@ pub enum Opened {
 }
 
 impl Opened {
-    /// The recording to analyse and draw (a snapshot's trace as one), and the snapshot itself
+    /// The recording to analyze and draw (a snapshot's trace as one), and the snapshot itself
     /// when the file was one.
     pub fn into_recording(self) -> (Recording, Option<Snapshot>) {
         match self {

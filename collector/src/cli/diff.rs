@@ -96,8 +96,8 @@ pub(super) fn compare_files_judged(
     b: &Path,
 ) -> Result<(Compared, Analysis, Option<SnapshotVerdict>), String> {
     let (compared, judged) = compare(a, b, true)?;
-    // Both kinds are analysed when asked to.
-    let (analysis, verdict) = judged.ok_or_else(|| format!("{} was not analysed", b.display()))?;
+    // Both kinds are analyzed when asked to.
+    let (analysis, verdict) = judged.ok_or_else(|| format!("{} was not analyzed", b.display()))?;
     Ok((compared, analysis, verdict))
 }
 

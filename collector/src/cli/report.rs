@@ -17,7 +17,7 @@ use super::report_json::{Judged, paired};
 /// Arguments of `collector report`.
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The recording (or PyTorch memory snapshot) to analyse; or a folder of per-rank snapshots
+    /// The recording (or PyTorch memory snapshot) to analyze; or a folder of per-rank snapshots
     /// (`rank0_memory_snapshot.pickle`, …) to compare.
     pub file: PathBuf,
     /// More recordings of the same run, one per node (`collector --out run-%h.msgpack`): all

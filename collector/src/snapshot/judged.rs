@@ -25,7 +25,7 @@ pub struct Judged {
 
 impl Judged {
     /// Judges a snapshot whole. Natively the blocks' lives are swept on a second thread while
-    /// the trace becomes a recording and is analysed (a tenth of a big snapshot's report).
+    /// the trace becomes a recording and is analyzed (a tenth of a big snapshot's report).
     pub fn new(snapshot: Snapshot) -> Self {
         let trace = |snapshot: &Snapshot| {
             let recording = snapshot.to_recording();
