@@ -8,6 +8,7 @@ mod attribution;
 pub mod blocks;
 mod cards;
 mod compare;
+pub mod curves;
 pub mod diff;
 pub mod envelope;
 pub mod flame;

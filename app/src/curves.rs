@@ -1,0 +1,449 @@
+//! The curves of a recording, each with its levels of detail: the allocator's numbers per
+//! process and device, device and host memory series, the ranks' host memory at their phase
+//! edges; built once when a recording opens and extended, not rebuilt, as a followed file grows.
+
+use std::collections::BTreeMap;
+
+use collector::recording::{AllocatorReadings, Recording, SeriesKind, Values};
+
+use crate::lod::{Levels, LodSeries};
+
+/// What a curve measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TraceKind {
+    /// Bytes held by live tensors (the probe's allocator numbers): the staircase of a leak.
+    Allocated,
+    /// Bytes the caching allocator holds from the driver.
+    Reserved,
+    /// The allocator's peak since the last reset (per phase unless `--keep-peaks`).
+    Peak,
+    /// Device memory in use on the whole GPU (NVML): the sawtooth.
+    DeviceUsed,
+    /// Resident host memory of the job's process tree.
+    Host,
+}
+
+impl TraceKind {
+    /// Every kind, in legend order.
+    pub const ALL: [Self; 5] = [
+        Self::Allocated,
+        Self::Reserved,
+        Self::Peak,
+        Self::DeviceUsed,
+        Self::Host,
+    ];
+
+    /// The name shown in the legend and the toggles.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Allocated => "allocated",
+            Self::Reserved => "reserved",
+            Self::Peak => "peak",
+            Self::DeviceUsed => "device used",
+            Self::Host => "host memory",
+        }
+    }
+}
+
+/// Where a curve's samples are held.
+#[derive(Clone, Debug)]
+enum Source {
+    /// `recording.series[i]`, already in time order: not copied.
+    Series(usize),
+    /// Samples built for the view (allocator numbers, or a series that needed sorting).
+    Owned {
+        /// Shared by the curves sampled at the same times (allocated, reserved and peak).
+        times_ns: std::sync::Arc<Vec<u64>>,
+        values: Values,
+    },
+}
+
+/// One curve.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// What it measures.
+    pub kind: TraceKind,
+    /// The CUDA device, for device curves.
+    pub device: Option<u32>,
+    /// Its name (`cuda:N`, or pinned host memory in a run imported from a snapshot).
+    device_name: Option<String>,
+    /// The process it belongs to, when the job had several ("rank 1", "pid 4242").
+    pub origin: Option<String>,
+    source: Source,
+    levels: Levels,
+    /// How many samples the levels cover.
+    covered: usize,
+    /// For the allocator's curves: whose readings they are, and how many of the recording's
+    /// readings they were made from.
+    readings: Option<ReadingsOf>,
+}
+
+/// The allocator readings an allocator curve was made from: a process' (pid, rank) on a device,
+/// among the recording's first `upto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ReadingsOf {
+    key: (u32, Option<u32>, u32),
+    upto: usize,
+}
+
+impl Trace {
+    /// The legend name: kind, device and process.
+    pub fn name(&self) -> String {
+        let mut name = self.kind.label().to_owned();
+        if let Some(device) = &self.device_name {
+            name.push(' ');
+            name.push_str(device);
+        }
+        if let Some(origin) = &self.origin {
+            name.push_str(&format!(" ({origin})"));
+        }
+        name
+    }
+
+    /// The samples, with their levels of detail.
+    pub fn data<'a>(&'a self, recording: &'a Recording) -> LodSeries<'a> {
+        let (times_ns, values) = match &self.source {
+            Source::Series(i) => (
+                &recording.series[*i].times_ns[..],
+                &recording.series[*i].values,
+            ),
+            Source::Owned { times_ns, values } => (&times_ns[..], values),
+        };
+        LodSeries {
+            times_ns,
+            values,
+            levels: &self.levels,
+        }
+    }
+}
+
+/// The curves of a recording with their levels of detail: the part of the view that does
+/// not need the analysis, so that both can be computed at the same time.
+pub fn traces(recording: &Recording) -> Vec<Trace> {
+    grow(Vec::new(), recording)
+}
+
+/// The curves of a recording that grew from the one `old` was drawn from (a followed
+/// file): a series' levels of detail are extended by what arrived, not rebuilt, and so are
+/// the allocator's curves while the readings that arrived are later than those before, of
+/// the same processes and devices; the ranks' host memory is made again (a reading per
+/// phase edge of each rank).
+pub fn grow(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
+    let (mut grown, mut allocator) = (BTreeMap::new(), Vec::new());
+    for trace in old {
+        match (&trace.source, trace.readings) {
+            (Source::Series(i), _) => {
+                grown.insert(*i, trace);
+            }
+            (Source::Owned { .. }, Some(_)) => allocator.push(trace),
+            (Source::Owned { .. }, None) => {}
+        }
+    }
+    let mut traces =
+        grow_allocator_traces(allocator, recording).unwrap_or_else(|| allocator_traces(recording));
+    for (i, series) in recording.series.iter().enumerate() {
+        let kind = match series.key.kind {
+            SeriesKind::DeviceUsed => TraceKind::DeviceUsed,
+            SeriesKind::HostRss => TraceKind::Host,
+            _ => continue,
+        };
+        if series.values.is_empty() {
+            continue;
+        }
+        let times = &series.times_ns;
+        if let Some(mut trace) = grown.remove(&i) {
+            // Still in time order where it grew: extended.
+            let from = trace.covered.min(times.len());
+            if times[from.saturating_sub(1)..].is_sorted() {
+                trace.levels.extend(times, &series.values, from);
+                trace.covered = times.len();
+                traces.push(trace);
+                continue;
+            }
+        }
+        let source = match series.sorted() {
+            std::borrow::Cow::Borrowed(_) => Source::Series(i),
+            std::borrow::Cow::Owned(sorted) => Source::Owned {
+                times_ns: sorted.times_ns,
+                values: sorted.values,
+            },
+        };
+        let levels = match &source {
+            Source::Series(_) => Levels::new(times, &series.values),
+            Source::Owned { times_ns, values } => Levels::new(times_ns, values),
+        };
+        traces.push(Trace {
+            kind,
+            device: series.key.device,
+            device_name: series.key.device.map(|d| recording.header.device_name(d)),
+            origin: None,
+            source,
+            levels,
+            covered: series.values.len(),
+            readings: None,
+        });
+    }
+    traces.extend(rank_host_traces(recording));
+    traces.sort_by(|a, b| (a.kind, a.device, &a.origin).cmp(&(b.kind, b.device, &b.origin)));
+    traces
+}
+
+/// With several ranks: each rank's own host memory, as its probe read it at its phase edges
+/// (the sampled host series is the whole process tree, every rank summed).
+fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
+    let mut groups: BTreeMap<(u32, u32), (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    for e in &recording.phases {
+        if let (Some(rank), Some(rss)) = (e.origin.rank, e.host_rss) {
+            let (times, values) = groups.entry((rank, e.origin.pid)).or_default();
+            times.push(e.t_ns);
+            values.push(rss);
+        }
+    }
+    let ranks: std::collections::BTreeSet<u32> = groups.keys().map(|k| k.0).collect();
+    if ranks.len() < 2 {
+        return Vec::new();
+    }
+    groups
+        .into_iter()
+        .map(|((rank, _), (mut times_ns, mut values))| {
+            if !times_ns.windows(2).all(|w| w[0] <= w[1]) {
+                let mut pairs: Vec<(u64, u64)> = times_ns.into_iter().zip(values).collect();
+                pairs.sort_unstable();
+                (times_ns, values) = pairs.into_iter().unzip();
+            }
+            (rank, times_ns, values)
+        })
+        .map(|(rank, times_ns, values)| (rank, times_ns, Values::from(values)))
+        .map(|(rank, times_ns, values)| Trace {
+            kind: TraceKind::Host,
+            device: None,
+            device_name: None,
+            origin: Some(format!("rank {rank}")),
+            levels: Levels::new(&times_ns, &values),
+            covered: values.len(),
+            readings: None,
+            source: Source::Owned {
+                times_ns: std::sync::Arc::new(times_ns),
+                values,
+            },
+        })
+        .collect()
+}
+
+/// Allocated, reserved and peak curves per process and device, from the probe's numbers.
+fn allocator_traces(recording: &Recording) -> Vec<Trace> {
+    let readings = &recording.allocator;
+    let mut groups: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
+    for i in 0..readings.len() {
+        let (origin, device) = readings.source(i);
+        groups
+            .entry((origin.pid, origin.rank, device))
+            .or_default()
+            .push(i);
+    }
+    let several = groups
+        .keys()
+        .map(|k| k.0)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        > 1;
+    let mut traces = Vec::new();
+    for ((pid, rank, device), mut indices) in groups {
+        if !indices.is_sorted_by_key(|&i| readings.t_ns(i)) {
+            indices.sort_by_key(|&i| readings.t_ns(i));
+        }
+        let origin = several.then(|| match rank {
+            Some(rank) => format!("rank {rank}"),
+            None => format!("pid {pid}"),
+        });
+        let times_ns = std::sync::Arc::new(
+            indices
+                .iter()
+                .map(|&i| readings.t_ns(i))
+                .collect::<Vec<u64>>(),
+        );
+        for kind in [TraceKind::Allocated, TraceKind::Reserved, TraceKind::Peak] {
+            let mut values = Values::new();
+            values.reserve_exact(indices.len());
+            values.extend(indices.iter().map(|&i| allocator_value(readings, kind, i)));
+            traces.push(Trace {
+                kind,
+                device: Some(device),
+                device_name: Some(recording.header.device_name(device)),
+                origin: origin.clone(),
+                levels: Levels::new(&times_ns, &values),
+                covered: values.len(),
+                readings: Some(ReadingsOf {
+                    key: (pid, rank, device),
+                    upto: readings.len(),
+                }),
+                source: Source::Owned {
+                    times_ns: std::sync::Arc::clone(&times_ns),
+                    values,
+                },
+            });
+        }
+    }
+    traces
+}
+
+/// What the allocator curve of `kind` draws of reading `i`.
+fn allocator_value(readings: &AllocatorReadings, kind: TraceKind, i: usize) -> u64 {
+    match kind {
+        TraceKind::Reserved => readings.reserved(i),
+        TraceKind::Peak => readings.peak(i),
+        _ => readings.allocated(i),
+    }
+}
+
+/// The allocator's curves `old` (made by [`allocator_traces`] from fewer readings) extended by
+/// the readings that arrived since; `None` when they must be made again: a reading from a new
+/// process or device, or one earlier than its curve's last.
+fn grow_allocator_traces(mut old: Vec<Trace>, recording: &Recording) -> Option<Vec<Trace>> {
+    let readings = &recording.allocator;
+    let upto = old.first()?.readings?.upto;
+    if upto > readings.len() || old.iter().any(|t| t.readings.map(|r| r.upto) != Some(upto)) {
+        return None;
+    }
+    // The new readings of each curve's process and device, in order.
+    let mut new: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
+    for i in upto..readings.len() {
+        let (origin, device) = readings.source(i);
+        new.entry((origin.pid, origin.rank, device))
+            .or_default()
+            .push(i);
+    }
+    for (key, indices) in &new {
+        let trace = old
+            .iter()
+            .find(|t| t.readings.is_some_and(|r| r.key == *key))?;
+        let Source::Owned { times_ns, .. } = &trace.source else {
+            return None;
+        };
+        let last = times_ns.last().copied().unwrap_or(0);
+        let times = indices.iter().map(|&i| readings.t_ns(i));
+        if !times.clone().is_sorted() || times.clone().next().is_some_and(|t| t < last) {
+            return None;
+        }
+    }
+    for (key, indices) in new {
+        // The three curves of one process and device share one time column: let go of it in
+        // all but the first, extend it in place there, share it again.
+        let mine: Vec<usize> = (0..old.len())
+            .filter(|&k| old[k].readings.is_some_and(|r| r.key == key))
+            .collect();
+        let none = std::sync::Arc::new(Vec::new());
+        for &k in &mine[1..] {
+            if let Source::Owned { times_ns, .. } = &mut old[k].source {
+                *times_ns = std::sync::Arc::clone(&none);
+            }
+        }
+        let mut shared = None;
+        for &k in &mine {
+            let trace = &mut old[k];
+            let Source::Owned { times_ns, values } = &mut trace.source else {
+                continue;
+            };
+            match &shared {
+                None => {
+                    std::sync::Arc::make_mut(times_ns)
+                        .extend(indices.iter().map(|&i| readings.t_ns(i)));
+                    shared = Some(std::sync::Arc::clone(times_ns));
+                }
+                Some(column) => *times_ns = std::sync::Arc::clone(column),
+            }
+            values.extend(
+                indices
+                    .iter()
+                    .map(|&i| allocator_value(readings, trace.kind, i)),
+            );
+            trace.levels.extend(times_ns, values, trace.covered);
+            trace.covered = values.len();
+        }
+    }
+    for trace in &mut old {
+        if let Some(r) = &mut trace.readings {
+            r.upto = readings.len();
+        }
+    }
+    Some(old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use collector::recording::{AllocatorSample, Origin, Record};
+
+    #[test]
+    fn allocator_curves_grown_as_readings_arrive_are_those_made_from_all() {
+        let reading = |t_ns: u64, pid: u32, device: u32| {
+            Record::Allocator(AllocatorSample {
+                t_ns,
+                origin: Origin { pid, rank: None },
+                device,
+                allocated: (t_ns % 7) << 20,
+                reserved: (t_ns % 11) << 21,
+                peak: t_ns << 9,
+                ..Default::default()
+            })
+        };
+        let records: Vec<Record> = (0..3000u64)
+            .map(|t| reading(t, 7, (t % 2) as u32))
+            .chain((3000..3100).map(|t| reading(t, 7, 1)))
+            .collect();
+        let whole_of = |n: usize| {
+            let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+            records[..n].iter().cloned().for_each(|r| recording.push(r));
+            recording
+        };
+        let same = |a: &[Trace], b: &[Trace], recording: &Recording, what: &str| {
+            assert_eq!(a.len(), b.len(), "{what}");
+            for (a, b) in a.iter().zip(b) {
+                assert_eq!((a.kind, a.device, &a.origin), (b.kind, b.device, &b.origin));
+                let (da, db) = (a.data(recording), b.data(recording));
+                assert_eq!(da.times_ns, db.times_ns, "{what}");
+                assert_eq!(da.values, db.values, "{what}");
+                assert_eq!(a.levels, b.levels, "{what}");
+            }
+        };
+        // The time column of the first allocator curve: the same one while it is extended.
+        let column = |traces: &[Trace]| {
+            traces.iter().find_map(|t| match (&t.source, t.readings) {
+                (Source::Owned { times_ns, .. }, Some(_)) => Some(std::sync::Arc::as_ptr(times_ns)),
+                _ => None,
+            })
+        };
+        // Grown in steps of every size: one reading, a few, across buckets of the levels.
+        for step in [1, 5, 64, 700] {
+            let mut traces = super::traces(&whole_of(0));
+            let mut n = 0;
+            while n < records.len() {
+                let had = n;
+                n = (n + step).min(records.len());
+                let recording = whole_of(n);
+                let before = column(&traces);
+                traces = grow(traces, &recording);
+                if had >= 2 {
+                    // Both devices' curves were there: extended, not made again.
+                    assert_eq!(column(&traces), before, "{step}: {n}");
+                }
+                same(
+                    &traces,
+                    &super::traces(&recording),
+                    &recording,
+                    &format!("{step}: {n}"),
+                );
+            }
+        }
+        // A reading earlier than its curve's last, and one from another process: made again.
+        let mut recording = whole_of(records.len());
+        let traces = super::traces(&recording);
+        let before = column(&traces);
+        recording.push(reading(5, 7, 0));
+        recording.push(reading(9000, 8, 0));
+        let grown = grow(traces, &recording);
+        assert_ne!(column(&grown), before);
+        same(&grown, &super::traces(&recording), &recording, "made again");
+        assert!(grown.iter().any(|t| t.origin.as_deref() == Some("pid 8")));
+    }
+}
