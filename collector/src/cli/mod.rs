@@ -15,6 +15,7 @@ mod picture;
 mod ranks;
 mod report;
 mod report_json;
+mod report_text;
 mod run_moments;
 mod serve;
 
