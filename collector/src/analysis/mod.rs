@@ -6,6 +6,7 @@
 //! about is, in order of preference: PyTorch's allocated bytes (from the probe), the device's used
 //! memory (NVML), the job's host memory (`/proc`). No I/O here: the viewer uses it too.
 
+mod attribution;
 mod ending;
 mod holders;
 mod model;
@@ -17,6 +18,7 @@ mod trend;
 
 use crate::format::format_bytes;
 
+pub use self::attribution::PhaseStats;
 pub use self::ending::{Ending, OomCause, OomVerdict};
 pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair, holders_between};
 pub use self::model::{
@@ -24,7 +26,7 @@ pub use self::model::{
     StepSeries, caption, headline,
 };
 pub use self::oom_cause::{CONTEXT_ALLOWANCE_BYTES, Contribution};
-pub use self::phases::{Occurrence, PhaseStats, StepStart};
+pub use self::phases::{Occurrence, StepStart};
 pub use self::ranks::RankSummary;
 pub use self::trend::{Trend, trend};
 use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
@@ -251,24 +253,24 @@ fn analyze_one(recording: &Recording) -> Analysis {
         occurrences.first().map(|o| o.pid),
         attribution == Attribution::Allocator,
     );
-    let phases::Accounts {
+    let attribution::Accounts {
         stats: phase_stats,
         retained,
         changes,
         between: between_phases,
         freed_before_backward,
-    } = phases::stats(
+    } = attribution::stats(
         &occurrences,
         &step_starts,
         &allocator,
         attribution_series
             .as_ref()
-            .map(|(series, at_edges)| phases::Attributed {
+            .map(|(series, at_edges)| attribution::Attributed {
                 series,
                 at_edges: *at_edges,
             }),
         &freed_gradients,
-        &phases::saved_freed(
+        &attribution::saved_freed(
             recording,
             &occurrences,
             if attribution == Attribution::Allocator {
@@ -379,7 +381,7 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         .collect();
     // Resident memory is read at (nearly) every edge. The probe may skip the C heap at some when
     // reading it grows costly (a fragmented heap), and says so in a note: with most edges read,
-    // the heap still attributes the occurrences whose two edges have it (see `phases::levels`).
+    // the heap still attributes the occurrences whose two edges have it (see `attribution::levels`).
     let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>, percent: usize| {
         let (times, values) = edges
             .iter()

@@ -1,7 +1,8 @@
 //! The finding rules: each looks at the step series, the phases and the allocator numbers and
 //! adds the finding of its kind with the numbers that fired it ([`judge`] runs them in order).
 
-use super::phases::{self, PhaseStats};
+use super::attribution::PhaseStats;
+use super::phases;
 use super::trend::{self, Shape, Trend};
 use super::{
     ALPHA, Analysis, Basis, Finding, FindingKind, GIB, GROWTH_FLOOR_BYTES, KEEPS_PACE, MIB,

@@ -1,0 +1,564 @@
+//! Per-phase attribution: what each phase leaves behind, what it needs transiently, and what of
+//! the step's growth it retains — with the frees credited to the phase that caused them
+//! (gradients freed between steps, saved tensors freed by backward, optimizer temporaries).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::phases::{AllocatorIndex, Occurrence, StepStart};
+use super::trend::{Trend, trend};
+use super::{value_at, value_exactly_at};
+use crate::recording::{Phase, Recording, Series};
+
+/// Per-phase attribution: what each phase leaves behind (net Δ = end − start), what it needs
+/// transiently (watermark Δ = peak − start), and what of the step's growth it retains.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PhaseStats {
+    /// Which phase.
+    pub phase: Phase,
+    /// Occurrences measured.
+    pub occurrences: usize,
+    /// Mean net Δ, bytes.
+    pub net_mean_bytes: f64,
+    /// Standard deviation of net Δ, bytes.
+    pub net_std_bytes: f64,
+    /// Sum of net Δ over the run, bytes.
+    pub net_total_bytes: f64,
+    /// Mean watermark Δ, bytes.
+    pub watermark_mean_bytes: f64,
+    /// Standard deviation of watermark Δ, bytes.
+    pub watermark_std_bytes: f64,
+    /// Mean memory retained per occurrence: the part of its net Δ that no later phase of the
+    /// step gives back (activations made in forward and freed in backward are not retained).
+    pub retained_mean_bytes: f64,
+    /// This phase's share of what all phases retain; `None` when nothing is retained.
+    pub share_of_growth: Option<f64>,
+    /// Trend of net Δ over the occurrences.
+    pub net_trend: Option<Trend>,
+    /// Trend of watermark Δ over the occurrences.
+    pub watermark_trend: Option<Trend>,
+}
+
+fn mean_std(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    (mean, variance.sqrt())
+}
+
+/// Memory levels around one occurrence: at its begin, at its end, and its peak.
+#[derive(Clone, Copy)]
+struct Levels {
+    begin: f64,
+    end: f64,
+    peak: f64,
+}
+
+fn levels(
+    o: &Occurrence,
+    allocator: &AllocatorIndex<'_>,
+    cursors: &mut (usize, usize),
+    fallback: Option<Attributed<'_>>,
+) -> Option<Levels> {
+    let begin = allocator.find(o.begin_ns, &mut cursors.0);
+    let end = allocator.find(o.end_ns, &mut cursors.1);
+    if let (Some(begin), Some(end)) = (begin, end) {
+        let readings = allocator.readings();
+        let end_allocated = readings.allocated(end);
+        return Some(Levels {
+            begin: readings.allocated(begin) as f64,
+            end: end_allocated as f64,
+            peak: readings.peak(end).max(end_allocated) as f64,
+        });
+    }
+    let Attributed { series, at_edges } = fallback?;
+    let (begin, end) = if at_edges {
+        // Read at the edges themselves: an edge without its reading leaves the occurrence out
+        // (the next edge's reading would move its change to the next phase).
+        (
+            value_exactly_at(series, o.begin_ns)? as f64,
+            value_exactly_at(series, o.end_ns)? as f64,
+        )
+    } else {
+        (
+            value_at(series, o.begin_ns)? as f64,
+            value_at(series, o.end_ns)? as f64,
+        )
+    };
+    let lo = series.times_ns.partition_point(|&t| t < o.begin_ns);
+    let hi = series.times_ns.partition_point(|&t| t <= o.end_ns);
+    let peak = series
+        .values
+        .range(lo.min(hi)..hi)
+        .max()
+        .map_or(end, |p| (p as f64).max(end));
+    Some(Levels { begin, end, peak })
+}
+
+/// The steps of `occurrences` (sorted by begin): for each, the range of its occurrences and its
+/// index in `starts`.
+fn steps_of(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+) -> Vec<(usize, std::ops::Range<usize>)> {
+    let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < occurrences.len() {
+        let step = step_of(occurrences[i].begin_ns);
+        let mut j = i;
+        while j < occurrences.len() && step_of(occurrences[j].begin_ns) == step {
+            j += 1;
+        }
+        out.push((step, i..j));
+        i = j;
+    }
+    out
+}
+
+/// `freed_gradients` says, by step number, how many bytes of gradients were freed just before
+/// that step started (`zero_grad(set_to_none=True)` at the top of the loop, from the probe's
+/// categories). Those were made by the step before's backward: they count as given back at that
+/// backward's end (the levels from there to the step's end are read as if they were freed
+/// then), not as giving back what a later phase (an eval after the optimizer step, a list the
+/// loop appends to before clearing them) kept. What of them the next step freed itself before
+/// its first backward (a closure that clears them after its step began:
+/// `credited_before_backward`, by step index) is credited there, not twice.
+fn credit_gradients_freed_between_steps(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    levels: &mut [Option<Levels>],
+    freed_gradients: &BTreeMap<u64, f64>,
+    credited_before_backward: &Credits,
+) {
+    for (step, range) in steps_of(occurrences, starts) {
+        let next_credited = credited_before_backward
+            .get(&(step + 1))
+            .map_or(0.0, |&(_, first)| first);
+        let freed = (starts
+            .get(step + 1)
+            .and_then(|s| freed_gradients.get(&s.step))
+            .copied()
+            .unwrap_or(0.0)
+            - next_credited)
+            .max(0.0);
+        let Some(b) = range
+            .clone()
+            .rev()
+            .find(|&k| occurrences[k].phase == Phase::Backward)
+            .filter(|_| freed > 0.0)
+        else {
+            continue;
+        };
+        for (k, l) in levels[b..range.end].iter_mut().enumerate() {
+            if let Some(l) = l.as_mut() {
+                if k > 0 {
+                    l.begin -= freed;
+                }
+                l.end -= freed;
+            }
+        }
+    }
+}
+
+/// What each occurrence retains of its step's growth. Within a step, with `floor(x)` the lowest
+/// level from point x to the start of the next step, an occurrence retains
+/// `floor(end) − floor(begin)`: the rise that nothing later in the step gives back.
+fn retained(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    levels: &[Option<Levels>],
+) -> Vec<Option<f64>> {
+    let mut out = vec![None; occurrences.len()];
+    for (_, range) in steps_of(occurrences, starts) {
+        // The level where the next step starts closes this one.
+        let next_start = levels.get(range.end).copied().flatten().map(|l| l.begin);
+        let mut floor = next_start.unwrap_or(f64::INFINITY);
+        for k in range.rev() {
+            let Some(l) = levels[k] else { continue };
+            let floor_end = floor.min(l.end);
+            let floor_begin = floor_end.min(l.begin);
+            if floor_end.is_finite() {
+                out[k] = Some(floor_end - floor_begin);
+            }
+            floor = floor_begin;
+        }
+    }
+    out
+}
+
+/// By step index: what was credited to the step's backwards, and what of that to its first.
+type Credits = BTreeMap<usize, (f64, f64)>;
+
+/// Memory freed before a backward and after its step began (or after the backward before it),
+/// outside the forward and eval phases: between phases (`optimizer.zero_grad()` between forward
+/// and backward, the most common loop order; a `p.grad = None` loop) or inside an optimizer's
+/// closure (LBFGS, Lightning) or a phase of the job's own. What is freed there is, in a training
+/// loop, the gradients the backward is about to make again; counted where it happens, it hides
+/// what the phases before kept behind the gradients freed, and charges the backward with making
+/// them. It is credited back: the levels from where it was freed until that backward begins
+/// are read as if it were still there, so the backward gives it back and the phases before it
+/// keep what they kept. A step's first level (its start) is never moved.
+///
+/// Also returns, for each step with a backward (by its index in `starts`), what was credited in
+/// it, and what of that before its first backward.
+fn credit_frees_to_backward(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    levels: &[Option<Levels>],
+) -> (Vec<Option<Levels>>, Credits) {
+    let mut out = levels.to_vec();
+    let mut per_step = Credits::new();
+    let step_of = |t: u64| starts.partition_point(|s| s.t_ns <= t).saturating_sub(1);
+    let frees_outside = |phase: &Phase| matches!(phase, Phase::Custom(_));
+    // The occurrences with levels since the last backward (or the step's start), and how much
+    // had been freed outside the phases before each of their edges: (index, freed before its
+    // begin, freed before its end). Moving a free later raises every level after it.
+    let mut pending: Vec<(usize, f64, f64)> = Vec::new();
+    let mut freed = 0.0;
+    let mut last: Option<(usize, f64)> = None; // (step, end level)
+    for (k, o) in occurrences.iter().enumerate() {
+        let Some(l) = levels[k] else { continue };
+        let step = step_of(o.begin_ns);
+        match last {
+            Some((s, end)) if s == step => freed += (end - l.begin).max(0.0),
+            _ => {
+                pending.clear();
+                freed = 0.0;
+            }
+        }
+        let freed_at_begin = freed;
+        if frees_outside(&o.phase) {
+            freed += (l.begin - l.end).max(0.0);
+        }
+        if o.phase == Phase::Backward {
+            per_step
+                .entry(step)
+                .and_modify(|(all, _)| *all += freed)
+                .or_insert((freed, freed));
+            if freed > 0.0 {
+                for &(i, at_begin, at_end) in &pending {
+                    if let Some(p) = out[i].as_mut() {
+                        p.begin += at_begin;
+                        p.end += at_end;
+                    }
+                }
+                if let Some(b) = out[k].as_mut() {
+                    b.begin += freed;
+                }
+            }
+            pending.clear();
+            freed = 0.0;
+        } else {
+            pending.push((k, freed_at_begin, freed));
+        }
+        last = Some((step, l.end));
+    }
+    (out, per_step)
+}
+
+/// What each backward occurrence freed of what the forwards before it saved for it (the probe's
+/// `saved_freed`, measured on a sample of steps), in the order of the occurrences; `None` for
+/// the other phases and before the first measurement. A backward without its own measurement
+/// takes the last one before it: a training step saves the same graph each time. The device
+/// side is the one the attribution reads: `device` (the allocator's), else the host; on the
+/// allocator's path with no measurement on its device (the model is on the CPU while the
+/// allocator's numbers come from elsewhere), the host's.
+pub fn saved_freed(
+    recording: &Recording,
+    occurrences: &[Occurrence],
+    device: Option<u32>,
+) -> Vec<Option<f64>> {
+    let Some(pid) = occurrences.first().map(|o| o.pid) else {
+        return Vec::new();
+    };
+    let of = |side: Option<u32>| {
+        let mut v: Vec<(u64, u64)> = recording
+            .saved_freed
+            .iter()
+            .filter(|r| r.origin.pid == pid && r.device == side)
+            .map(|r| (r.t_ns, r.bytes))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let mut records = of(device);
+    if records.is_empty() && device.is_some() {
+        records = of(None);
+    }
+    let mut last = None;
+    let mut next = 0;
+    occurrences
+        .iter()
+        .map(|o| {
+            if o.phase != Phase::Backward {
+                return None;
+            }
+            // Sent just before the backward's end edge: within it.
+            let mut own = None;
+            while next < records.len() && records[next].0 <= o.end_ns {
+                if records[next].0 >= o.begin_ns {
+                    own = Some(own.unwrap_or(0) + records[next].1);
+                }
+                next += 1;
+            }
+            if let Some(own) = own {
+                last = Some(own as f64);
+            }
+            last
+        })
+        .collect()
+}
+
+/// A backward frees what the forwards before it saved for it (their activations) while it
+/// makes the gradients. Counted where it happens, that free hides what the backward made and
+/// kept (a hook's list of gradients) behind the forward's activations it gave back, and the
+/// forward seems to keep it. With what the backward freed measured (`freed`, by occurrence),
+/// it is credited to the forwards since the last backward, the latest first, up to what each
+/// rose: the levels from that forward's end to the backward's begin are read as if it had been
+/// freed at the forward's end (its transient), so the backward keeps what it made.
+fn credit_saved_to_forwards(
+    occurrences: &[Occurrence],
+    levels: &mut [Option<Levels>],
+    freed: &[Option<f64>],
+) {
+    let mut forwards: Vec<usize> = Vec::new();
+    for (k, o) in occurrences.iter().enumerate() {
+        match o.phase {
+            Phase::Forward => forwards.push(k),
+            Phase::Backward => {
+                let mut left = freed.get(k).copied().flatten().unwrap_or(0.0);
+                if levels[k].is_some() {
+                    for &f in forwards.iter().rev() {
+                        if left <= 0.0 {
+                            break;
+                        }
+                        let Some(l) = levels[f] else { continue };
+                        let take = (l.end - l.begin).max(0.0).min(left);
+                        if take <= 0.0 {
+                            continue;
+                        }
+                        left -= take;
+                        if let Some(l) = levels[f].as_mut() {
+                            l.end -= take;
+                        }
+                        for between in levels[f + 1..k].iter_mut().flatten() {
+                            between.begin -= take;
+                            between.end -= take;
+                        }
+                        if let Some(b) = levels[k].as_mut() {
+                            b.begin -= take;
+                        }
+                    }
+                }
+                forwards.clear();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An optimizer step that runs a closure (LBFGS; Lightning's `training_step`) makes its own
+/// temporaries in the closure's gaps (a flat copy of the gradients, a search direction) and frees
+/// them when it returns, after the closure's forward and backward ran. Counted where they
+/// happen, that free lowers the floor under the forward and backward, which then seem to keep
+/// nothing. It is credited back to the pieces of the same optimizer step that rose, the latest
+/// first, up to what each rose: the levels from that piece's end to the last piece's begin are
+/// read as if it had been freed there.
+fn credit_optimizer_temporaries(occurrences: &[Occurrence], levels: &mut [Option<Levels>]) {
+    for last in 0..occurrences.len() {
+        let o = &occurrences[last];
+        let (Some(whole), Phase::Optimizer) = (o.piece_of, &o.phase) else {
+            continue;
+        };
+        let Some(l) = levels[last] else { continue };
+        let mut freed = (l.begin - l.end).max(0.0);
+        let mut k = last;
+        while freed > 0.0 && k > 0 {
+            k -= 1;
+            let piece = &occurrences[k];
+            if piece.begin_ns < whole {
+                break;
+            }
+            if piece.piece_of != Some(whole) {
+                continue;
+            }
+            let Some(p) = levels[k] else { continue };
+            let take = (p.end - p.begin).max(0.0).min(freed);
+            if take <= 0.0 {
+                continue;
+            }
+            freed -= take;
+            if let Some(p) = levels[k].as_mut() {
+                p.end -= take;
+            }
+            for between in levels[k + 1..last].iter_mut().flatten() {
+                between.begin -= take;
+                between.end -= take;
+            }
+            if let Some(l) = levels[last].as_mut() {
+                l.begin -= take;
+            }
+        }
+    }
+}
+
+/// Of the growth from the first phase's begin to the last one's end, the share that happened
+/// between phases (from one phase's end to the next one's begin); `None` without growth. The
+/// sum telescopes, so noise in the levels cancels out.
+fn between_share(levels: &[Option<Levels>]) -> Option<f64> {
+    // Over the occurrences that were read, and the gaps between neighbours that both were (an
+    // occurrence left unread, as when the C heap is read only now and then, is no gap).
+    let inside: f64 = levels.iter().flatten().map(|l| l.end - l.begin).sum();
+    let between: f64 = levels
+        .windows(2)
+        .filter_map(|w| Some(w[1]?.begin - w[0]?.end))
+        .sum();
+    let total = inside + between;
+    (total > 0.0).then(|| between / total)
+}
+
+/// The memory phases are attributed with when the allocator's numbers do not cover them.
+#[derive(Clone, Copy)]
+pub struct Attributed<'a> {
+    /// The series, sorted by time.
+    pub series: &'a Series,
+    /// Whether its samples were read at the phase edges themselves (the probe's host numbers),
+    /// so that an occurrence needs a reading at both of its edges.
+    pub at_edges: bool,
+}
+
+/// What [`stats`] finds.
+pub struct Accounts {
+    /// Per phase.
+    pub stats: Vec<PhaseStats>,
+    /// What each occurrence retained, in the order of the occurrences.
+    pub retained: Vec<Option<f64>>,
+    /// Each occurrence's net Δ and watermark Δ, in the order of the occurrences.
+    pub changes: Vec<Option<(f64, f64)>>,
+    /// The share of the growth that came between the phases.
+    pub between: Option<f64>,
+    /// The median, over the steps with a backward, of what was freed in the step before it
+    /// outside the forward and eval phases (gradients freed after the forward); `None` without
+    /// a backward.
+    pub freed_before_backward: Option<f64>,
+}
+
+/// Attribution per phase, from the allocator numbers at the edges when there are any, else from
+/// `fallback` (a sorted series: host or device memory sampled at the edges).
+pub fn stats(
+    occurrences: &[Occurrence],
+    starts: &[StepStart],
+    allocator: &AllocatorIndex<'_>,
+    fallback: Option<Attributed<'_>>,
+    freed_gradients: &BTreeMap<u64, f64>,
+    saved_freed: &[Option<f64>],
+) -> Accounts {
+    let mut cursors = (0, 0);
+    let levels: Vec<Option<Levels>> = occurrences
+        .iter()
+        .map(|o| levels(o, allocator, &mut cursors, fallback))
+        .collect();
+    // Retained and the share between phases from the levels with frees outside the phases
+    // credited back; net and watermark from the levels as they were (what the curves show).
+    let (mut credited, freed_in_steps) = credit_frees_to_backward(occurrences, starts, &levels);
+    credit_saved_to_forwards(occurrences, &mut credited, saved_freed);
+    credit_optimizer_temporaries(occurrences, &mut credited);
+    credit_gradients_freed_between_steps(
+        occurrences,
+        starts,
+        &mut credited,
+        freed_gradients,
+        &freed_in_steps,
+    );
+    let retained = retained(occurrences, starts, &credited);
+    let between = between_share(&credited);
+    #[derive(Default)]
+    struct Acc {
+        net: Vec<f64>,
+        watermark: Vec<f64>,
+        retained: Vec<f64>,
+        /// The whole occurrence the last entries came from, when they were pieces of one.
+        last_piece_of: Option<u64>,
+    }
+    // A handful of phases: a short list, with the last one used checked first.
+    let mut per_phase: Vec<(&Phase, Acc)> = Vec::new();
+    let mut last = 0;
+    for ((o, l), r) in occurrences.iter().zip(&levels).zip(&retained) {
+        if let Some(l) = l {
+            if per_phase.get(last).is_none_or(|(p, _)| *p != &o.phase) {
+                last = match per_phase.iter().position(|(p, _)| *p == &o.phase) {
+                    Some(i) => i,
+                    None => {
+                        per_phase.push((&o.phase, Acc::default()));
+                        per_phase.len() - 1
+                    }
+                };
+            }
+            let acc = &mut per_phase[last].1;
+            let same_whole = o.piece_of.is_some() && o.piece_of == acc.last_piece_of;
+            acc.last_piece_of = o.piece_of;
+            match (same_whole, acc.net.last_mut(), acc.watermark.last_mut()) {
+                // Another piece of the same occurrence: one occurrence in the statistics.
+                (true, Some(net), Some(watermark)) => {
+                    *net += l.end - l.begin;
+                    *watermark = watermark.max(l.peak - l.begin);
+                    if let (Some(r), Some(sum)) = (r, acc.retained.last_mut()) {
+                        *sum += *r;
+                    }
+                }
+                _ => {
+                    acc.net.push(l.end - l.begin);
+                    acc.watermark.push(l.peak - l.begin);
+                    if let Some(r) = r {
+                        acc.retained.push(*r);
+                    }
+                }
+            }
+        }
+    }
+    let estimate = |acc: &Acc| acc.retained.iter().sum::<f64>().max(0.0);
+    per_phase.sort_by(|a, b| a.0.cmp(b.0));
+    let total: f64 = per_phase.iter().map(|(_, acc)| estimate(acc)).sum();
+    let stats = per_phase
+        .into_iter()
+        .map(|(phase, acc)| {
+            let (net_mean, net_std) = mean_std(&acc.net);
+            let (watermark_mean, watermark_std) = mean_std(&acc.watermark);
+            let order: Vec<f64> = (0..acc.net.len()).map(|i| i as f64).collect();
+            PhaseStats {
+                phase: phase.clone(),
+                occurrences: acc.net.len(),
+                net_mean_bytes: net_mean,
+                net_std_bytes: net_std,
+                net_total_bytes: acc.net.iter().sum(),
+                watermark_mean_bytes: watermark_mean,
+                watermark_std_bytes: watermark_std,
+                retained_mean_bytes: mean_std(&acc.retained).0,
+                share_of_growth: (total > 0.0).then(|| estimate(&acc) / total),
+                net_trend: trend(&order, &acc.net),
+                watermark_trend: trend(&order, &acc.watermark),
+            }
+        })
+        .collect();
+    let mut freed: Vec<f64> = freed_in_steps.values().map(|&(all, _)| all).collect();
+    let freed_before_backward = (!freed.is_empty()).then(|| {
+        let mid = freed.len() / 2;
+        *freed.select_nth_unstable_by(mid, f64::total_cmp).1
+    });
+    let changes = levels
+        .iter()
+        .map(|l| l.map(|l| (l.end - l.begin, l.peak - l.begin)))
+        .collect();
+    Accounts {
+        stats,
+        retained,
+        changes,
+        between,
+        freed_before_backward,
+    }
+}
