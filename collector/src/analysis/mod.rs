@@ -7,6 +7,7 @@
 //! memory (NVML), the job's host memory (`/proc`). No I/O here: the viewer uses it too.
 
 mod attribution;
+mod categories;
 mod ending;
 mod holders;
 mod model;
@@ -19,8 +20,9 @@ mod trend;
 use crate::format::format_bytes;
 
 pub use self::attribution::PhaseStats;
+pub use self::categories::{CategoryStats, CategoryTrend};
 pub use self::ending::{Ending, OomCause, OomVerdict};
-pub use self::holders::{CategoryStats, CategoryTrend, HolderGrowth, census_pair, holders_between};
+pub use self::holders::{HolderGrowth, census_pair, holders_between};
 pub use self::model::{
     ALL_KINDS, Analysis, Attribution, Basis, Finding, FindingKind, ProjectedOom, Projection,
     StepSeries, caption, headline,
@@ -248,7 +250,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
                 .map(|(_, s)| (std::borrow::Cow::Borrowed(s.as_ref()), false)),
         ),
     };
-    let freed_gradients = holders::freed_gradients(
+    let freed_gradients = categories::freed_gradients(
         recording,
         occurrences.first().map(|o| o.pid),
         attribution == Attribution::Allocator,
