@@ -8,6 +8,7 @@
 
 mod attribution;
 mod categories;
+mod device_rules;
 mod ending;
 mod holders;
 mod model;
