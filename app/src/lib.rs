@@ -15,6 +15,7 @@ pub mod flame;
 mod follow;
 mod intake;
 pub mod lod;
+mod memaxes;
 pub mod memtimeline;
 mod picture;
 mod run;

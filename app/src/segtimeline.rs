@@ -147,7 +147,7 @@ pub fn segments_ui(
         pos2(rect.right() - 8.0, rect.bottom() - 22.0),
     );
     let end = f64::from(timeline.end());
-    let (x0, x1) = crate::memtimeline::zoom_pan(ui, &response, plot, end, &mut state.range);
+    let (x0, x1) = crate::memaxes::zoom_pan(ui, &response, plot, end, &mut state.range);
     let per_px = (x1 - x0) / f64::from(plot.width().max(1.0));
     let y_max = (device.peak.max(timeline.capacity.unwrap_or(0)) as f64 * 1.05).max(1.0);
     let key = (
@@ -202,7 +202,7 @@ pub fn segments_ui(
     let sy = move |bytes: f64| plot.bottom() - (bytes / y_max) as f32 * plot.height();
     let painter = ui.painter_at(rect);
     painter.rect_filled(plot, 0.0, ui.visuals().extreme_bg_color);
-    crate::memtimeline::axes(ui, &painter, plot, y_max, &sy);
+    crate::memaxes::axes(ui, &painter, plot, y_max, &sy);
     let first = cached.picture.samples.first().copied().unwrap_or(0);
     let image_rect = Rect::from_min_max(
         pos2(sx(f64::from(first)), plot.top()),
@@ -214,7 +214,7 @@ pub fn segments_ui(
         Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0)),
         Color32::WHITE,
     );
-    crate::memtimeline::capacity_and_ends(
+    crate::memaxes::capacity_and_ends(
         ui,
         &painter,
         plot,
