@@ -76,6 +76,8 @@ pub struct Trace {
     /// For the allocator's curves: whose readings they are, and how many of the recording's
     /// readings they were made from.
     readings: Option<ReadingsOf>,
+    /// Its place among the curves of its kind (0 for the first): its shade of the kind's colour.
+    pub shade: usize,
 }
 
 /// The allocator readings an allocator curve was made from: a process' (pid, rank) on a device,
@@ -181,10 +183,23 @@ pub fn grow(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
             levels,
             covered: series.values.len(),
             readings: None,
+            shade: 0,
         });
     }
     traces.extend(rank_host_traces(recording));
     traces.sort_by(|a, b| (a.kind, a.device, &a.origin).cmp(&(b.kind, b.device, &b.origin)));
+    // Several curves of one kind (ranks, devices): each its own shade.
+    let mut previous = None;
+    let mut nth = 0;
+    for trace in &mut traces {
+        nth = if previous == Some(trace.kind) {
+            nth + 1
+        } else {
+            0
+        };
+        previous = Some(trace.kind);
+        trace.shade = nth;
+    }
     traces
 }
 
@@ -222,6 +237,7 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
             levels: Levels::new(&times_ns, &values),
             covered: values.len(),
             readings: None,
+            shade: 0,
             source: Source::Owned {
                 times_ns: std::sync::Arc::new(times_ns),
                 values,
@@ -273,6 +289,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
                 origin: origin.clone(),
                 levels: Levels::new(&times_ns, &values),
                 covered: values.len(),
+                shade: 0,
                 readings: Some(ReadingsOf {
                     key: (pid, rank, device),
                     upto: readings.len(),

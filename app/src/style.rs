@@ -50,6 +50,15 @@ pub fn trace_color(kind: TraceKind) -> Color32 {
     }
 }
 
+/// The colour of one curve: its kind's, in its own shade when the plot has several of the kind
+/// (the process tree and each rank's host memory, several devices).
+pub fn curve_color(trace: &crate::view::Trace) -> Color32 {
+    let base = trace_color(trace.kind);
+    let palette::Rgb(r, g, b) =
+        palette::shade(palette::Rgb(base.r(), base.g(), base.b()), trace.shade);
+    Color32::from_rgb(r, g, b)
+}
+
 /// The colour of a category stacked under the curves: parameters, gradients, optimizer state,
 /// and the C heap's total line (host categories only).
 pub fn category_color(category: usize, alpha: u8) -> Color32 {

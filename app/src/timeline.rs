@@ -278,7 +278,7 @@ pub fn small_multiples(ui: &mut egui::Ui, id: usize, recording: &Recording, view
                                     .collect();
                                 pui.line(
                                     Line::new(trace.name(), PlotPoints::Owned(points))
-                                        .color(trace_color(trace.kind))
+                                        .color(crate::style::curve_color(trace))
                                         .width(1.5)
                                         .allow_band(false),
                                 );
@@ -411,7 +411,7 @@ pub fn timeline_ui(
                         .collect();
                     pui.line(
                         Line::new(trace.name(), PlotPoints::Owned(points))
-                            .color(trace_color(trace.kind))
+                            .color(crate::style::curve_color(trace))
                             .width(line_width)
                             // egui_plot's own banding would fill between far-apart samples.
                             .allow_band(false),
@@ -427,7 +427,7 @@ pub fn timeline_ui(
                     pui.add(Envelope::new(
                         trace.name(),
                         spans,
-                        trace_color(trace.kind),
+                        crate::style::curve_color(trace),
                         line_width,
                     ));
                 }
@@ -515,7 +515,7 @@ fn readout(
     egui::Grid::new("readout").num_columns(2).show(ui, |ui| {
         for trace in view.traces.iter().filter(|t| state.is_shown(t.kind)) {
             if let Some(v) = trace.data(recording).value_at(t_ns) {
-                ui.colored_label(trace_color(trace.kind), trace.name());
+                ui.colored_label(crate::style::curve_color(trace), trace.name());
                 ui.label(format_bytes(v as f64));
                 ui.end_row();
             }

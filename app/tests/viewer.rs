@@ -549,6 +549,16 @@ fn each_rank_gets_its_own_host_memory_curve() {
         hosts,
         vec![Some("rank 0".to_owned()), Some("rank 1".to_owned())]
     );
+    // Each drawn in its own shade of the host colour, so that the legend tells them apart.
+    let colors: Vec<egui::Color32> = run
+        .view
+        .traces
+        .iter()
+        .filter(|t| t.kind == TraceKind::Host)
+        .map(tidemark_app::style::curve_color)
+        .collect();
+    assert_eq!(colors[0], tidemark_app::style::trace_color(TraceKind::Host));
+    assert_ne!(colors[0], colors[1]);
     assert!(
         run.analysis.findings[0].title.starts_with("Rank 1: "),
         "{}",

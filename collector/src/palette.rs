@@ -123,6 +123,27 @@ pub fn site(rank: u32) -> Rgb {
     Rgb(dim(r), dim(g), dim(b))
 }
 
+/// The colour of the `nth` curve of one kind on one plot (`base` its kind's colour): several
+/// ranks' host memory, or several devices' allocated memory, each a shade of its own — the
+/// first the kind's colour, then alternately darker and lighter, each step further from it, so
+/// the legend tells them apart and the kind is still read from the hue.
+pub fn shade(base: Rgb, nth: usize) -> Rgb {
+    if nth == 0 {
+        return base;
+    }
+    const DARKER: [f64; 3] = [0.3, 0.6, 0.8];
+    const LIGHTER: [f64; 3] = [0.35, 0.65, 0.85];
+    let step = (nth.div_ceil(2) - 1).min(2);
+    let (towards, amount) = if nth % 2 == 1 {
+        (0.0, DARKER[step])
+    } else {
+        (255.0, LIGHTER[step])
+    };
+    let mix = |c: u8| (f64::from(c) + (towards - f64::from(c)) * amount).round() as u8;
+    let Rgb(r, g, b) = base;
+    Rgb(mix(r), mix(g), mix(b))
+}
+
 /// The band of the small blocks of every site beyond the ranked ones (neutral grey).
 pub const OTHER_SITES: Rgb = Rgb(0xb4, 0xb4, 0xb4);
 
@@ -219,6 +240,26 @@ mod tests {
                     "{a} vs {b}: ΔE {n:.1} with normal vision"
                 );
                 assert!(d >= floor_deutan, "{a} vs {b}: ΔE {d:.1} with deuteranopia");
+            }
+        }
+    }
+
+    /// Up to five curves of one kind on one plot (the process tree and four ranks): each apart
+    /// from the others, with normal vision and with deuteranopia.
+    #[test]
+    fn the_shades_of_one_kind_are_apart() {
+        for (name, base) in CURVES {
+            let shades: Vec<Rgb> = (0..5).map(|n| shade(base, n)).collect();
+            for (i, a) in shades.iter().enumerate() {
+                for (j, b) in shades.iter().enumerate().skip(i + 1) {
+                    let n = delta_e(normal(*a), normal(*b));
+                    let d = delta_e(deuteranopia(*a), deuteranopia(*b));
+                    assert!(n >= 10.0, "{name} shades {i} and {j}: ΔE {n:.1}");
+                    assert!(
+                        d >= 8.0,
+                        "{name} shades {i} and {j}: ΔE {d:.1} with deuteranopia"
+                    );
+                }
             }
         }
     }
