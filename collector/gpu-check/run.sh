@@ -49,3 +49,28 @@ PY
 echo "=== the cost of --history (steps/s of the same job)"
 ./target/release/collector --out "$out/plain.msgpack" -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
 ./target/release/collector --out "$out/history.msgpack" --history -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
+
+# Pinned host memory (PyTorch 2.14+): a snapshot with `record_pinned_host_memory=True` holds
+# `host_segments` and `host_traces`; the report shows them as the device `pinned host` (four of
+# the eight 2 MiB pinned buffers kept alive). The shape PyTorch wrote is printed beside it.
+echo "=== pinned host memory in a snapshot"
+"$python" - "$out/pinned.pickle" <<'PY' || true
+import sys, torch
+if "record_pinned_host_memory" not in torch.cuda.memory._record_memory_history.__doc__:
+    sys.exit(f"torch {torch.__version__} cannot record pinned host memory (2.14 and later can)")
+torch.cuda.memory._record_memory_history(max_entries=100000, record_pinned_host_memory=True)
+kept = []
+for step in range(8):
+    batch = torch.empty(2 << 20, dtype=torch.uint8).pin_memory()
+    on_gpu = batch.to("cuda", non_blocking=True)
+    if step % 2 == 0:
+        kept.append(batch)
+torch.cuda.synchronize()
+torch.cuda.memory._dump_snapshot(sys.argv[1])
+s = torch.cuda.memory._snapshot()
+segments, traces = s.get("host_segments", []), s.get("host_traces", [])
+print("host_segments:", len(segments), "first:", sorted(segments[0]) if segments else None)
+print("host_traces:", type(traces).__name__, len(traces),
+      "first:", sorted(traces[0]) if traces and isinstance(traces[0], dict) else traces[:1])
+PY
+./target/release/collector report "$out/pinned.pickle" || true
