@@ -856,6 +856,11 @@ fn bad_input_gets_a_clear_error() {
             "deep.pickle",
             "holds a list of 1 item, not a memory snapshot",
         ),
+        ("host_not_a_list.pickle", "host_traces is a str, not a list"),
+        (
+            "host_not_entries.pickle",
+            "host_traces holds the integer 1, not a trace entry (a dict with action)",
+        ),
         (
             "wrong_type.pickle",
             "trace entry 1: size is a str, not a non-negative 64-bit integer",

@@ -301,31 +301,16 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
     // (and empty) in every snapshot of those versions; when it holds anything, it is one more
     // device, after the CUDA ones.
     let mut host = None;
-    let host_items = |machine: &Machine<'_>, v: Option<Value>, what: &str| match v {
-        None => Ok(None),
-        Some(v) => match machine.entry_run(v) {
-            Some((_, 0)) => Ok(None),
-            Some(run) => Ok(Some(Err(run))),
-            None => match machine.list(v) {
-                Some([]) => Ok(None),
-                Some(items) => Ok(Some(Ok(items.to_vec()))),
-                None => Err(SnapshotError::Schema(format!(
-                    "{what} is {}, not a list",
-                    v.describe(&machine.strings)
-                ))),
-            },
-        },
-    };
-    let host_trace = host_items(&machine, host_traces_v, "host_traces")?;
-    let host_segments = host_items(&machine, host_segments_v, "host_segments")?;
+    let host_trace = host_list(&machine, host_traces_v, "host_traces")?;
+    let host_segments = host_list(&machine, host_segments_v, "host_segments")?;
     if host_trace.is_some() || host_segments.is_some() {
         let device = devices;
         host = Some(device);
         devices += 1;
         runs.resize(device as usize, (0, 0));
         match host_trace {
-            Some(Err(run)) => runs.push(run),
-            Some(Ok(items)) => {
+            Some(HostList::Run(run)) => runs.push(run),
+            Some(HostList::Items(items)) => {
                 runs.push((0, 0));
                 for item in items {
                     match machine.resolve(item) {
@@ -341,7 +326,7 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
             }
             None => {}
         }
-        if let Some(Ok(items)) = host_segments {
+        if let Some(HostList::Items(items)) = host_segments {
             for (i, item) in items.into_iter().enumerate() {
                 let segment = read_segment(&mut machine, item, Some(device))
                     .map_err(|e| SnapshotError::Schema(format!("host_segments[{i}]: {e}")))?;
@@ -436,6 +421,36 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
         streams: parts.streams,
         other_actions: parts.other_actions,
     })
+}
+
+/// One of the pinned host memory's lists (`host_traces`, `host_segments`) with something in it.
+enum HostList {
+    /// Trace entries in order, as the machine keeps a list of them: (first entry, count).
+    Run((u32, u32)),
+    /// Any other list's items.
+    Items(Vec<Value>),
+}
+
+/// `value` (`what` in the snapshot) as a [`HostList`]; `None` when it is absent or empty.
+fn host_list(
+    machine: &Machine<'_>,
+    value: Option<Value>,
+    what: &str,
+) -> Result<Option<HostList>, SnapshotError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    if let Some(run) = machine.entry_run(value) {
+        return Ok((run.1 > 0).then_some(HostList::Run(run)));
+    }
+    match machine.list(value) {
+        Some([]) => Ok(None),
+        Some(items) => Ok(Some(HostList::Items(items.to_vec()))),
+        None => Err(SnapshotError::Schema(format!(
+            "{what} is {}, not a list",
+            value.describe(&machine.strings)
+        ))),
+    }
 }
 
 fn describe_top(machine: &Machine<'_>, value: Value) -> String {

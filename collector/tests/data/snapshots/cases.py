@@ -374,6 +374,11 @@ def generate(directory):
     (directory / "truncated.pickle").write_bytes(whole[: len(whole) // 2])
     (directory / "a_list.pickle").write_bytes(pickle.dumps([1, 2, 3], protocol=4))
     (directory / "pinned_host.pickle").write_bytes(pickle.dumps(pinned_host_snapshot(), protocol=4))
+    # Pinned host memory's lists of the wrong shape.
+    (directory / "host_not_a_list.pickle").write_bytes(
+        pickle.dumps(dict(shared_snapshot(), host_traces="none"), protocol=4))
+    (directory / "host_not_entries.pickle").write_bytes(
+        pickle.dumps(dict(shared_snapshot(), host_traces=[1, 2]), protocol=4))
     # A snapshot of PyTorch 2.14+ that did not record pinned memory: both keys, empty.
     (directory / "host_empty.pickle").write_bytes(
         pickle.dumps(dict(shared_snapshot(), host_segments=[], host_traces=[]), protocol=4))
