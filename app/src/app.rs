@@ -478,7 +478,7 @@ impl TidemarkApp {
         let mut any = false;
         for open in &mut self.runs {
             any |= open.follow.is_some();
-            poll(open, false);
+            open.poll_follow(false);
         }
         if any {
             ctx.request_repaint_after(std::time::Duration::from_millis(250));
@@ -487,7 +487,7 @@ impl TidemarkApp {
 
     fn poll_follow_now(&mut self) {
         for open in &mut self.runs {
-            poll(open, true);
+            open.poll_follow(true);
         }
     }
 }
@@ -547,7 +547,7 @@ impl TidemarkApp {
             open.follow = None;
         } else if open.follow.is_none() && !snapshot && std::path::Path::new(&open.name).is_file() {
             open.follow = Some(crate::follow::Follow::new(open.name.clone().into()));
-            poll(open, true);
+            open.poll_follow(true);
         }
     }
 
@@ -596,70 +596,5 @@ impl TidemarkApp {
         open.follow = Some(crate::follow::Follow::url(url, fetch));
         self.add(open);
         self.poll_follow_now();
-    }
-}
-
-/// One followed file: what arrived goes into its recording, its curves grow, and it is analyzed
-/// again when that is due — on a thread of its own, unless `now` or the recording is complete
-/// (then at once): the frames go on meanwhile, and the file is read again once it is done.
-fn poll(open: &mut OpenRun, now: bool) {
-    let Some(follow) = &mut open.follow else {
-        return;
-    };
-    let run = &mut open.run;
-    if let Some(analysis) = follow.analysis(now) {
-        match run {
-            Ok(run) => run.adopt(analysis),
-            Err(_) => drop(analysis),
-        }
-    }
-    if follow.analyzing() {
-        return;
-    }
-    // The run stays, its recording lent to the follower to grow.
-    let mut kept: Option<Run> = None;
-    let taken = || match std::mem::replace(run, Err(String::new())) {
-        Ok(mut previous) => {
-            let empty = collector::recording::Recording::new(previous.recording.header.clone());
-            let recording = std::mem::replace(&mut previous.recording, empty);
-            kept = Some(previous);
-            Some(recording)
-        }
-        Err(_) => None,
-    };
-    let Some(update) = follow.poll(taken, now) else {
-        if follow.analysis_due()
-            && let Ok(run) = run
-        {
-            follow.analyze_in_background(&run.recording);
-        }
-        return;
-    };
-    let started = web_time::Instant::now();
-    match (update, kept) {
-        (Ok(recording), Some(mut previous)) => {
-            let at_once = now || recording.end.is_some();
-            previous.grow(recording, at_once);
-            #[cfg(target_arch = "wasm32")]
-            crate::web::announce_growth(previous.recording.sample_count());
-            if at_once {
-                follow.analyzed_in(started.elapsed());
-            } else {
-                follow.grew();
-                if follow.analysis_due() {
-                    follow.analyze_in_background(&previous.recording);
-                }
-            }
-            *run = Ok(previous);
-        }
-        (update, _) => {
-            // The first bytes, or a run fetched whole again ([`crate::follow::Fetch::Whole`]).
-            #[cfg(target_arch = "wasm32")]
-            if let Ok(recording) = &update {
-                crate::web::announce_growth(recording.sample_count());
-            }
-            *run = update.map(Run::new);
-            follow.analyzed_in(started.elapsed());
-        }
     }
 }

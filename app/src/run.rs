@@ -504,6 +504,71 @@ impl OpenRun {
             .filter(|s| !s.is_empty())
             .unwrap_or(&self.name)
     }
+
+    /// One followed file: what arrived goes into its recording, its curves grow, and it is analyzed
+    /// again when that is due — on a thread of its own, unless `now` or the recording is complete
+    /// (then at once): the frames go on meanwhile, and the file is read again once it is done.
+    pub(crate) fn poll_follow(&mut self, now: bool) {
+        let Some(follow) = &mut self.follow else {
+            return;
+        };
+        let run = &mut self.run;
+        if let Some(analysis) = follow.analysis(now) {
+            match run {
+                Ok(run) => run.adopt(analysis),
+                Err(_) => drop(analysis),
+            }
+        }
+        if follow.analyzing() {
+            return;
+        }
+        // The run stays, its recording lent to the follower to grow.
+        let mut kept: Option<Run> = None;
+        let taken = || match std::mem::replace(run, Err(String::new())) {
+            Ok(mut previous) => {
+                let empty = collector::recording::Recording::new(previous.recording.header.clone());
+                let recording = std::mem::replace(&mut previous.recording, empty);
+                kept = Some(previous);
+                Some(recording)
+            }
+            Err(_) => None,
+        };
+        let Some(update) = follow.poll(taken, now) else {
+            if follow.analysis_due()
+                && let Ok(run) = run
+            {
+                follow.analyze_in_background(&run.recording);
+            }
+            return;
+        };
+        let started = web_time::Instant::now();
+        match (update, kept) {
+            (Ok(recording), Some(mut previous)) => {
+                let at_once = now || recording.end.is_some();
+                previous.grow(recording, at_once);
+                #[cfg(target_arch = "wasm32")]
+                crate::web::announce_growth(previous.recording.sample_count());
+                if at_once {
+                    follow.analyzed_in(started.elapsed());
+                } else {
+                    follow.grew();
+                    if follow.analysis_due() {
+                        follow.analyze_in_background(&previous.recording);
+                    }
+                }
+                *run = Ok(previous);
+            }
+            (update, _) => {
+                // The first bytes, or a run fetched whole again ([`crate::follow::Fetch::Whole`]).
+                #[cfg(target_arch = "wasm32")]
+                if let Ok(recording) = &update {
+                    crate::web::announce_growth(recording.sample_count());
+                }
+                *run = update.map(Run::new);
+                follow.analyzed_in(started.elapsed());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
