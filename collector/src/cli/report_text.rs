@@ -51,12 +51,8 @@ pub fn text(
         );
     } else {
         let header = &recording.header;
-        let pinned = header
-            .devices
-            .iter()
-            .filter(|d| d.name == collector::format::PINNED_HOST)
-            .count();
-        let gpus = header.devices.len() - pinned;
+        let pinned = header.pinned_host().is_some();
+        let gpus = header.devices.len() - usize::from(pinned);
         let _ = writeln!(
             out,
             "{} — {} (host {}, {} GPU{}{}, {}, {})\n",
@@ -69,7 +65,7 @@ pub fn text(
             },
             gpus,
             if gpus == 1 { "" } else { "s" },
-            if pinned > 0 {
+            if pinned {
                 " and pinned host memory"
             } else {
                 ""

@@ -62,15 +62,18 @@ impl Header {
         }
     }
 
-    /// How device `index` is named to a person: `cuda:N`, or pinned host memory where the run
-    /// was imported from a snapshot that recorded it (its device named so).
-    pub fn device_name(&self, index: u32) -> String {
-        let host = self
-            .devices
+    /// The device that is pinned host memory, where the run was imported from a snapshot that
+    /// recorded it (its device named so).
+    pub fn pinned_host(&self) -> Option<u32> {
+        self.devices
             .iter()
-            .find(|d| d.index == index && d.name == crate::format::PINNED_HOST)
-            .map(|d| d.index);
-        crate::format::device_name(index, host)
+            .find(|d| d.name == crate::format::PINNED_HOST)
+            .map(|d| d.index)
+    }
+
+    /// How device `index` is named to a person: `cuda:N`, or pinned host memory.
+    pub fn device_name(&self, index: u32) -> String {
+        crate::format::device_name(index, self.pinned_host())
     }
 }
 
