@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from PIL import Image
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -71,6 +72,28 @@ def wait(what, timeout_s=90):
             return found
         time.sleep(0.2)
     return None
+
+
+def on_fresh(driver, selector, act, timeout_s=30):
+    """`act` on the element `selector` finds; found again if the page made its row anew meanwhile."""
+
+    def attempt():
+        try:
+            found = driver.find_elements(By.CSS_SELECTOR, selector)
+            return [act(found[0])] if found else None
+        except StaleElementReferenceException:
+            return None
+
+    done = wait(attempt, timeout_s)
+    return done[0] if done else None
+
+
+def click(driver, selector):
+    return on_fresh(driver, selector, lambda e: e.click() or True)
+
+
+def link_of(driver, selector, timeout_s=90):
+    return on_fresh(driver, selector, lambda e: e.get_attribute("href"), timeout_s) or ""
 
 
 def curve_pixels(image):
@@ -137,10 +160,14 @@ def main():
                 driver.save_screenshot(str(out / "list.png"))
                 judged = wait(lambda: "judging" not in driver.find_element(By.ID, "runs").text, 60)
                 check(judged is not None, "every run judged, the rows refreshed by the page")
+                link = 'document.querySelector(\'tr[data-name="healthy.msgpack"] a.open\')'
+                driver.execute_script(f"{link}.tidemarkKept = true")
+                time.sleep(2.5)  # a refresh of the rows, the runs' ages changed
+                unchanged = driver.execute_script(f"return {link}.tidemarkKept === true")
+                check(unchanged, "a run's link is the same element after a refresh (a click on it is not lost)")
 
                 print("a finished recording, opened from the list")
-                link = driver.find_element(By.CSS_SELECTOR, 'tr[data-name="job-a/leak.msgpack"] a.open')
-                link.click()
+                click(driver, 'tr[data-name="job-a/leak.msgpack"] a.open')
                 shown = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")])
                 check(shown and shown[0][0] == "tidemark:shown", f"shown: {shown}")
                 image = shot(driver, out / "leak.png")
@@ -156,9 +183,11 @@ def main():
                 driver.get(url)
                 boxes = wait(lambda: driver.find_elements(By.CSS_SELECTOR, "input.pick"))
                 for name in ("healthy.msgpack", "job-a/leak.msgpack"):
-                    driver.find_element(By.CSS_SELECTOR, f'tr[data-name="{name}"] input.pick').click()
+                    click(driver, f'tr[data-name="{name}"] input.pick')
                 time.sleep(2.5)  # the rows are made again: the picks stay
-                kept = [b.get_attribute("data-url") for b in driver.find_elements(By.CSS_SELECTOR, "input.pick:checked")]
+                kept = driver.execute_script(  # at once: a growing run's row may be made anew meanwhile
+                    "return [...document.querySelectorAll('input.pick:checked')].map((b) => b.dataset.url)"
+                )
                 check(len(kept) == 2, f"picked, kept across the rows' refresh: {kept}")
                 driver.find_element(By.ID, "together").click()
                 both = wait(lambda: len({d for n, d in marks(driver) if n == "tidemark:opened"}) == 2 or None, 60)
@@ -173,8 +202,7 @@ def main():
                 print("a growing recording, followed")
                 live.write_bytes(whole[: len(whole) // 2])  # changed just now: growing
                 driver.get(url)
-                link = wait(lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-name="live.msgpack"] a.open'))
-                href = link[0].get_attribute("href") if link else ""
+                href = link_of(driver, 'tr[data-name="live.msgpack"] a.open')
                 check("follow=1" in href, f"the link asks to follow: {href}")
                 driver.get(href)
                 shown = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")])
@@ -203,8 +231,7 @@ def main():
                 for rank, name in enumerate(["cs336_large_fw_bw_fp32.pickle", "cs336_large_fw_bw_bf16.pickle"]):
                     (ranks / f"rank{rank}_memory_snapshot.pickle").write_bytes((real / name).read_bytes())
                 driver.get(url)
-                link = wait(lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-name="ranks"] a.open'), 30)
-                href = link[0].get_attribute("href") if link else ""
+                href = link_of(driver, 'tr[data-name="ranks"] a.open', 30)
                 check("ranks=ranks" in href and href.count("url=") == 2, f"the folder's link names its files: {href}")
                 driver.get(href)
                 shown = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")], 60)
@@ -231,8 +258,7 @@ def main():
                 ]
                 try:
                     driver.get(url)
-                    link = wait(lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-name="nodes"] a.open'), 30)
-                    href = link[0].get_attribute("href") if link else ""
+                    href = link_of(driver, 'tr[data-name="nodes"] a.open', 30)
                     check("follow=whole" in href, f"the folder's link asks to follow it whole: {href}")
                     driver.get(href)
                     first = wait(lambda: [float(d) for n, d in marks(driver) if n == "tidemark:grew"], 30)

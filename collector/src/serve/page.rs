@@ -222,11 +222,32 @@ const together = document.getElementById("together");
 if (together) together.addEventListener("click", () => {{
   location.href = "viewer/?" + [...picked].map((u) => "url=" + encodeURIComponent(u)).join("&");
 }});
-// The rows again every 2 s: new runs, growing ones, verdicts as they are judged.
+// The rows again every 2 s: new runs, growing ones, verdicts as they are judged. Only what changed
+// is replaced, so a link or box being clicked is not swept away under the pointer.
+function update(html) {{
+  const fresh = document.createElement("tbody");
+  fresh.innerHTML = html;
+  const old = new Map([...runs.children].map((row) => [row.dataset.name, row]));
+  let at = runs.firstElementChild;
+  for (const row of [...fresh.children]) {{
+    let use = old.get(row.dataset.name);
+    old.delete(row.dataset.name);
+    if (use && use.cells.length === row.cells.length) {{
+      // A run shown before keeps its row: only the cells that changed (its age, size, verdict) are new.
+      const now = [...row.cells];
+      [...use.cells].forEach((cell, i) => {{ if (cell.innerHTML !== now[i].innerHTML) cell.replaceWith(now[i]); }});
+    }} else {{
+      if (use) {{ if (use === at) at = at.nextElementSibling; use.remove(); }}
+      use = row;
+    }}
+    if (use !== at) runs.insertBefore(use, at); else at = at.nextElementSibling;
+  }}
+  for (const row of old.values()) row.remove();
+}}
 setInterval(async () => {{
   try {{
     const r = await fetch("?part=rows", {{ credentials: "same-origin" }});
-    if (r.ok) {{ runs.innerHTML = await r.text(); mark(); }}
+    if (r.ok) {{ update(await r.text()); mark(); }}
   }} catch (e) {{}}
 }}, 2000);
 mark();
