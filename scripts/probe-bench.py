@@ -88,6 +88,7 @@ if WHERE:
     for _ in range(20000):
         calibrate()
     timer_ns = spent["timer"][0] / spent["timer"][1]
+    plain_edge = getattr(tidemark, "_send_edge", tidemark._edge)  # (an older probe's inner edge)
     tidemark._edge = timed(tidemark._edge, "edges")
     tidemark._at_step_start = timed(tidemark._at_step_start, "step starts")
     tidemark._at_step_end = timed(tidemark._at_step_end, "step ends")
@@ -178,15 +179,22 @@ if WHERE:
         per_step = (total - calls * timer_ns) / steps / 1000
         print(f"where {key}|{calls / steps:.2f}|{per_step:.2f}")
     t = tidemark
-    reads = t._heap_reads_done[0]
-    print(f"account heap|{reads}|{reads + t._heap_skipped}|{t._heap_spent_ns / 1000 / steps:.2f}|{t._heap_spent_ns / 1000 / max(reads, 1):.1f}")
+    for what, share in (("heap", getattr(t, "_heap", None)), ("rss", getattr(t, "_rss", None))):
+        if share is None:  # an older probe: the heap's accounts only, resident memory at every edge
+            if what == "heap":
+                reads, skipped, spent = t._heap_reads_done[0], t._heap_skipped, t._heap_spent_ns
+            else:
+                continue
+        else:
+            reads, skipped, spent = share.done, share.skipped, share.spent_ns
+        print(f"account {what}|{reads}|{reads + skipped}|{spent / 1000 / steps:.2f}|{spent / 1000 / max(reads, 1):.1f}")
     if hasattr(t, "_category_spent_ns"):
         print(f"account categories|{t._category_spent_ns / 1000 / steps:.2f}|{t._categories_skipped}")
         print(f"account censuses|{t._census_spent_ns / 1000 / steps:.2f}|{t._step_censuses}")
     # One edge alone, without the heap (best of many): the fixed part of every edge.
     import timeit
     heap, t._mallinfo2 = t._mallinfo2, None
-    edge = min(timeit.repeat(lambda: t._send_edge("b", "bench"), number=2000, repeat=5)) / 2000 * 1e6
+    edge = min(timeit.repeat(lambda: plain_edge("b", "bench"), number=2000, repeat=5)) / 2000 * 1e6
     t._mallinfo2 = heap
     print(f"edge-alone {edge:.2f}")
     # What torch's hook dispatch adds to a root model's call: a module with the probe's kind
@@ -309,9 +317,10 @@ def where(args, folder, loop):
             key, calls, per_step = line[6:].split("|")
             total += float(per_step)
             print(f"  {key:<12} {float(calls):5.2f} a step  {float(per_step):7.2f} µs/step  {float(per_step) / step_us * 100:5.2f} %")
-        elif line.startswith("account heap|"):
-            _, reads, edges, per_step, mean = line.split("|")
-            print(f"    of which the C heap: read at {reads} of {edges} edges, {mean} µs a read, "
+        elif line.startswith(("account heap|", "account rss|")):
+            what, reads, edges, per_step, mean = line.split("|")
+            what = "the C heap" if what.endswith("heap") else "resident memory"
+            print(f"    of which {what}: read at {reads} of {edges} edges, {mean} µs a read, "
                   f"{per_step} µs/step ({float(per_step) / step_us * 100:.2f} %)")
         elif line.startswith("account categories|"):
             _, per_step, skipped = line.split("|")

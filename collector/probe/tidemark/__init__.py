@@ -24,9 +24,9 @@ when the collector is slow, batches wait in a small queue, and when that is full
 and counted.
 
 What costs more than an edge is read within a share of the job's time, each measured as it goes:
-the C heap at the edges of a job whose memory is on the host (``_HEAP_SHARE``), the categories at
-step starts (``_CATEGORY_SHARE``) and the censuses (``_CENSUS_SHARE``, each one also bounded in
-time).
+the C heap at the edges of a job whose memory is on the host (``_HEAP_SHARE``) and resident memory
+at the edges (``_RSS_SHARE``; both at every edge of the first steps), the categories at step
+starts (``_CATEGORY_SHARE``) and the censuses (``_CENSUS_SHARE``, each one also bounded in time).
 """
 import collections
 import math
@@ -89,13 +89,12 @@ _CATEGORY_GRACE_CAP_NS = 100_000_000  # (the first steps' at most 100 ms)
 _category_spent_ns = 0
 _categories_skipped = 0      # step starts without categories, over the share
 _HEAP_SHARE = 0.002          # the share of the job's time that reading the C heap may take …
-_HEAP_GRACE_NS = 5_000_000   # … after a first 5 ms that are always granted
-_HEAP_GRACE_CAP_NS = 200_000_000  # (the first steps' at most 200 ms)
-_heap_since_ns = None        # the first edge (the share's clock: not the job's imports)
-_heap_spent_ns = 0           # thread CPU time spent in mallinfo2 so far
-_heap_reads_done = [0]       # reads done (a list: no `global` needed in the hot path)
-_heap_skipped = 0            # edges sent without the heap, over the share
-_heap_step = [None, False]   # the step the heap was last decided for, and whether it is read
+_RSS_SHARE = 0.002           # … and reading resident memory (each after a first 5 ms always
+_READ_GRACE_NS = 5_000_000   # granted; in the first steps, at most 200 ms)
+_READ_GRACE_CAP_NS = 200_000_000
+_host_since_ns = None        # the first edge (the shares' clock: not the job's imports)
+_host_step = [None]          # the step the host readings were last decided for (a list: no `global`) …
+_host_recheck = [0]          # … and without steps, when to decide again at a begin edge
 
 
 def enabled():
@@ -161,53 +160,81 @@ class phase:
 _NO_NUMBERS = "- - - - - - - -"
 _monotonic_ns = time.monotonic_ns
 _thread_time_ns = time.thread_time_ns  # what the probe's own work costs, preemption left out
+_pread = os.pread
+_modules = sys.modules
 
 
 def _edge(edge, name):
-    """Sends one phase edge. Nothing in it may reach the job: a failure counts as a dropped
-    message."""
+    """Adds one phase edge to the batch: its time and what is read at it, raw (the line is made
+    when the batch is sent, by ``_line``: one warm pass over a batch instead of a cold format at
+    every edge). Resident memory and the C heap are read within their shares (``_Share``), the
+    heap only where host memory is what is judged: not once CUDA is up and the allocator's numbers
+    come. Nothing in it may reach the job: a failure counts as a dropped message. (The hot path of
+    every edge: few calls, ``_add`` written out.)"""
     global _dropped
     try:
-        _send_edge(edge, name)
+        torch = _torch if _torch is not None else _modules.get("torch")  # also without auto mode
+        numbers = None
+        if torch is not None and torch.cuda.is_initialized():
+            numbers = _allocator_numbers(torch, edge)
+        step = _step
+        now = _monotonic_ns()
+        if step != _host_step[0] or (step is None and edge == "b" and now >= _host_recheck[0]):
+            _decide_host(step, now)
+        statm = None
+        if _statm is not None:
+            rss = _rss
+            if rss.granted:
+                try:
+                    statm = _pread(_statm, 64, 0)
+                except OSError:
+                    pass
+                rss.spent_ns += _monotonic_ns() - now
+                rss.done += 1
+            else:
+                rss.skipped += 1
+        heap = None
+        if numbers is None and _mallinfo2 is not None:
+            if _heap.granted:
+                heap = _read_heap()
+            else:
+                _heap.skipped += 1
+        if _categories_waiting:
+            _send_categories(heap)
+        pending = _pending
+        pending.append((now, step, edge, numbers, heap, statm, name))
+        size = _pending_bytes[0] = _pending_bytes[0] + _EDGE_BYTES + len(name) + (numbers is not None and len(numbers))
+        if len(pending) == 1:
+            _pending_since[0] = now
+            if not _flusher_started:
+                _start_flusher()
+        elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
+            _flush_pending()
     except Exception:
         _dropped += 1
 
 
-def _send_edge(edge, name):
-    """One f-string, added to the batch (its timestamp stays exact). The C heap is read only where
-    host memory is what is judged: not once CUDA is up and the allocator's numbers come. (The
-    hot path of every edge: few calls, what `_host_numbers` and `_add` do written out.)"""
-    torch = _torch if _torch is not None else sys.modules.get("torch")  # also without auto mode
-    numbers = _NO_NUMBERS if torch is None else _allocator_numbers(torch, edge)
-    step = _step
-    now = _monotonic_ns()
-    heap = None
-    if numbers is _NO_NUMBERS and _mallinfo2 is not None:
-        heap = _heap_in_use(step)
+_EDGE_BYTES = 128  # what an edge's line takes at most, its name and allocator numbers left out
+
+
+def _line(entry):
+    """A line of the batch: as it was added, or a phase edge's, made from what ``_edge`` read."""
+    if type(entry) is str:
+        return entry
+    now, step, edge, numbers, heap, statm, name = entry
     rss = "-"
-    if _statm is not None:
+    if statm is not None:
         try:
-            rss = int(os.pread(_statm, 64, 0).split()[1]) * _page_size
+            rss = int(statm.split()[1]) * _page_size
         except Exception:
             pass
-    host = f"{'-' if heap is None else heap} {rss}"
-    if _categories_waiting:
-        _send_categories(host)
-    line = f"tm2 P {now} {_pid} {_rank} {'-' if step is None else step} {edge} {numbers} {host} {name}"
-    pending = _pending
-    pending.append(line)
-    size = _pending_bytes[0] = _pending_bytes[0] + len(line) + 1
-    if len(pending) == 1:
-        _pending_since[0] = now
-        if not _flusher_started:
-            _start_flusher()
-    elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
-        _flush_pending()
+    return (f"{_PROTOCOL} P {now} {_pid} {_rank} {'-' if step is None else step} {edge} "
+            f"{_NO_NUMBERS if numbers is None else numbers} {'-' if heap is None else heap} {rss} {name}")
 
 
 def _add(line, now):
     """Adds a line to the batch; sends the batch once its oldest line is ``_FLUSH_NS`` old or it
-    is full. A batch that nothing follows is sent by the flusher thread. (`_send_edge` does the
+    is full. A batch that nothing follows is sent by the flusher thread. (`_edge` does the
     same, written out.)"""
     pending = _pending
     pending.append(line)
@@ -252,7 +279,7 @@ def _flush_pending():
         count = len(_pending)
         if not count:
             return
-        lines = [_pending.popleft() for _ in range(count)]
+        lines = [_line(_pending.popleft()) for _ in range(count)]
         _pending_bytes[0] = 0
         _send("\n".join(lines).encode())
 
@@ -276,10 +303,9 @@ def _flusher():
 
 
 def _allocator_numbers(torch, edge):
-    """Device and allocator numbers, read only once CUDA is initialised (never initialises it)."""
+    """Device and allocator numbers, read once CUDA is initialised (``_edge`` asks; this never
+    initialises it), as the edge's line has them; ``None`` when they cannot be read."""
     try:
-        if not torch.cuda.is_initialized():
-            return _NO_NUMBERS
         if not _history_started:
             _start_history(torch)
         device = torch.cuda.current_device()
@@ -294,31 +320,56 @@ def _allocator_numbers(torch, edge):
             torch.cuda.reset_peak_memory_stats(device)
         return numbers
     except Exception:
-        return _NO_NUMBERS
-
-
-def _heap_in_use(step):
-    """The C heap's bytes in use, or None: unreadable, or over its share of the job's time.
-
-    glibc's mallinfo2 walks every free chunk: cheap on a tidy heap (a few µs), 25–300 µs in a
-    torch process. It is read at every edge of the first ``_GRACE_STEPS`` steps (a short job is
-    judged with it throughout), then within ``_HEAP_SHARE`` of the job's time (its thread's CPU
-    time, so that a preemption does not count), decided once per step so that a phase has the
-    heap at both of its edges or at neither."""
-    global _heap_spent_ns, _heap_skipped, _heap_since_ns
-    if _mallinfo2 is None:
         return None
-    decided = _heap_step
-    if step is None or step != decided[0]:
-        now = _monotonic_ns()
-        if _heap_since_ns is None:
-            _heap_since_ns = now
-        decided[0] = step
-        decided[1] = _granted(step, _heap_spent_ns, _HEAP_GRACE_CAP_NS,
-                              _HEAP_SHARE * (now - _heap_since_ns) + _HEAP_GRACE_NS)
-    if not decided[1]:
-        _heap_skipped += 1
-        return None
+
+
+class _Share:
+    """A reading at the edges that costs more than an edge: taken at every edge of the first
+    ``_GRACE_STEPS`` steps (a short job is judged with it throughout), then decided once per step
+    (a phase has it at both of its edges or at neither) while what it took so far is within
+    ``share`` of the time since the first edge."""
+
+    __slots__ = ("share", "granted", "spent_ns", "done", "skipped")
+
+    def __init__(self, share):
+        self.share = share
+        self.granted = False
+        self.spent_ns = 0   # what the readings took so far
+        self.done = 0       # edges read …
+        self.skipped = 0    # … and edges not read, over the share
+
+    def decide(self, step, elapsed_ns):
+        self.granted = _granted(step, self.spent_ns, _READ_GRACE_CAP_NS,
+                                self.share * elapsed_ns + _READ_GRACE_NS)
+
+    def due_ns(self):
+        """When (after the first edge) its share allows it again, as long as it is not read."""
+        return 0 if self.granted else (self.spent_ns - _READ_GRACE_NS) / self.share
+
+
+# The C heap (glibc's mallinfo2 walks every free chunk: cheap on a tidy heap, 25–300 µs in a torch
+# process; timed in its thread's CPU time, so that a preemption does not count), read only where
+# host memory is what is judged; resident memory (/proc/self/statm: a system call, 2–30 µs in a
+# training loop), read at every kind of job (the ranks' host memory).
+_heap = _Share(_HEAP_SHARE)
+_rss = _Share(_RSS_SHARE)
+
+
+def _decide_host(step, now):
+    """Whether the edges of a new step read the C heap and resident memory. Without steps this is
+    decided at a phase's begin edge (its end edge keeps it), and only from when one of them may be
+    read again: an edge over both shares costs a comparison."""
+    global _host_since_ns
+    if _host_since_ns is None:
+        _host_since_ns = now
+    _host_step[0] = step
+    _heap.decide(step, now - _host_since_ns)
+    _rss.decide(step, now - _host_since_ns)
+    _host_recheck[0] = _host_since_ns + min(_heap.due_ns(), _rss.due_ns())
+
+
+def _read_heap():
+    """The C heap's bytes in use (``uordblks + hblkhd``), or None."""
     heap = None
     start = _thread_time_ns()
     try:
@@ -326,8 +377,8 @@ def _heap_in_use(step):
         heap = info.uordblks + info.hblkhd
     except Exception:
         pass
-    _heap_spent_ns += _thread_time_ns() - start
-    _heap_reads_done[0] += 1
+    _heap.spent_ns += _thread_time_ns() - start
+    _heap.done += 1
     return heap
 
 
@@ -339,40 +390,32 @@ def _granted(step, spent_ns, cap_ns, allowed_ns):
     return spent_ns <= allowed_ns
 
 
-def _host_numbers(read_heap=True, step=None):
-    """This process' host memory at this very edge: the C heap's bytes in use (glibc
-    ``mallinfo2``: what ``malloc`` handed out and not yet freed, which falls when memory is freed,
-    unlike resident memory; only when ``read_heap``) and the resident bytes; ``-`` for what is
-    not read."""
-    heap = _heap_in_use(step) if read_heap else None
-    rss = "-"
-    if heap is None:
-        heap = "-"
-    if _statm is not None:
+def _reading_notes_at_exit():
+    """Says how many edges went without the C heap or resident memory, and why, so that the
+    attribution can say it."""
+    if _sock is None:
+        return
+    for share, what, how in (
+        (_heap, "the C heap", "glibc mallinfo2, which walks every free chunk"),
+        (_rss, "resident memory", "/proc/self/statm"),
+    ):
+        if not share.skipped:
+            continue
         try:
-            rss = int(os.pread(_statm, 64, 0).split()[1]) * _page_size
+            mean = share.spent_ns / max(share.done, 1) / 1000
+            text = (f"the probe read {what} at {share.done} of {share.done + share.skipped} phase edges in "
+                    f"pid {_pid}: reading it ({how}) took {mean:.0f} µs on average, and it may take "
+                    f"{share.share:.2%} of the job's time")
+            _send_now(f"{_PROTOCOL} N {_monotonic_ns()} {_pid} {_rank} {text}".encode())
         except Exception:
             pass
-    return f"{heap} {rss}"
-
-
-def _heap_note_at_exit():
-    """Says how many edges went without the C heap, and why, so that the attribution can say it."""
-    reads = _heap_reads_done[0]
-    if not _heap_skipped or _sock is None:
-        return
-    try:
-        mean = _heap_spent_ns / max(reads, 1) / 1000
-        text = (f"the probe read the C heap at {reads} of {reads + _heap_skipped} phase edges and step starts in "
-                f"pid {_pid}: reading it (glibc mallinfo2, which walks every free chunk) took "
-                f"{mean:.0f} µs on average, and it may take {_HEAP_SHARE:.2%} of the job's time")
-        _send_now(f"{_PROTOCOL} N {_monotonic_ns()} {_pid} {_rank} {text}".encode())
-    except Exception:
-        pass
 
 
 def _open_host_readers():
-    """Opens what ``_host_numbers`` reads; what is missing (no /proc, not glibc) stays ``None``."""
+    """Opens what the edges read of host memory: resident memory (``/proc/self/statm``) and the C
+    heap's bytes in use (glibc ``mallinfo2``: what ``malloc`` handed out and not yet freed, which
+    falls when memory is freed, unlike resident memory); what is missing (no /proc, not glibc)
+    stays ``None``."""
     global _statm, _page_size, _mallinfo2
     try:
         if _statm is not None:
@@ -478,10 +521,10 @@ def _saved_freed(device, freed):
     _add(f"{_PROTOCOL} B {now} {_pid} {_rank} {step} {where} {freed}", now)
 
 
-def _send_categories(host):
+def _send_categories(heap):
     """Adds the categories waiting for the edge that follows them to the batch, with the C heap
     that edge read (one heap read per step, not two)."""
-    heap = host.split(" ", 1)[0]
+    heap = "-" if heap is None else str(heap)
     now = _monotonic_ns()
     for line in _categories_waiting:
         _add(line.replace("{heap}", heap), now)
@@ -727,8 +770,8 @@ def _after_fork_in_child():
     globals()["_queued_bytes"] = 0
     _flusher_started = False  # the parent's thread is not the child's
     _open_host_readers()  # /proc/self was the parent's when it was opened
-    globals().update(_heap_since_ns=None, _heap_spent_ns=0, _heap_skipped=0,
-                     _heap_reads_done=[0], _heap_step=[None, False])
+    globals().update(_host_since_ns=None, _host_step=[None], _host_recheck=[0],
+                     _heap=_Share(_HEAP_SHARE), _rss=_Share(_RSS_SHARE))
     if _path is not None:
         try:
             _connect(_path)
@@ -759,7 +802,7 @@ def _start_from_environment():
 
     atexit.register(_flush_at_exit)
     _flush_before_os_exit()
-    atexit.register(_heap_note_at_exit)
+    atexit.register(_reading_notes_at_exit)
     atexit.register(_census_at_exit)  # runs first: exit handlers run last in, first out
     os.register_at_fork(after_in_child=_after_fork_in_child)
     if os.environ.get("TIDEMARK_AUTO", "1") == "1":

@@ -382,10 +382,11 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         .iter()
         .filter(|e| e.origin.pid == pid)
         .collect();
-    // Resident memory is read at (nearly) every edge. The probe may skip the C heap at some when
-    // reading it grows costly (a fragmented heap), and says so in a note: with most edges read,
-    // the heap still attributes the occurrences whose two edges have it (see `attribution::levels`).
-    let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>, percent: usize| {
+    // The probe reads resident memory and the C heap at every edge of a job's first steps, then
+    // each within a small share of the job's time (whole steps: both edges of a phase or
+    // neither), and says so in a note; the steps it read attribute the phases (see
+    // `attribution::levels`), so forty edges read (or every edge of a shorter job) is enough.
+    let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>| {
         let (times, values) = edges
             .iter()
             .filter_map(|e| pick(e).map(|value| (e.t_ns, value)))
@@ -395,18 +396,24 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
             times_ns: std::sync::Arc::new(times),
             values,
         };
-        (series.values.len() * 100 >= edges.len() * percent && !series.values.is_empty())
+        (!series.values.is_empty() && series.values.len() >= edges.len().min(40))
             .then(|| series.sorted().into_owned())
     };
-    let rss = series_of(|e| e.host_rss, 95);
-    // The probe reads the heap at every edge of a host job's first steps, then within a small
-    // share of the job's time (whole steps: both edges of a phase or neither); the steps it read
-    // attribute the phases, so a twentieth of the edges (and forty at least) is enough.
-    let heap = series_of(|e| e.host_heap, 5).filter(|h| h.values.len() >= 40);
-    let heap_read = heap.as_ref().map_or(0, |h| h.values.len());
+    let rss = series_of(|e| e.host_rss);
+    let heap = series_of(|e| e.host_heap);
     let growth = |s: &Series| match (s.values.first(), s.values.last()) {
         (Some(a), Some(b)) => b as f64 - a as f64,
         _ => 0.0,
+    };
+    // Where a reading was taken at fewer than 95 % of the edges, the attribution says so.
+    let partial = |what: &str, series: &Series| {
+        (series.values.len() * 100 < edges.len() * 95).then(|| {
+            format!(
+                "the probe read {what} at {} of {} phase edges (within its share of the job's time): the phases whose edges lack it are left out of the attribution",
+                series.values.len(),
+                edges.len()
+            )
+        })
     };
     match (heap, rss) {
         (Some(heap), Some(rss))
@@ -414,22 +421,20 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         {
             Some(HostAtEdges {
                 attribution: Attribution::HostRssAtEdges,
-                note: Some(format!(
-                    "the C heap grew {} while resident memory grew {}: the growth is outside malloc (mmap, or Python's small-object arenas), so phases are attributed with resident memory",
-                    format_bytes(growth(&heap)),
-                    format_bytes(growth(&rss))
+                note: Some(joined(
+                    format!(
+                        "the C heap grew {} while resident memory grew {}: the growth is outside malloc (mmap, or Python's small-object arenas), so phases are attributed with resident memory",
+                        format_bytes(growth(&heap)),
+                        format_bytes(growth(&rss))
+                    ),
+                    partial("resident memory", &rss),
                 )),
                 series: rss,
             })
         }
         (Some(heap), _) => Some(HostAtEdges {
             attribution: Attribution::HostHeap,
-            note: (heap_read * 100 < edges.len() * 95).then(|| {
-                format!(
-                    "the probe read the C heap at {heap_read} of {} phase edges (within its share of the job's time): the phases whose edges lack it are left out of the attribution",
-                    edges.len()
-                )
-            }),
+            note: partial("the C heap", &heap),
             series: heap,
         }),
         (None, Some(rss)) => {
@@ -439,14 +444,25 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
                 .find(|n| n.text.contains("read the C heap at"));
             Some(HostAtEdges {
                 attribution: Attribution::HostRssAtEdges,
-                note: Some(match stopped {
-                    Some(n) => format!("{}, so phases are attributed with resident memory", n.text),
-                    None => "the probe could not read the C heap (not glibc), so phases are attributed with resident memory".to_owned(),
-                }),
+                note: Some(joined(
+                    match stopped {
+                        Some(n) => format!("{}, so phases are attributed with resident memory", n.text),
+                        None => "the probe could not read the C heap (not glibc), so phases are attributed with resident memory".to_owned(),
+                    },
+                    partial("resident memory", &rss),
+                )),
                 series: rss,
             })
         }
         (None, None) => None,
+    }
+}
+
+/// A note and what follows it, if anything.
+fn joined(note: String, more: Option<String>) -> String {
+    match more {
+        Some(more) => format!("{note}; {more}"),
+        None => note,
     }
 }
 

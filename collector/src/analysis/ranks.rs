@@ -132,10 +132,15 @@ pub(super) fn project(
         .iter()
         .map(|&i| recording.phases.get(i as usize))
         .collect();
-    let rss: Option<Vec<u64>> = edges.iter().map(|e| e.host_rss).collect();
-    if let Some(rss) = rss.filter(|v| !v.is_empty()) {
+    // The rank's resident memory at the edges the probe read it (every edge of the first steps,
+    // then the steps within its share of the job's time).
+    let (times_ns, rss): (Vec<u64>, Vec<u64>) = edges
+        .iter()
+        .filter_map(|e| e.host_rss.map(|rss| (e.t_ns, rss)))
+        .unzip();
+    if !rss.is_empty() {
         one.push(Record::Chunk(Chunk {
-            times_ns: edges.iter().map(|e| e.t_ns).collect(),
+            times_ns,
             columns: vec![Column {
                 series: SeriesKey::new(SeriesKind::HostRss),
                 values: rss,

@@ -555,6 +555,70 @@ for step in range(30):
     assert_eq!(leak.phase, Some(Phase::Forward), "{leak:#?}");
 }
 
+/// Edges back to back for 20,000 steps: reading resident memory (a system call) at each would
+/// take a large part of the job's time, so after the first 100 steps it is read on the steps its
+/// share allows, both edges of a phase or neither, and the probe and the attribution say so.
+#[test]
+fn resident_memory_is_read_within_its_share_on_whole_steps_and_said() {
+    let job = Job::new(
+        r#"
+import tidemark
+for step in range(20000):
+    tidemark.step(step)
+    with tidemark.phase("forward"):
+        pass
+"#,
+    );
+    let output = job.run(&["--no-auto-phases"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let edges: Vec<_> = recording.phases.iter().collect();
+    assert_eq!(edges.len(), 40_000, "{}", stderr(&output));
+    assert!(edges[..200].iter().all(|e| e.host_rss.is_some()));
+    let read = edges.iter().filter(|e| e.host_rss.is_some()).count();
+    assert!(read >= 200 && read < edges.len() / 2, "{read}");
+    for pair in edges.chunks(2) {
+        assert_eq!(
+            pair[0].host_rss.is_some(),
+            pair[1].host_rss.is_some(),
+            "{pair:?}"
+        );
+    }
+    let note = recording
+        .notes
+        .iter()
+        .find(|n| n.text.contains("read resident memory at"))
+        .unwrap_or_else(|| panic!("{:#?}", recording.notes));
+    assert!(
+        note.text
+            .contains(&format!("at {read} of 40000 phase edges"))
+            && note.text.contains("/proc/self/statm"),
+        "{}",
+        note.text
+    );
+    // The C heap of this small process is cheap but read within its share as well: the phases
+    // are attributed with what was read, saying how much.
+    let analysis = collector::analysis::analyze(&recording);
+    assert!(
+        matches!(
+            analysis.attribution,
+            Some(
+                collector::analysis::Attribution::HostHeap
+                    | collector::analysis::Attribution::HostRssAtEdges
+            )
+        ),
+        "{:?}",
+        analysis.attribution
+    );
+    assert!(
+        analysis.attribution_note.as_deref().is_some_and(
+            |n| n.contains("of 40000 phase edges (within its share of the job's time)")
+        ),
+        "{:?}",
+        analysis.attribution_note
+    );
+}
+
 #[test]
 fn a_heap_too_fragmented_to_read_cheaply_is_read_within_its_share_and_said() {
     // 150,000 free chunks that cannot coalesce: glibc's mallinfo2 walks them all at every read,
@@ -594,7 +658,18 @@ print(f"{time.perf_counter() - start:.3f}")
         with_heap >= 1 && with_heap < recording.phases.len() / 2,
         "{with_heap}"
     );
-    assert!(recording.phases.iter().all(|e| e.host_rss.is_some()));
+    // Resident memory is cheap to read: at every edge of the first 100 steps, then within its
+    // own share (not the heap's).
+    let first_steps = recording.phases.iter().filter(|e| e.step < Some(100));
+    assert!(
+        first_steps.clone().count() == 200 && first_steps.clone().all(|e| e.host_rss.is_some())
+    );
+    let with_rss = recording
+        .phases
+        .iter()
+        .filter(|e| e.host_rss.is_some())
+        .count();
+    assert!(with_rss > with_heap, "{with_rss} ≤ {with_heap}");
     let analysis = collector::analysis::analyze(&recording);
     assert_eq!(
         analysis.attribution,
