@@ -175,10 +175,8 @@ def _edge(edge, name):
     try:
         torch = _torch if _torch is not None else _modules.get("torch")  # also without auto mode
         numbers = None
-        if torch is not None:
-            cuda = torch.cuda  # what `is_initialized()` reads first, read without its call
-            if getattr(cuda, "_initialized", True) and cuda.is_initialized():
-                numbers = _allocator_numbers(torch, edge)
+        if torch is not None and torch.cuda.is_initialized():
+            numbers = _allocator_numbers(torch, edge)
         step = _step
         now = _monotonic_ns()
         if step != _host_step[0] or (step is None and edge == "b" and now >= _host_recheck[0]):

@@ -391,12 +391,21 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
             s.free_pieces,
             mb(s.largest_free)
         );
-        if Some(s.device) != snapshot.host && s.free > 0 && s.largest_free < s.free / 2 {
+        // Fragmented as the verdict judges it (one rule: the largest free piece under half the
+        // free memory, or a request of the trace that fits the free memory but no piece).
+        let fragmented = verdict
+            .fragmentation
+            .iter()
+            .find(|f| f.device == s.device && f.fragmented);
+        if let Some(f) = fragmented {
+            let request = f.largest_request_bytes.map_or(String::new(), |r| {
+                format!(" (the largest request in the trace was {})", mb(r))
+            });
             let _ = writeln!(
                 out,
-                "    fragmented: the largest free piece is {:.0}% of the free memory; a tensor larger than {} needs a new cudaMalloc",
-                100.0 * s.largest_free as f64 / s.free as f64,
-                mb(s.largest_free)
+                "    fragmented: the largest free piece is {:.0}% of the free memory; a tensor larger than {} needs a new cudaMalloc{request}",
+                100.0 * f.largest_free_bytes as f64 / f.free_bytes.max(1) as f64,
+                mb(f.largest_free_bytes)
             );
         }
     }

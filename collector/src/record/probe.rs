@@ -5,13 +5,13 @@
 //! <device> <allocated> <reserved> <peak> <active> <inactive_split> <retries> <ooms> <host_heap>
 //! <host_rss> <phase name…>` for a phase edge (`-` where a number is unknown; the allocator
 //! numbers only once CUDA is initialised; the host numbers are the sending process' own, read at
-//! the edge), `tm2 D <pid> <count>` for messages the probe had to drop, and `tm2 S <t_ns> <pid> <rank> <reason>
+//! the edge, at every edge of the first 100 steps and then on the steps their shares allow), `tm2 D <pid> <count>` for messages the probe had to drop, and `tm2 S <t_ns> <pid> <rank> <reason>
 //! <path…>` for a PyTorch memory snapshot it dumped (`--history`), `tm2 C <t_ns> <pid> <rank>
 //! <step> <device|-> <parameters> <gradients> <gradients_at_last_end|-> <total|-> <state,state…|->`
 //! for the categories at a
 //! step's start (device `-` is the host), and `tm2 H <t_ns> <pid> <rank> <step|-> <reason>
 //! <json>` for a census of who holds the live tensors, and `tm2 N <t_ns> <pid> <rank> <text…>`
-//! for a remark (the probe stopped reading the C heap, and why), and `tm2 B <t_ns> <pid> <rank>
+//! for a remark (the probe skipped the C heap or resident memory at some edges, and why), and `tm2 B <t_ns> <pid> <rank>
 //! <step|-> <device|-> <bytes>` for what a backward that just ended freed of what the forwards
 //! saved for it, per device (`-` is the host).
 

@@ -184,6 +184,40 @@ fn real_snapshot(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The SNAPSHOT section says a device is fragmented exactly where the verdict does (one rule), on
+/// every real snapshot.
+#[test]
+fn the_snapshot_section_calls_fragmented_what_the_verdict_does() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&real).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "pickle") {
+            continue;
+        }
+        let text = String::from_utf8(collector(&["report"], &path).stdout).unwrap();
+        let lines = text
+            .lines()
+            .filter(|l| l.starts_with("    fragmented: "))
+            .count();
+        let output = collector(&["report", "--json"], &path);
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let judged = json["snapshot"]["verdict"]["fragmentation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["fragmented"] == true)
+            .count();
+        assert_eq!(lines, judged, "{}:\n{text}", path.display());
+        seen += judged;
+    }
+    assert!(
+        seen >= 1,
+        "no real snapshot is fragmented: the test proves nothing"
+    );
+}
+
 /// The verdict of a real snapshot leads with what a snapshot answers, not with "record longer".
 #[test]
 fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
