@@ -385,8 +385,10 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
     // The probe reads resident memory and the C heap at every edge of a job's first steps, then
     // each within a small share of the job's time (whole steps: both edges of a phase or
     // neither), and says so in a note; the steps it read attribute the phases (see
-    // `attribution::levels`), so forty edges read (or every edge of a shorter job) is enough.
-    let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>| {
+    // `attribution::levels`), so forty edges read (or every edge of a shorter job) is enough —
+    // and for the heap, which is preferred, a twentieth of the edges as well (read at fewer, it
+    // attributes less than resident memory would).
+    let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>, percent: usize| {
         let (times, values) = edges
             .iter()
             .filter_map(|e| pick(e).map(|value| (e.t_ns, value)))
@@ -396,11 +398,12 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
             times_ns: std::sync::Arc::new(times),
             values,
         };
-        (!series.values.is_empty() && series.values.len() >= edges.len().min(40))
+        let read = series.values.len();
+        (read > 0 && read >= edges.len().min(40) && read * 100 >= edges.len() * percent)
             .then(|| series.sorted().into_owned())
     };
-    let rss = series_of(|e| e.host_rss);
-    let heap = series_of(|e| e.host_heap);
+    let rss = series_of(|e| e.host_rss, 0);
+    let heap = series_of(|e| e.host_heap, 5);
     let growth = |s: &Series| match (s.values.first(), s.values.last()) {
         (Some(a), Some(b)) => b as f64 - a as f64,
         _ => 0.0,
