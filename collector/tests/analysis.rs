@@ -1114,6 +1114,9 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
         /// Over the first third after the warm-up, as a replay buffer fills to its `maxlen`:
         /// the heap's trend over the run rises, but it settled, and it is not what keeps rising.
         FilledInsideTheHeap,
+        /// The same, with the C heap not read at the last steps (over its share of the job's
+        /// time): their categories carry no total, and the heap read before them still counts.
+        FilledInsideTheHeapLastStepsUnread,
     }
     let build = |holder: Holder_| {
         let origin = Origin { pid: 7, rank: None };
@@ -1122,16 +1125,19 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
         for s in 0..60u64 {
             let early = match holder {
                 Holder_::GrewInsideTheHeapEarly => s.min(16) * 8 * MIB,
-                Holder_::FilledInsideTheHeap => (s.clamp(6, 26) - 6) * 5 * MIB / 2,
+                Holder_::FilledInsideTheHeap | Holder_::FilledInsideTheHeapLastStepsUnread => {
+                    (s.clamp(6, 26) - 6) * 5 * MIB / 2
+                }
                 _ => 0,
             };
             let heap = 200 * MIB + early + s % 3 * 64 * 1024;
+            let read = holder != Holder_::FilledInsideTheHeapLastStepsUnread || s < 50;
             recording.push(Record::Categories(Categories {
                 t_ns: s * 100_000_000,
                 origin,
                 step: Some(s),
                 parameters: 8 * MIB,
-                total: Some(heap),
+                total: read.then_some(heap),
                 ..Categories::default()
             }));
             for (k, (phase, edge)) in [
@@ -1146,7 +1152,7 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
                 let t_ns = s * 100_000_000 + k as u64 * 5_000_000;
                 let resident = 600 * MIB + s * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
                 let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(s), origin);
-                e.host_heap = Some(heap + if k == 1 { MIB } else { 0 });
+                e.host_heap = read.then_some(heap + if k == 1 { MIB } else { 0 });
                 e.host_rss = Some(resident);
                 recording.push(Record::Phase(e));
                 times.push(t_ns);
@@ -1157,7 +1163,9 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
                     Holder_::Flat => 4 * MIB,
                     Holder_::GrowsOutsideTheHeap => s * 2 * MIB,
                     Holder_::GrewInsideTheHeapEarly => s.min(16) * 8 * MIB,
-                    Holder_::FilledInsideTheHeap => (s.clamp(6, 26) - 6) * 5 * MIB / 2,
+                    Holder_::FilledInsideTheHeap | Holder_::FilledInsideTheHeapLastStepsUnread => {
+                        (s.clamp(6, 26) - 6) * 5 * MIB / 2
+                    }
                 };
                 recording.push(Record::Census(Census {
                     t_ns: s * 100_000_000 + 1,
@@ -1212,6 +1220,7 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
     for early in [
         build(Holder_::GrewInsideTheHeapEarly),
         build(Holder_::FilledInsideTheHeap),
+        build(Holder_::FilledInsideTheHeapLastStepsUnread),
     ] {
         assert!(
             early.finding(FindingKind::Leak).is_none(),

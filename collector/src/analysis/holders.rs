@@ -13,7 +13,7 @@ use super::categories::{
 };
 use super::{Analysis, Basis, Finding, FindingKind};
 use crate::format::format_bytes;
-use crate::recording::{Categories, Census, Phase, Recording};
+use crate::recording::{Census, Phase, Recording};
 
 /// A holder must have grown by at least this share of the leak over the same steps to be named.
 const NAMED_SHARE: f64 = 0.5;
@@ -345,13 +345,14 @@ fn kept_by_the_optimizer(leak: &mut Finding, optimizer_rate: f64) {
 /// Whether the C heap at the step starts rose between the holder's censuses by at least the
 /// share of its growth that names a holder: its tensors are in the heap.
 fn heap_shows(stats: &CategoryStats, h: &HolderGrowth) -> bool {
+    // The last reading of the heap at or before the step (a step start where the probe did not
+    // read the heap, over its share of the job's time, has none), else the first.
     let rest_at = |step: u64| {
-        stats
-            .points
-            .iter()
-            .rfind(|c| c.step.is_some_and(|s| s <= step))
-            .or(stats.points.first())
-            .and_then(Categories::rest)
+        let read = || stats.points.iter().filter_map(|c| Some((c.step, c.rest()?)));
+        read()
+            .rfind(|&(s, _)| s.is_some_and(|s| s <= step))
+            .or_else(|| read().next())
+            .map(|(_, rest)| rest)
     };
     match (rest_at(h.from_step), rest_at(h.to_step)) {
         (Some(from), Some(to)) => to as f64 - from as f64 >= NAMED_SHARE * h.growth_bytes(),
