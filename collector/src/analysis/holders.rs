@@ -348,7 +348,12 @@ fn heap_shows(stats: &CategoryStats, h: &HolderGrowth) -> bool {
     // The last reading of the heap at or before the step (a step start where the probe did not
     // read the heap, over its share of the job's time, has none), else the first.
     let rest_at = |step: u64| {
-        let read = || stats.points.iter().filter_map(|c| Some((c.step, c.rest()?)));
+        let read = || {
+            stats
+                .points
+                .iter()
+                .filter_map(|c| Some((c.step, c.rest()?)))
+        };
         read()
             .rfind(|&(s, _)| s.is_some_and(|s| s <= step))
             .or_else(|| read().next())
