@@ -8,13 +8,11 @@ mod attribution;
 pub mod blocks;
 mod cards;
 mod compare;
-pub mod curves;
 pub mod diff;
 pub mod envelope;
 pub mod flame;
 mod follow;
 mod intake;
-pub mod lod;
 mod memaxes;
 pub mod memtimeline;
 mod picture;
@@ -27,6 +25,8 @@ pub mod view;
 pub mod web;
 
 pub use app::{Tab, TidemarkApp};
+/// The curves' levels of detail, from the library (the exported pictures thin by them too).
+pub use collector::plot::lod;
 pub use compare::compare_text;
 pub use follow::Fetch;
 pub use run::{

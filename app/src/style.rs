@@ -39,24 +39,14 @@ pub const OK_GREEN: Color32 = GREEN;
 /// Rows of the tables (phase table, run info) alternate their background.
 pub const STRIPED: bool = true;
 
-/// The colour of a curve.
+/// The colour of a curve's kind.
 pub fn trace_color(kind: TraceKind) -> Color32 {
-    match kind {
-        TraceKind::Allocated => RED,
-        TraceKind::Reserved => BLUE,
-        TraceKind::Peak => AMBER,
-        TraceKind::DeviceUsed => GREEN,
-        TraceKind::Host => PURPLE,
-    }
+    rgb(kind.rgb())
 }
 
-/// The colour of one curve: its kind's, in its own shade when the plot has several of the kind
-/// (the process tree and each rank's host memory, several devices).
+/// The colour of one curve (its kind's, in its own shade: [`collector::plot::Trace::rgb`]).
 pub fn curve_color(trace: &crate::view::Trace) -> Color32 {
-    let base = trace_color(trace.kind);
-    let palette::Rgb(r, g, b) =
-        palette::shade(palette::Rgb(base.r(), base.g(), base.b()), trace.shade);
-    Color32::from_rgb(r, g, b)
+    rgb(trace.rgb())
 }
 
 /// The colour of a category stacked under the curves: parameters, gradients, optimizer state,

@@ -9,9 +9,9 @@ use egui_plot::{
 };
 
 use crate::envelope::Envelope;
-use crate::lod::Shown;
 use crate::style::{phase_color, trace_color};
 use crate::view::{RunView, TraceKind};
+use collector::plot::Shown;
 
 mod marks;
 use marks::{categories, events, extent, overlay_line, phase_bands, step_ticks, verdict};

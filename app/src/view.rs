@@ -4,7 +4,7 @@
 use collector::analysis::{Analysis, Basis, Occurrence};
 use collector::recording::{Phase, Recording};
 
-pub use crate::curves::{Trace, TraceKind};
+pub use collector::plot::{Trace, TraceKind};
 
 /// Maps time to a fractional step number (and back), through the step starts.
 #[derive(Clone, Debug, Default)]
@@ -205,15 +205,15 @@ impl RunView {
         Self::with_traces(recording, analysis, Self::traces(recording), &lead.text)
     }
 
-    /// The curves of a recording with their levels of detail ([`crate::curves::traces`]).
+    /// The curves of a recording with their levels of detail ([`collector::plot::traces`]).
     pub fn traces(recording: &Recording) -> Vec<Trace> {
-        crate::curves::traces(recording)
+        collector::plot::traces(recording)
     }
 
     /// The curves of a recording that grew from the one `old` was drawn from
-    /// ([`crate::curves::grow`]).
+    /// ([`collector::plot::grow`]).
     pub fn grow_traces(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
-        crate::curves::grow(old, recording)
+        collector::plot::grow(old, recording)
     }
 
     /// Completes the view from its curves and the analysis; `lead` is the run's headline, which
@@ -274,13 +274,7 @@ impl RunView {
 
     /// The phase at `t_ns`, with its step.
     pub fn phase_at(&self, t_ns: u64) -> Option<&Occurrence> {
-        let i = self.occurrences.partition_point(|o| o.begin_ns <= t_ns);
-        // Phases nest rarely (eval inside a custom phase): look back a little for the innermost.
-        self.occurrences[..i]
-            .iter()
-            .rev()
-            .take(8)
-            .find(|o| o.end_ns >= t_ns)
+        collector::plot::running_at(&self.occurrences, t_ns)
     }
 
     /// The index of a phase in [`Self::phases`], for its colour.

@@ -11,6 +11,7 @@ pub mod headline;
 pub mod oom;
 pub mod open;
 pub mod palette;
+pub mod plot;
 pub mod recording;
 pub mod snapshot;
 pub mod trace;

@@ -214,28 +214,11 @@ pub(super) fn phase_bands(
     (y0, y1): (f64, f64),
     width: usize,
 ) {
-    let occurrences = &view.occurrences;
-    let first = occurrences.partition_point(|o| o.end_ns < t0);
-    let last = occurrences.partition_point(|o| o.begin_ns <= t1);
-    let visible = last.saturating_sub(first);
-    let mut bands: Vec<(&Phase, u64, u64)> = Vec::new();
-    if visible <= width / 4 {
-        for o in &occurrences[first..last.max(first)] {
-            push_band(&mut bands, &o.phase, o.begin_ns, o.end_ns);
-        }
-    } else {
-        // Columns of 4 pixels: narrower bands cannot be told apart anyway.
-        let span = t1.saturating_sub(t0).max(1);
-        let columns = (width / 4).max(1) as u64;
-        for c in 0..columns {
-            let (a, b) = (t0 + span * c / columns, t0 + span * (c + 1) / columns);
-            if let Some(o) = view.phase_at(a + (b - a) / 2) {
-                push_band(&mut bands, &o.phase, a, b);
-            }
-        }
-    }
-    for (phase, a, b) in bands {
-        let (xa, xb) = (map.x(a), map.x(b));
+    // Columns of 4 pixels: narrower bands cannot be told apart anyway.
+    let bands = collector::plot::phase_bands(&view.occurrences, t0, t1, width / 4);
+    for band in bands {
+        let phase = band.phase;
+        let (xa, xb) = (map.x(band.begin_ns), map.x(band.end_ns));
         let corners = vec![[xa, y0], [xa, y1], [xb, y1], [xb, y0]];
         pui.polygon(
             Polygon::new(phase.as_str(), corners)
@@ -244,19 +227,6 @@ pub(super) fn phase_bands(
                 .stroke(egui::Stroke::new(0.0, phase_color(phase, 255)))
                 .allow_hover(false),
         );
-    }
-}
-
-/// Adds a band, extending the last one when it is the same phase and they touch.
-pub(super) fn push_band<'a>(
-    bands: &mut Vec<(&'a Phase, u64, u64)>,
-    phase: &'a Phase,
-    a: u64,
-    b: u64,
-) {
-    match bands.last_mut() {
-        Some(last) if last.0 == phase && last.2 >= a => last.2 = last.2.max(b),
-        _ => bands.push((phase, a, b)),
     }
 }
 

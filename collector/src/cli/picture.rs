@@ -1,9 +1,9 @@
 //! Pictures for CI and bug reports: the timeline with the verdict drawn (SVG, with plotters),
 //! a self-contained HTML report around it, and a Markdown summary.
 //!
-//! The picture shows why the verdict is what it is: the curves (decimated to one minimum and one
-//! maximum per pixel column, never more points than pixels), the phases as bands with the leaking
-//! phase emphasised, the step baseline the analysis judged and its trend after warm-up, the
+//! The picture shows why the verdict is what it is: the curves and phase bands the viewer draws
+//! ([`collector::plot`]: thinned to the pixel columns, every spike kept), the leaking phase
+//! emphasised, the step baseline the analysis judged and its trend after warm-up, the
 //! device's capacity when the trend heads for it, and out-of-memory errors; a caption says what
 //! it shows. A recording with nothing to draw gets a picture that says what is missing.
 
@@ -14,7 +14,8 @@ use collector::analysis::{Analysis, Basis};
 use collector::format::{byte_marks, format_bytes, format_seconds};
 use collector::headline::Headline;
 use collector::palette::{self, Rgb};
-use collector::recording::{Recording, SeriesKind, Values};
+use collector::plot::{self, Trace, TraceKind};
+use collector::recording::Recording;
 use collector::snapshot::{Snapshot, SnapshotVerdict, SuspectMarks};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
@@ -39,95 +40,54 @@ struct Curve {
     points: Vec<(f64, f64)>,
 }
 
-/// One minimum and one maximum per column, in time order: never more points than pixels, and
-/// every spike kept.
-fn decimate(times_ns: &[u64], values: &Values, t_end_ns: u64) -> Vec<(f64, f64)> {
-    let span = t_end_ns.max(1) as f64;
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < times_ns.len() {
-        let column = ((times_ns[i] as f64 / span) * COLUMNS as f64) as usize;
-        let mut j = i;
-        let (mut lo, mut hi) = (i, i);
-        while j < times_ns.len()
-            && ((times_ns[j] as f64 / span) * COLUMNS as f64) as usize == column
-        {
-            if values.at(j) < values.at(lo) {
-                lo = j;
-            }
-            if values.at(j) > values.at(hi) {
-                hi = j;
-            }
-            j += 1;
-        }
-        for k in if lo <= hi { [lo, hi] } else { [hi, lo] } {
-            out.push((times_ns[k] as f64 / 1e9, values.at(k) as f64));
-            if lo == hi {
-                break;
-            }
-        }
-        i = j;
-    }
-    out
-}
-
+/// The curves the picture shows, from the library's ([`plot::traces`]): allocated and reserved of
+/// the first device, of the process whose phases the analysis judged (else the device's first
+/// process), the device's used memory, and the host memory of the whole process tree; each
+/// thinned to the plot's columns ([`plot::LodSeries::visible`]: every sample when there are few,
+/// else each column's lowest and highest, so every spike is kept).
 fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve> {
-    let mut out = Vec::new();
+    let traces = plot::traces(recording);
     let pid = analysis.occurrences.first().map(|o| o.pid);
-    let device = recording.allocator.iter().map(|a| a.device).min();
-    if let Some(device) = device {
-        let mut readings: Vec<_> = recording
-            .allocator
+    let first_device = |kind: TraceKind| {
+        traces
             .iter()
-            .filter(|a| a.device == device)
-            .filter(|a| pid.is_none_or(|p| a.origin.pid == p))
-            .collect();
-        if readings.is_empty() {
-            readings = recording
-                .allocator
-                .iter()
-                .filter(|a| a.device == device)
-                .collect();
+            .filter(|t| t.kind == kind)
+            .filter_map(|t| t.device)
+            .min()
+    };
+    let allocator_device = first_device(TraceKind::Allocated);
+    let judged = traces
+        .iter()
+        .any(|t| t.device == allocator_device && t.pid().is_some() && t.pid() == pid);
+    let shown = |t: &&Trace| match t.kind {
+        TraceKind::Allocated | TraceKind::Reserved => {
+            t.device == allocator_device && (!judged || t.pid() == pid)
         }
-        readings.sort_by_key(|a| a.t_ns);
-        let times: Vec<u64> = readings.iter().map(|a| a.t_ns).collect();
-        let allocated: Values = readings.iter().map(|a| a.allocated).collect();
-        let reserved: Values = readings.iter().map(|a| a.reserved).collect();
-        out.push(Curve {
-            label: "reserved",
-            rgb: palette::RESERVED,
-            points: decimate(&times, &reserved, end_ns),
-        });
-        out.push(Curve {
-            label: "allocated",
-            rgb: palette::ALLOCATED,
-            points: decimate(&times, &allocated, end_ns),
-        });
-    }
-    let first_used = recording
-        .series
-        .iter()
-        .filter(|s| s.key.kind == SeriesKind::DeviceUsed && !s.values.is_empty())
-        .min_by_key(|s| s.key.device);
-    if let Some(series) = first_used {
-        let sorted = series.sorted();
-        out.push(Curve {
-            label: "device used",
-            rgb: palette::DEVICE_USED,
-            points: decimate(&sorted.times_ns, &sorted.values, end_ns),
-        });
-    }
-    if let Some(series) = recording
-        .series
-        .iter()
-        .find(|s| s.key.kind == SeriesKind::HostRss && s.key.pid.is_none() && !s.values.is_empty())
-    {
-        let sorted = series.sorted();
-        out.push(Curve {
-            label: "host memory",
-            rgb: palette::HOST,
-            points: decimate(&sorted.times_ns, &sorted.values, end_ns),
-        });
+        TraceKind::DeviceUsed => t.device == first_device(TraceKind::DeviceUsed),
+        TraceKind::Host => t.origin.is_none(),
+        TraceKind::Peak => false,
+    };
+    let mut out: Vec<Curve> = Vec::new();
+    // Reserved under allocated, then device used and host memory; one curve of each.
+    for kind in [
+        TraceKind::Reserved,
+        TraceKind::Allocated,
+        TraceKind::DeviceUsed,
+        TraceKind::Host,
+    ] {
+        if let Some(trace) = traces.iter().filter(|t| t.kind == kind).find(shown) {
+            let points = trace
+                .data(recording)
+                .visible(0, end_ns, COLUMNS)
+                .into_iter()
+                .map(|(t, v)| (t as f64 / 1e9, v as f64))
+                .collect();
+            out.push(Curve {
+                label: kind.label(),
+                rgb: kind.rgb(),
+                points,
+            });
+        }
     }
     out
 }
@@ -146,44 +106,6 @@ fn missing(recording: &Recording, curves: &[Curve], snapshot: bool) -> Option<St
         1 => Some("Nothing to draw: the recording holds one sample, and a curve needs two".to_owned()),
         _ => None,
     }
-}
-
-/// The phase bands: per pixel column, which phases ran there, drawn as runs of columns.
-fn bands(analysis: &Analysis, end_ns: u64) -> Vec<(String, f64, f64)> {
-    let span = end_ns.max(1) as f64;
-    let mut phases: Vec<String> = Vec::new();
-    let mut covered: Vec<Vec<bool>> = Vec::new();
-    for o in analysis.occurrences.iter() {
-        let name = o.phase.as_str();
-        let i = match phases.iter().position(|p| p == name) {
-            Some(i) => i,
-            None => {
-                phases.push(name.to_owned());
-                covered.push(vec![false; COLUMNS + 1]);
-                phases.len() - 1
-            }
-        };
-        let a = ((o.begin_ns as f64 / span) * COLUMNS as f64) as usize;
-        let b = ((o.end_ns as f64 / span) * COLUMNS as f64) as usize;
-        covered[i][a.min(COLUMNS)..=b.min(COLUMNS)].fill(true);
-    }
-    let mut out = Vec::new();
-    let to_s = |c: usize| c as f64 / COLUMNS as f64 * span / 1e9;
-    for (phase, columns) in phases.iter().zip(&covered) {
-        let mut c = 0;
-        while c <= COLUMNS {
-            if columns[c] {
-                let start = c;
-                while c <= COLUMNS && columns[c] {
-                    c += 1;
-                }
-                out.push((phase.clone(), to_s(start), to_s(c)));
-            } else {
-                c += 1;
-            }
-        }
-    }
-    out
 }
 
 /// A byte axis from 0 to a maximum, ticked at round binary values as the viewer's grid is
@@ -308,13 +230,16 @@ pub fn timeline_svg(
 
         // The phases, the leaking one emphasised.
         let leak_phase = analysis.problem_phase().map(|p| p.as_str().to_owned());
-        for (phase, a, b) in bands(analysis, end_ns) {
+        // Columns of 4 pixels, as the viewer's: narrower bands cannot be told apart.
+        for band in plot::phase_bands(&analysis.occurrences, 0, end_ns, COLUMNS / 4) {
+            let phase = band.phase.as_str();
+            let (a, b) = (band.begin_ns as f64 / 1e9, band.end_ns as f64 / 1e9);
             let alpha = match &leak_phase {
-                Some(l) if *l == phase => 0.45,
+                Some(l) if l == phase => 0.45,
                 Some(_) => 0.10,
                 None => 0.22,
             };
-            let style = color(palette::phase(&phase)).mix(alpha).filled();
+            let style = color(palette::phase(phase)).mix(alpha).filled();
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [(a, 0.0), (b, y_max)],

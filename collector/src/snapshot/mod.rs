@@ -29,7 +29,7 @@ pub use convert::PhaseSpan;
 pub use judged::Judged;
 pub use model::{
     Action, Annotation, Block, BlockState, Entries, LeakSuspect, LiveBlock, Segment,
-    SegmentSummary, Snapshot, SnapshotError, SuspectMarks, TraceEntry,
+    SegmentSummary, Snapshot, SnapshotError, SuspectMarks, TraceEntry, metadata_text,
 };
 pub use pickle::Frame;
 pub use query::LiveIndex;
@@ -38,20 +38,3 @@ pub(crate) use read::SourceError;
 pub use read::{SnapshotReader, read_snapshot};
 pub use sites::{BEFORE_HISTORY, CPP_ONLY, SiteGroup, SiteKey, group_by_site};
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};
-
-/// A trace entry's `user_metadata` as a person reads it: a JSON object (PyTorch 2.14 and later
-/// store a dict given to `_set_memory_metadata` as its JSON) as `key: value` pairs, anything else
-/// as it is.
-pub fn metadata_text(metadata: &str) -> String {
-    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(metadata) {
-        Ok(map) => map
-            .iter()
-            .map(|(k, v)| match v {
-                serde_json::Value::String(s) => format!("{k}: {s}"),
-                other => format!("{k}: {other}"),
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
-        _ => metadata.to_owned(),
-    }
-}

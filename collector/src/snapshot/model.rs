@@ -497,3 +497,20 @@ pub struct SegmentSummary {
     /// The largest free piece: the largest tensor that fits without a new `cudaMalloc`.
     pub largest_free: u64,
 }
+
+/// A trace entry's `user_metadata` as a person reads it: a JSON object (PyTorch 2.14 and later
+/// store a dict given to `_set_memory_metadata` as its JSON) as `key: value` pairs, anything else
+/// as it is.
+pub fn metadata_text(metadata: &str) -> String {
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(metadata) {
+        Ok(map) => map
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}: {s}"),
+                other => format!("{k}: {other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => metadata.to_owned(),
+    }
+}

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use collector::recording::{AllocatorReadings, Recording, SeriesKind, Values};
+use crate::palette::{self, Rgb};
+use crate::recording::{AllocatorReadings, Recording, SeriesKind, Values};
 
-use crate::lod::{Levels, LodSeries};
+use super::lod::{Levels, LodSeries};
 
 /// What a curve measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,6 +42,17 @@ impl TraceKind {
             Self::Peak => "peak",
             Self::DeviceUsed => "device used",
             Self::Host => "host memory",
+        }
+    }
+
+    /// Its colour in the palette.
+    pub fn rgb(self) -> Rgb {
+        match self {
+            Self::Allocated => palette::ALLOCATED,
+            Self::Reserved => palette::RESERVED,
+            Self::Peak => palette::PEAK,
+            Self::DeviceUsed => palette::DEVICE_USED,
+            Self::Host => palette::HOST,
         }
     }
 }
@@ -89,6 +101,17 @@ struct ReadingsOf {
 }
 
 impl Trace {
+    /// Its colour: its kind's, in its own shade when the plot has several of the kind (the
+    /// process tree and each rank's host memory, several devices).
+    pub fn rgb(&self) -> Rgb {
+        palette::shade(self.kind.rgb(), self.shade)
+    }
+
+    /// The process whose allocator numbers it draws (allocator curves only).
+    pub fn pid(&self) -> Option<u32> {
+        self.readings.map(|r| r.key.0)
+    }
+
     /// The legend name: kind, device and process.
     pub fn name(&self) -> String {
         let mut name = self.kind.label().to_owned();
@@ -389,7 +412,7 @@ fn grow_allocator_traces(mut old: Vec<Trace>, recording: &Recording) -> Option<V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use collector::recording::{AllocatorSample, Origin, Record};
+    use crate::recording::{AllocatorSample, Origin, Record};
 
     #[test]
     fn allocator_curves_grown_as_readings_arrive_are_those_made_from_all() {
@@ -409,7 +432,11 @@ mod tests {
             .chain((3000..3100).map(|t| reading(t, 7, 1)))
             .collect();
         let whole_of = |n: usize| {
-            let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+            let mut recording = Recording::new(crate::recording::Header::new(
+                0,
+                "test".to_owned(),
+                vec!["python".to_owned(), "train.py".to_owned()],
+            ));
             records[..n].iter().cloned().for_each(|r| recording.push(r));
             recording
         };

@@ -5,7 +5,7 @@
 //! sawtooth of the caching allocator survives at every zoom level and the points drawn per frame
 //! are bounded by the plot's width, not by the recording's length.
 
-use collector::recording::Values;
+use crate::recording::Values;
 
 /// How many samples (or buckets of the level below) one bucket covers.
 const FANOUT: usize = 8;
