@@ -1,7 +1,7 @@
 //! Following a recording while the collector writes it: the file is re-read from where the last
 //! read stopped — natively from disk, in a browser by asking the server for the bytes from there
 //! on (`Range: bytes=N-`, as `collector serve` answers) — and what arrived is handed back as the
-//! grown recording (the app grows its curves from it at every poll, and analyses it again when
+//! grown recording (the app grows its curves from it at every poll, and analyzes it again when
 //! this module says it is due, on a thread of its own that this module keeps natively, at once
 //! in a tab, which has one thread; it knows nothing of the views).
 

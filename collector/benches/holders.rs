@@ -37,7 +37,7 @@ for step in range(200):
     start = time.perf_counter_ns()
     tidemark._at_step_end()
     costs[-1] += time.perf_counter_ns() - start
-tidemark._census_on = False  # no census in the timed steps above (step 16, 64 would take one)
+tidemark._steps._census_on = False  # no census in the timed steps above (step 16, 64 would take one)
 costs = costs[20:]
 costs.sort()
 mean = sum(costs) / len(costs)

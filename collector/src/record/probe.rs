@@ -53,6 +53,14 @@ const PROBE_FILES: &[(&str, &str)] = &[
         "tidemark/_census.py",
         include_str!("../../probe/tidemark/_census.py"),
     ),
+    (
+        "tidemark/_host.py",
+        include_str!("../../probe/tidemark/_host.py"),
+    ),
+    (
+        "tidemark/_steps.py",
+        include_str!("../../probe/tidemark/_steps.py"),
+    ),
 ];
 
 /// The private folder with the probe's files and the socket; removed when dropped.
