@@ -188,14 +188,18 @@ if WHERE:
         else:
             reads, skipped, spent = share.done, share.skipped, share.spent_ns
         print(f"account {what}|{reads}|{reads + skipped}|{spent / 1000 / steps:.2f}|{spent / 1000 / max(reads, 1):.1f}")
-    if hasattr(t, "_category_spent_ns"):
-        print(f"account categories|{t._category_spent_ns / 1000 / steps:.2f}|{t._categories_skipped}")
-        print(f"account censuses|{t._census_spent_ns / 1000 / steps:.2f}|{t._step_censuses}")
+    st = getattr(t, "_steps", t)  # (an older probe kept the step starts' accounts in tidemark)
+    if hasattr(st, "_category_spent_ns"):
+        print(f"account categories|{st._category_spent_ns / 1000 / steps:.2f}|{st._categories_skipped}")
+        print(f"account censuses|{st._census_spent_ns / 1000 / steps:.2f}|{st._step_censuses}")
     # One edge alone, without the heap (best of many): the fixed part of every edge.
     import timeit
-    heap, t._mallinfo2 = t._mallinfo2, None
+    holder = getattr(t, "_readers", t)  # (an older probe held mallinfo2 in tidemark itself)
+    name = "mallinfo2" if holder is not t else "_mallinfo2"
+    heap = getattr(holder, name)
+    setattr(holder, name, None)
     edge = min(timeit.repeat(lambda: plain_edge("b", "bench"), number=2000, repeat=5)) / 2000 * 1e6
-    t._mallinfo2 = heap
+    setattr(holder, name, heap)
     print(f"edge-alone {edge:.2f}")
     # What torch's hook dispatch adds to a root model's call: a module with the probe's kind
     # of hooks (a pre-hook and an always-called hook) against one without.
@@ -231,6 +235,8 @@ for i in range(2000):
     isolated.append(time.perf_counter_ns() - start)
 isolated.sort()
 print(f"edges {best / 1000:.2f} {isolated[len(isolated) // 2] / 1000:.2f} {sum(isolated) / len(isolated) / 1000:.2f} {isolated[int(len(isolated) * 0.99)] / 1000:.2f}")
+reads = [(s.done, s.done + s.skipped) for s in (getattr(tidemark, "_heap", None), getattr(tidemark, "_rss", None)) if s is not None]
+print("reads " + " ".join(f"{done}/{edges}" for done, edges in reads))
 '''
 
 
@@ -298,12 +304,16 @@ def edges(args, folder):
     done = subprocess.run(
         [args.collector, "--out", os.path.join(folder, "edges.msgpack"), "--no-auto-phases", "--",
          args.python, script], capture_output=True, text=True)
-    fields = done.stdout.split()
+    lines = done.stdout.splitlines()
+    fields = lines[0].split() if lines else []
     if done.returncode != 0 or len(fields) != 5:
         sys.exit(f"the edge bench failed:\n{done.stdout}\n{done.stderr}")
     _, batched, median, mean, p99 = fields
     print(f"edges: back to back {batched} µs/edge (best of 5 rounds of 100,000); isolated (1.5 ms apart, "
           f"2,000): median {median} µs, mean {mean} µs, p99 {p99} µs", flush=True)
+    if len(lines) > 1 and lines[1].startswith("reads ") and len(lines[1].split()) == 3:
+        heap, rss = lines[1].split()[1:]
+        print(f"  edges that read the C heap: {heap}, resident memory: {rss} (each within its share)", flush=True)
 
 
 def where(args, folder, loop):

@@ -4,7 +4,7 @@
 use collector::analysis::{Analysis, Basis, Occurrence};
 use collector::recording::{Phase, Recording};
 
-pub use collector::plot::{Trace, TraceKind};
+pub use collector::plot::{Event, EventKind, Trace, TraceKind};
 
 /// Maps time to a fractional step number (and back), through the step starts.
 #[derive(Clone, Debug, Default)]
@@ -66,28 +66,6 @@ fn interpolate(xs: &[f64], ys: &[f64], x: f64) -> f64 {
     let i = xs.partition_point(|&v| v <= x).clamp(1, n - 1);
     let (x0, x1, y0, y1) = (xs[i - 1], xs[i], ys[i - 1], ys[i]);
     y0 + (x - x0) * (y1 - y0) / (x1 - x0)
-}
-
-/// What happened at one instant, drawn as a marker.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Event {
-    /// Nanoseconds after the start.
-    pub t_ns: u64,
-    /// What kind.
-    pub kind: EventKind,
-    /// What to show on hover.
-    pub text: String,
-}
-
-/// The kinds of events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventKind {
-    /// A CUDA out-of-memory error.
-    Oom,
-    /// The job ended.
-    Exit,
-    /// Probe messages were lost.
-    Dropped,
 }
 
 /// Retained memory per step, by phase, over a range of steps (averaged).
@@ -256,7 +234,7 @@ impl RunView {
             phases,
             occurrences: std::sync::Arc::clone(&analysis.occurrences),
             steps: StepAxis::new(analysis),
-            events: events(recording, analysis),
+            events: collector::plot::events(recording, analysis),
             retained: Vec::new(),
             shape: None,
             duration_ns: recording.duration_ns(),
@@ -382,62 +360,6 @@ impl RunView {
             late_steps,
         })
     }
-}
-
-fn events(recording: &Recording, analysis: &Analysis) -> Vec<Event> {
-    use collector::format::format_bytes;
-    let bytes = |b: Option<u64>| b.map_or("?".to_owned(), |b| format_bytes(b as f64));
-    let mut events = Vec::new();
-    for oom in &recording.ooms {
-        let device = oom.device.map_or(String::new(), |d| {
-            format!(" on {}", recording.header.device_name(d))
-        });
-        events.push(Event {
-            t_ns: oom.t_ns,
-            kind: EventKind::Oom,
-            text: format!(
-                "CUDA out of memory{device}: tried to allocate {}, {} free of {}, {} allocated by PyTorch",
-                bytes(oom.tried_bytes),
-                bytes(oom.free_bytes),
-                bytes(oom.capacity_bytes),
-                bytes(oom.allocated_bytes),
-            ) + &analysis
-                .ooms
-                .iter()
-                .find(|v| v.t_ns == oom.t_ns)
-                .map_or(String::new(), |v| {
-                    let mut why = format!("\ncause: {}", v.cause_name());
-                    if let Some(first) = v.evidence.first() {
-                        why.push_str(&format!(" — {first}"));
-                    }
-                    why
-                }),
-        });
-    }
-    for exit in &recording.exits {
-        let how = match (exit.code, exit.signal) {
-            (_, Some(signal)) => format!("killed by signal {signal}"),
-            (Some(code), None) => format!("exit status {code}"),
-            (None, None) => "ended".to_owned(),
-        };
-        events.push(Event {
-            t_ns: exit.t_ns,
-            kind: EventKind::Exit,
-            text: format!("the job ended: {how}"),
-        });
-    }
-    for drop in &recording.drops {
-        events.push(Event {
-            t_ns: drop.t_ns,
-            kind: EventKind::Dropped,
-            text: format!(
-                "probe messages lost: {} dropped, {} malformed, {} refused",
-                drop.dropped, drop.malformed, drop.refused
-            ),
-        });
-    }
-    events.sort_by_key(|e| e.t_ns);
-    events
 }
 
 #[cfg(test)]

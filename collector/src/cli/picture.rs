@@ -356,7 +356,8 @@ pub fn timeline_svg(
                 legend.legend(move |(x, y)| Cross::new((x + 9, y), 5, c.stroke_width(2)));
             }
         }
-        for oom in &recording.ooms {
+        let ooms = plot::events(recording, analysis);
+        for oom in ooms.iter().filter(|e| e.kind == plot::EventKind::Oom) {
             let x = oom.t_ns as f64 / 1e9;
             let style = color(palette::EVENT).stroke_width(2);
             chart
@@ -365,13 +366,9 @@ pub fn timeline_svg(
                     style,
                 )))
                 .map_err(err)?;
-            let label = match oom.tried_bytes {
-                Some(b) => format!("OOM: tried {}", format_bytes(b as f64)),
-                None => "OOM".to_owned(),
-            };
             chart
                 .draw_series(std::iter::once(Text::new(
-                    label,
+                    oom.label.clone(),
                     (x, y_max * 0.97),
                     ("sans-serif", 13).into_font().color(&color(palette::EVENT)),
                 )))

@@ -1,12 +1,14 @@
 //! What a plot of a run draws, decided once for the viewer and the exported pictures: its
 //! curves (which, in which colour, with their levels of detail), their thinning to pixel columns,
-//! and the phase bands behind them. The viewer draws them with egui, `collector report --svg`
+//! the phase bands behind them, and the events marked on them. The viewer draws them with egui, `collector report --svg`
 //! with plotters; neither picks or thins curves on its own.
 
 mod bands;
 mod curves;
+mod events;
 pub mod lod;
 
 pub use bands::{Band, phase_bands, running_at};
 pub use curves::{Trace, TraceKind, grow, traces};
+pub use events::{Event, EventKind, events};
 pub use lod::{Levels, LodSeries, Shown};
