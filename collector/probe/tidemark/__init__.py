@@ -19,7 +19,9 @@ calls ``tidemark.step``.
 
 Sending never blocks the job: lines wait in a batch that goes out as one non-blocking datagram
 once its oldest line is ``_FLUSH_NS`` old (at the next edge, or from a thread that looks ten times
-a second), so that an edge costs a few µs and the collector is woken a few dozen times a second;
+a second), so that an edge costs a few µs and the collector is woken about five times a second
+(each datagram wakes it, and on a small machine the job pays for that in the next edges; at the
+job's exit, ``os._exit`` and a fork the batch is sent; a job killed by a signal loses it);
 when the collector is slow, batches wait in a small queue, and when that is full they are dropped
 and counted.
 
@@ -43,7 +45,7 @@ __all__ = ["phase", "step", "begin", "end", "enabled"]
 
 _PROTOCOL = "tm2"
 _QUEUE_LIMIT_BYTES = 1 << 20  # what may wait for a slow collector; beyond this, drop and count
-_FLUSH_NS = 20_000_000       # a batch goes out once its oldest line is this old …
+_FLUSH_NS = 200_000_000      # a batch goes out once its oldest line is this old …
 _FLUSHER_PERIOD_S = 0.1      # … at the next edge, or when the flusher thread looks
 _BATCH_LINES = 256           # at most this many lines in one datagram …
 _BATCH_BYTES = 32 << 10      # … and this many bytes (the collector reads 64 KiB at a time)

@@ -16,6 +16,7 @@ RSS_SHARE = 0.002            # … and reading resident memory (each after a fir
 READ_GRACE_NS = 5_000_000    # granted; in the first steps, at most 200 ms)
 READ_GRACE_CAP_NS = 200_000_000
 GRACE_STEPS = 100            # the first steps are read whole, so that a short job is judged with them
+READ_GAP_NS = 10_000_000     # after them, a step (without steps, a phase) read at most every 10 ms
 
 _thread_time_ns = time.thread_time_ns  # what the probe's own work costs, preemption left out
 _monotonic_ns = time.monotonic_ns
@@ -35,7 +36,7 @@ class Share:
     (a phase has it at both of its edges or at neither) while what it took so far is within
     ``share`` of the time since the first edge."""
 
-    __slots__ = ("share", "granted", "spent_ns", "done", "skipped")
+    __slots__ = ("share", "granted", "spent_ns", "done", "skipped", "granted_at_ns")
 
     def __init__(self, share):
         self.share = share
@@ -46,14 +47,25 @@ class Share:
         self.spent_ns = 0   # what the readings took so far
         self.done = 0       # edges read …
         self.skipped = 0    # … and edges not read, over the share
+        self.granted_at_ns = -READ_GAP_NS  # when (after the first edge) it was last granted
 
     def decide(self, step, elapsed_ns):
-        self.granted = granted(step, self.spent_ns, READ_GRACE_CAP_NS,
-                               self.share * elapsed_ns + READ_GRACE_NS)
+        """After the first steps, a step (or a phase, without steps) is read while the share
+        allows it and no read step began in the last ``READ_GAP_NS``: a loop of short steps is
+        read every few steps, so that most of its edges read nothing and cost a few µs."""
+        if step is not None and step < GRACE_STEPS and self.spent_ns < READ_GRACE_CAP_NS:
+            self.granted = True
+        else:
+            self.granted = (self.spent_ns <= self.share * elapsed_ns + READ_GRACE_NS
+                            and elapsed_ns - self.granted_at_ns >= READ_GAP_NS)
+        if self.granted:
+            self.granted_at_ns = elapsed_ns
 
     def due_ns(self):
-        """When (after the first edge) its share allows it again, as long as it is not read."""
-        return 0 if self.granted else (self.spent_ns - READ_GRACE_NS) / self.share
+        """When (after the first edge) it may be read again, as long as it is not read."""
+        if self.granted:
+            return 0
+        return max((self.spent_ns - READ_GRACE_NS) / self.share, self.granted_at_ns + READ_GAP_NS)
 
 
 class Readers:

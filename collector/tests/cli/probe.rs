@@ -86,12 +86,13 @@ print("done")
         "resident grew {forward_rss} in forward"
     );
 
-    // The collector's own samples of the whole process tree, at 10 Hz and after phase edges.
+    // The collector's own samples of the whole process tree, at 10 Hz and after each batch of
+    // edges (the 12 steps take 0.36 s).
     let host = recording
         .series(&SeriesKey::new(SeriesKind::HostRss))
         .unwrap();
     assert!(
-        host.values.len() >= 12,
+        host.values.len() >= 4,
         "{} host samples",
         host.values.len()
     );
