@@ -18,6 +18,8 @@ steps 16 and 24, and its first heap reads are inside). Printed: the median of ea
 Each job also reports the CPU time of its steps (all its threads) and its parent's (the
 collector's) over the same window: on a shared machine CPU time per step moves less than wall time.
 
+BENCH_FLUSH_NS=N in the environment sets the probe's batch interval (nanoseconds) in the jobs.
+
 Then, under the collector:
   - the probe off and on in the same process, in alternating blocks of steps (off: the root
     model's hooks, the backward wrapper and the optimizer hooks taken out), the median of the
@@ -64,6 +66,8 @@ else:
     model = Many()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
 x = torch.randn(32, 64)
+if os.environ.get("BENCH_FLUSH_NS") and "tidemark" in sys.modules:  # under the collector:
+    sys.modules["tidemark"]._FLUSH_NS = int(os.environ["BENCH_FLUSH_NS"])  # the batch interval
 
 spent = {}
 if WHERE:

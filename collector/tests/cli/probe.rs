@@ -91,11 +91,7 @@ print("done")
     let host = recording
         .series(&SeriesKey::new(SeriesKind::HostRss))
         .unwrap();
-    assert!(
-        host.values.len() >= 4,
-        "{} host samples",
-        host.values.len()
-    );
+    assert!(host.values.len() >= 4, "{} host samples", host.values.len());
     let i = host.times_ns.partition_point(|&s| s < eval[0].t_ns);
     let start = host.values.at(i.min(host.values.len() - 1));
     let peak = host.values.iter().max().unwrap();
