@@ -112,9 +112,10 @@ while True:
         recording.warnings[0]
     );
     let last_ns = recording.phases.last().unwrap().t_ns;
-    // The collector's clock starts after `started`, so its times are at most ours.
+    // The collector's clock starts after `started`, so its times are at most ours. The probe's
+    // edges reach it in batches of up to 0.2 s: they may lag the file's last second by that.
     let lost = killed_after.as_nanos() as u64 - last_ns;
-    assert!(lost <= 1_200_000_000, "lost {} ms", lost / 1_000_000);
+    assert!(lost <= 1_450_000_000, "lost {} ms", lost / 1_000_000);
     let host = &recording.series[0];
     let lost = killed_after.as_nanos() as u64 - host.times_ns.last().unwrap();
     assert!(
