@@ -67,8 +67,6 @@ _pending_since = [0]         # when the batch's first line came (a list: no `glo
 _pending_bytes = [0]
 _flusher_started = False
 _warned_step = False
-_mallinfo2 = None            # glibc's mallinfo2(): the C heap's bytes in use
-                             # exactly; then what costs more than an edge keeps within a share
 
 
 def enabled():

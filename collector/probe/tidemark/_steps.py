@@ -51,7 +51,7 @@ def _at_step_start(torch, models, optimizers):
             _first_step_ns = now
         elapsed = now - _first_step_ns
         if _host.granted(step, _category_spent_ns, _CATEGORY_GRACE_CAP_NS,
-                    _CATEGORY_SHARE * elapsed + _CATEGORY_GRACE_NS):
+                         _CATEGORY_SHARE * elapsed + _CATEGORY_GRACE_NS):
             start = _thread_time_ns()
             try:
                 _categories_waiting[:] = _category_lines(torch, models, optimizers, step, now)
