@@ -981,6 +981,73 @@ fn a_snapshot_read_part_by_part_is_the_snapshot_of_its_bytes() {
     );
 }
 
+/// The trace entry's fast path (a dict of plain items read straight from the bytes) leaves what
+/// the general path leaves: the same entries, strings, frames and stacks in the same order, or
+/// the same error at the same offset. Over the real snapshots, every edge case, random sharing
+/// in every protocol, and a big file shared the way PyTorch shares it; part by part too.
+#[test]
+fn the_fast_path_reads_what_the_general_path_reads() {
+    use collector::snapshot::{SnapshotReader, read_snapshot_general};
+    let dir = tempfile::tempdir().unwrap();
+    let random = Command::new(python())
+        .arg(cases())
+        .args(["random", &dir.path().display().to_string(), "120", "77"])
+        .status()
+        .unwrap();
+    let big = dir.path().join("big.pickle");
+    let big_ok = Command::new(python())
+        .arg(cases())
+        .args(["big", &big.display().to_string(), "3000"])
+        .status()
+        .unwrap();
+    assert!(random.success() && big_ok.success(), "cases.py failed");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for folder in [dir.path(), generated(), &data("snapshots/real")] {
+        for entry in std::fs::read_dir(folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "pickle") {
+                files.push(path);
+            }
+        }
+    }
+    files.push(data("snapshots/mini_snapshot.pickle"));
+    files.push(data("snapshots/pinned_host.pickle"));
+    files.sort();
+    assert!(files.len() > 150, "{} files", files.len());
+    let (mut read, mut refused) = (0, 0);
+    for path in &files {
+        let name = path.display().to_string();
+        let bytes = std::fs::read(path).unwrap();
+        let fast = read_snapshot(&bytes);
+        let general = read_snapshot_general(&bytes);
+        match (&fast, &general) {
+            (Ok(a), Ok(b)) => {
+                assert_same(a, b, &name);
+                assert_eq!(a.allocator_settings, b.allocator_settings, "{name}");
+                read += 1;
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(a, b, "{name}");
+                refused += 1;
+            }
+            _ => panic!("{name}: the fast path read {fast:?}, the general one {general:?}"),
+        }
+        // Windows that end inside entries send the fast path back to the general one there.
+        if let Ok(whole) = &fast {
+            let mut reader = SnapshotReader::with_window(97);
+            for part in bytes.chunks(61) {
+                reader.push(part).unwrap();
+            }
+            assert_same(
+                &reader.finish().unwrap(),
+                whole,
+                &format!("{name}, in parts"),
+            );
+        }
+    }
+    assert!(read > 130 && refused >= 5, "{read} read, {refused} refused");
+}
+
 /// A snapshot streamed from its file is the snapshot read from its bytes; an empty or missing
 /// file is an error naming it.
 #[test]

@@ -16,6 +16,7 @@
 use foldhash::HashMap;
 use std::sync::Arc;
 
+mod fast;
 mod memo;
 mod run;
 mod shapes;
@@ -174,6 +175,13 @@ pub(crate) struct Machine<'a> {
     /// Action names this reader does not know, each once.
     other_actions: Vec<u32>,
     scratch: Vec<u32>,
+    /// The fast path's memo entries waiting for its commit, its frames, and whether the entry
+    /// it reads has a list of frames (see [`fast`]).
+    fast_memo: Vec<(u32, fast::Pending)>,
+    fast_frames: Vec<u32>,
+    fast_has_frames: bool,
+    /// The fast path is taken (always, but in the tests that hold it to the general path).
+    pub(crate) fast: bool,
 }
 
 /// At most this many values wait on the stack, and this many MARKs are open: a pickler batches
@@ -207,6 +215,10 @@ impl<'a> Machine<'a> {
             other_actions: Vec::new(),
             entries: Entries::new(),
             scratch: Vec::new(),
+            fast_memo: Vec::new(),
+            fast_frames: Vec::new(),
+            fast_has_frames: false,
+            fast: true,
         };
         for key in KEYS {
             machine.intern(key);
@@ -244,6 +256,10 @@ impl<'a> Machine<'a> {
             stream_ids: self.stream_ids,
             other_actions: self.other_actions,
             scratch: self.scratch,
+            fast_memo: self.fast_memo,
+            fast_frames: self.fast_frames,
+            fast_has_frames: false,
+            fast: self.fast,
         }
     }
 

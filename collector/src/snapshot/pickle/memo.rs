@@ -29,9 +29,9 @@ impl Memo {
     const NONE: u32 = 0;
     const FALSE: u32 = 1;
     const TRUE: u32 = 2;
-    const STR: u32 = 3;
+    pub(super) const STR: u32 = 3;
     const OBJ: u32 = 4;
-    const FRAME: u32 = 5;
+    pub(super) const FRAME: u32 = 5;
     const STACK: u32 = 6;
     const ENTRY: u32 = 7;
     const OPAQUE: u32 = 8;
@@ -42,6 +42,27 @@ impl Memo {
     /// How many entries are set (what MEMOIZE numbers the next one, as Python's unpickler does).
     pub(super) fn len(&self) -> usize {
         self.dense + self.sparse.len()
+    }
+
+    /// The index held by a dense entry of this tag ([`Memo::STR`], [`Memo::FRAME`]): a string's
+    /// or a frame's, read without unpacking a whole value.
+    #[inline(always)]
+    pub(super) fn get_index(&self, index: u32, tag: u32) -> Option<u32> {
+        let i = index as usize;
+        if i >= self.dense {
+            return None;
+        }
+        let packed = self.blocks[i / BLOCK][i % BLOCK];
+        (packed >> Self::BITS == tag).then_some(packed & ((1 << Self::BITS) - 1))
+    }
+
+    /// The index MEMOIZE gives next, while every entry is a dense one.
+    pub(super) fn next_dense(&self) -> Option<u32> {
+        if self.sparse.is_empty() {
+            u32::try_from(self.dense).ok()
+        } else {
+            None
+        }
     }
 
     #[inline(always)]

@@ -5,7 +5,7 @@ use super::{Fields, MAX_STACK, Machine, Obj, Value};
 use crate::snapshot::SnapshotError;
 
 /// The pickle opcodes, named as CPython's `pickle.py` names them.
-mod op {
+pub(super) mod op {
     // protocols 0 and 1
     pub const MARK: u8 = b'(';
     pub const STOP: u8 = b'.';
@@ -240,6 +240,9 @@ impl Machine<'_> {
                     self.push(v)?;
                 }
                 op::EMPTY_DICT => {
+                    if self.fast_entry()? {
+                        continue;
+                    }
                     let v = self.alloc(Obj::Dict(Vec::new()));
                     self.push(v)?;
                 }
@@ -624,7 +627,7 @@ fn opaque_of(class: Value) -> Value {
 }
 
 /// A little-endian two's-complement integer of any length.
-fn long(bytes: &[u8]) -> Value {
+pub(super) fn long(bytes: &[u8]) -> Value {
     if bytes.is_empty() {
         return Value::Int(0);
     }

@@ -250,18 +250,23 @@ impl Machine<'_> {
                 }
             }
         }
-        let id = match self.stack_ids.get(scratch.as_slice()) {
+        let id = self.intern_stack(&scratch);
+        self.scratch = scratch;
+        Ok(id)
+    }
+
+    /// The id of the stack of these frames (innermost first), interned on first sight.
+    pub(super) fn intern_stack(&mut self, frames: &[u32]) -> u32 {
+        match self.stack_ids.get(frames) {
             Some(&id) => id,
             None => {
                 let id = self.stack_starts.len() as u32 - 1;
-                self.stack_frames.extend_from_slice(&scratch);
+                self.stack_frames.extend_from_slice(frames);
                 self.stack_starts.push(self.stack_frames.len() as u32);
-                self.stack_ids.insert(scratch.as_slice().into(), id);
+                self.stack_ids.insert(frames.into(), id);
                 id
             }
-        };
-        self.scratch = scratch;
-        Ok(id)
+        }
     }
 
     /// The items of a dict value, if it is one.
@@ -352,23 +357,48 @@ pub(crate) struct Fields {
 impl Fields {
     #[inline]
     pub(crate) fn of(pairs: impl Iterator<Item = (Value, Value)>) -> Self {
-        let mut fields = Self {
-            by_key: [None; K_COMPILE_CONTEXT as usize + 1],
-            len: 0,
-        };
+        let mut fields = Self::empty();
         for (key, value) in pairs {
-            fields.len += 1;
-            if let Value::Str(k) = key
-                && let Some(slot @ None) = fields.by_key.get_mut(k as usize)
-            {
-                *slot = Some(value);
+            match key {
+                Value::Str(k) => fields.add(k, value),
+                _ => fields.len += 1,
             }
         }
         fields
     }
 
+    /// No items yet (see [`Fields::add`]).
     #[inline]
-    fn get(&self, key: u32) -> Option<Value> {
+    pub(super) fn empty() -> Self {
+        Self {
+            by_key: [None; K_COMPILE_CONTEXT as usize + 1],
+            len: 0,
+        }
+    }
+
+    /// One more item, as [`Fields::of`] reads it (a key's first value counts).
+    #[inline]
+    pub(super) fn add(&mut self, key: u32, value: Value) {
+        self.len += 1;
+        if let Some(slot @ None) = self.by_key.get_mut(key as usize) {
+            *slot = Some(value);
+        }
+    }
+
+    /// Replaces what a key holds (a placeholder added for it).
+    #[inline]
+    pub(super) fn set(&mut self, key: u32, value: Value) {
+        if let Some(slot) = self.by_key.get_mut(key as usize) {
+            *slot = Some(value);
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub(super) fn get(&self, key: u32) -> Option<Value> {
         self.by_key.get(key as usize).copied().flatten()
     }
 }
