@@ -61,9 +61,8 @@ impl Machine<'_> {
         let setitems = c.p - 1;
         // Only what `compact` makes a trace entry goes on (a block's frames list, say, is
         // interned when its entry is).
-        let frame_like = fields.len() <= 4
-            && fields.get(K_FILENAME).is_some()
-            && fields.get(K_NAME).is_some();
+        let frame_like =
+            fields.len() <= 4 && fields.get(K_FILENAME).is_some() && fields.get(K_NAME).is_some();
         if frame_like || !matches!(fields.get(K_ACTION), Some(Value::Str(_))) {
             return Ok(false);
         }

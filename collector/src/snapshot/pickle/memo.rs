@@ -91,7 +91,9 @@ impl Memo {
                 }
             }
             self.dense += 1;
-            self.sparse.remove(&index);
+            if !self.sparse.is_empty() {
+                self.sparse.remove(&index);
+            }
         }
         self.blocks[i / BLOCK][i % BLOCK] = packed;
     }

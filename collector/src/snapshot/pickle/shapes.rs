@@ -303,6 +303,10 @@ impl Machine<'_> {
 
     /// The place of a stream among those seen (a job uses a handful; 65,536 is the limit).
     pub(super) fn stream(&mut self, at: usize, stream: u64) -> Result<u16, SnapshotError> {
+        // Most entries name the stream the first one named (the default stream).
+        if self.streams.first() == Some(&stream) {
+            return Ok(0);
+        }
         if let Some(&id) = self.stream_ids.get(&stream) {
             return Ok(id);
         }
