@@ -158,7 +158,7 @@ fn main() {
         best(&theirs) / best(&ours)
     );
     println!(
-        "the whole report (read, parse, curves, analysis, verdict): best {:.2} s = {:.2}× pickle.load (budget ≤ 0.2×)",
+        "the whole report (read, parse, curves, analysis, verdict): best {:.2} s = {:.2}× pickle.load (budget ≤ 0.10×, issue #29)",
         best(&reports),
         best(&reports) / best(&theirs)
     );
