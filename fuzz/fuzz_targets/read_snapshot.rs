@@ -1,6 +1,6 @@
-//! Any bytes given to the snapshot importer: a snapshot or an error, never a panic, and
-//! everything derived from a snapshot (curves, live blocks, suspects, segments, the verdict)
-//! works on it.
+//! Any bytes given to the snapshot importer: a snapshot or an error, never a panic, the same
+//! with the trace entry's fast path as without it, and everything derived from a snapshot
+//! (curves, live blocks, suspects, segments, the verdict) works on it.
 
 #![no_main]
 
@@ -12,7 +12,22 @@ fuzz_target!(|bytes: &[u8]| {
     let mut with_header = vec![0x80, 0x04];
     with_header.extend_from_slice(bytes);
     for input in [bytes, &with_header[..]] {
-        if let Ok(snapshot) = collector::snapshot::read_snapshot(input) {
+        let read = collector::snapshot::read_snapshot(input);
+        match (&read, &collector::snapshot::read_snapshot_general(input)) {
+            (Ok(fast), Ok(general)) => {
+                assert!(fast.entries == general.entries, "the entries differ");
+                assert!(fast.segments == general.segments, "the segments differ");
+                assert!(fast.strings == general.strings, "the strings differ");
+                assert!(fast.frames == general.frames, "the frames differ");
+                assert_eq!(fast.stack_count(), general.stack_count());
+                for stack in 0..fast.stack_count() as u32 {
+                    assert!(fast.stack(stack).eq(general.stack(stack)), "stack {stack} differs");
+                }
+            }
+            (Err(fast), Err(general)) => assert_eq!(fast, general),
+            _ => panic!("the fast path and the general one disagree on whether it reads"),
+        }
+        if let Ok(snapshot) = read {
             assert!(snapshot.entries.len() <= input.len());
             let recording = snapshot.to_recording();
             assert!(recording.allocator.len() <= snapshot.entries.len());
