@@ -21,7 +21,10 @@ fuzz_target!(|bytes: &[u8]| {
                 assert!(fast.frames == general.frames, "the frames differ");
                 assert_eq!(fast.stack_count(), general.stack_count());
                 for stack in 0..fast.stack_count() as u32 {
-                    assert!(fast.stack(stack).eq(general.stack(stack)), "stack {stack} differs");
+                    assert!(
+                        fast.stack(stack).eq(general.stack(stack)),
+                        "stack {stack} differs"
+                    );
                 }
             }
             (Err(fast), Err(general)) => assert_eq!(fast, general),
