@@ -40,13 +40,13 @@ struct Curve {
     points: Vec<(f64, f64)>,
 }
 
-/// The curves the picture shows, from the library's ([`plot::traces`]): allocated and reserved of
+/// The curves the picture shows, from the library's ([`plot::traces_for_one_picture`]): allocated and reserved of
 /// the first device, of the process whose phases the analysis judged (else the device's first
 /// process), the device's used memory, and the host memory of the whole process tree; each
 /// thinned to the plot's columns ([`plot::LodSeries::visible`]: every sample when there are few,
 /// else each column's lowest and highest, so every spike is kept).
 fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve> {
-    let traces = plot::traces(recording);
+    let traces = plot::traces_for_one_picture(recording);
     let pid = analysis.occurrences.first().map(|o| o.pid);
     let first_device = |kind: TraceKind| {
         traces

@@ -148,12 +148,31 @@ pub fn traces(recording: &Recording) -> Vec<Trace> {
     grow(Vec::new(), recording)
 }
 
+/// The same curves without levels of detail, for one picture of a few of them (`collector report
+/// --svg`): drawing a curve walks its samples once, less than building its levels would take,
+/// and the curves not drawn cost nothing.
+pub fn traces_for_one_picture(recording: &Recording) -> Vec<Trace> {
+    build(Vec::new(), recording, false)
+}
+
 /// The curves of a recording that grew from the one `old` was drawn from (a followed
 /// file): a series' levels of detail are extended by what arrived, not rebuilt, and so are
 /// the allocator's curves while the readings that arrived are later than those before, of
 /// the same processes and devices; the ranks' host memory is made again (a reading per
 /// phase edge of each rank).
 pub fn grow(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
+    build(old, recording, true)
+}
+
+/// [`grow`], with levels of detail or (`detail` false) without.
+fn build(old: Vec<Trace>, recording: &Recording, detail: bool) -> Vec<Trace> {
+    let levels = |times: &[u64], values: &Values| {
+        if detail {
+            Levels::new(times, values)
+        } else {
+            Levels::default()
+        }
+    };
     let (mut grown, mut allocator) = (BTreeMap::new(), Vec::new());
     for trace in old {
         match (&trace.source, trace.readings) {
@@ -164,8 +183,8 @@ pub fn grow(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
             (Source::Owned { .. }, None) => {}
         }
     }
-    let mut traces =
-        grow_allocator_traces(allocator, recording).unwrap_or_else(|| allocator_traces(recording));
+    let mut traces = grow_allocator_traces(allocator, recording)
+        .unwrap_or_else(|| allocator_traces(recording, &levels));
     for (i, series) in recording.series.iter().enumerate() {
         let kind = match series.key.kind {
             SeriesKind::DeviceUsed => TraceKind::DeviceUsed,
@@ -194,8 +213,8 @@ pub fn grow(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
             },
         };
         let levels = match &source {
-            Source::Series(_) => Levels::new(times, &series.values),
-            Source::Owned { times_ns, values } => Levels::new(times_ns, values),
+            Source::Series(_) => levels(times, &series.values),
+            Source::Owned { times_ns, values } => levels(times_ns, values),
         };
         traces.push(Trace {
             kind,
@@ -209,7 +228,7 @@ pub fn grow(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
             shade: 0,
         });
     }
-    traces.extend(rank_host_traces(recording));
+    traces.extend(rank_host_traces(recording, &levels));
     traces.sort_by(|a, b| (a.kind, a.device, &a.origin).cmp(&(b.kind, b.device, &b.origin)));
     // Several curves of one kind (ranks, devices): each its own shade.
     let mut previous = None;
@@ -228,7 +247,10 @@ pub fn grow(old: Vec<Trace>, recording: &Recording) -> Vec<Trace> {
 
 /// With several ranks: each rank's own host memory, as its probe read it at its phase edges
 /// (the sampled host series is the whole process tree, every rank summed).
-fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
+fn rank_host_traces(
+    recording: &Recording,
+    levels: &impl Fn(&[u64], &Values) -> Levels,
+) -> Vec<Trace> {
     let mut groups: BTreeMap<(u32, u32), (Vec<u64>, Vec<u64>)> = BTreeMap::new();
     for e in &recording.phases {
         if let (Some(rank), Some(rss)) = (e.origin.rank, e.host_rss) {
@@ -257,7 +279,7 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
             device: None,
             device_name: None,
             origin: Some(format!("rank {rank}")),
-            levels: Levels::new(&times_ns, &values),
+            levels: levels(&times_ns, &values),
             covered: values.len(),
             readings: None,
             shade: 0,
@@ -270,7 +292,10 @@ fn rank_host_traces(recording: &Recording) -> Vec<Trace> {
 }
 
 /// Allocated, reserved and peak curves per process and device, from the probe's numbers.
-fn allocator_traces(recording: &Recording) -> Vec<Trace> {
+fn allocator_traces(
+    recording: &Recording,
+    levels: &impl Fn(&[u64], &Values) -> Levels,
+) -> Vec<Trace> {
     let readings = &recording.allocator;
     let mut groups: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
     for i in 0..readings.len() {
@@ -310,7 +335,7 @@ fn allocator_traces(recording: &Recording) -> Vec<Trace> {
                 device: Some(device),
                 device_name: Some(recording.header.device_name(device)),
                 origin: origin.clone(),
-                levels: Levels::new(&times_ns, &values),
+                levels: levels(&times_ns, &values),
                 covered: values.len(),
                 shade: 0,
                 readings: Some(ReadingsOf {

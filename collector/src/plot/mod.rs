@@ -9,6 +9,6 @@ mod events;
 pub mod lod;
 
 pub use bands::{Band, phase_bands, running_at};
-pub use curves::{Trace, TraceKind, grow, traces};
+pub use curves::{Trace, TraceKind, grow, traces, traces_for_one_picture};
 pub use events::{Event, EventKind, events};
 pub use lod::{Levels, LodSeries, Shown};
