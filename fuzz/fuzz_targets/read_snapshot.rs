@@ -40,9 +40,8 @@ fuzz_target!(|bytes: &[u8]| {
             }
             let _ = snapshot.leak_suspects();
             let _ = snapshot.segment_summary();
-            let analysis = collector::analysis::analyze(&recording);
-            let verdict = collector::snapshot::SnapshotVerdict::new(&snapshot, &analysis);
-            assert!(!verdict.headline.is_empty());
+            let judged = collector::snapshot::Judged::new(snapshot);
+            assert!(!judged.verdict.headline.is_empty());
         }
     }
 });

@@ -28,9 +28,15 @@ pub fn phase_bands(occurrences: &[Occurrence], t0: u64, t1: u64, columns: usize)
     }
     let span = t1.saturating_sub(t0).max(1);
     let n = columns as u64;
+    // Each column's occurrence is looked for from where the last one was, a column further on:
+    // a few reads near it instead of a binary search over millions (a cache miss at each step).
+    let per_column = (last - first) / columns;
+    let mut at = first;
     for c in 0..n {
         let (a, b) = (t0 + span * c / n, t0 + span * (c + 1) / n);
-        if let Some(o) = running_at(occurrences, a + (b - a) / 2) {
+        let middle = a + (b - a) / 2;
+        at = begun_by(occurrences, middle, at + per_column);
+        if let Some(o) = innermost(&occurrences[..at], middle) {
             push(&mut bands, &o.phase, a, b);
         }
     }
@@ -40,11 +46,49 @@ pub fn phase_bands(occurrences: &[Occurrence], t0: u64, t1: u64, columns: usize)
 /// The innermost occurrence running at `t_ns` (phases nest rarely: eval inside a custom phase).
 pub fn running_at(occurrences: &[Occurrence], t_ns: u64) -> Option<&Occurrence> {
     let i = occurrences.partition_point(|o| o.begin_ns <= t_ns);
-    occurrences[..i]
-        .iter()
-        .rev()
-        .take(8)
-        .find(|o| o.end_ns >= t_ns)
+    innermost(&occurrences[..i], t_ns)
+}
+
+/// Among occurrences that began by `t_ns`, the last still running then.
+fn innermost(begun: &[Occurrence], t_ns: u64) -> Option<&Occurrence> {
+    begun.iter().rev().take(8).find(|o| o.end_ns >= t_ns)
+}
+
+/// How many occurrences began by `t_ns` (what `partition_point` answers), searched from
+/// `guess` outwards in doubling steps, then by halves between the last two.
+fn begun_by(occurrences: &[Occurrence], t_ns: u64, guess: usize) -> usize {
+    let n = occurrences.len();
+    let begun = |i: usize| occurrences[i].begin_ns <= t_ns;
+    let guess = guess.min(n);
+    // The answer lies in lo..=hi: every occurrence before lo began by t_ns, none from hi on.
+    let (lo, hi) = if guess < n && begun(guess) {
+        let (mut lo, mut step) = (guess + 1, 1);
+        loop {
+            let probe = lo.saturating_add(step);
+            if probe >= n {
+                break (lo, n);
+            }
+            if !begun(probe) {
+                break (lo, probe);
+            }
+            lo = probe + 1;
+            step *= 2;
+        }
+    } else {
+        let (mut hi, mut step) = (guess, 1);
+        loop {
+            if hi == 0 {
+                break (0, 0);
+            }
+            let probe = hi.saturating_sub(step);
+            if begun(probe) {
+                break (probe + 1, hi);
+            }
+            hi = probe;
+            step *= 2;
+        }
+    };
+    lo + occurrences[lo..hi].partition_point(|o| o.begin_ns <= t_ns)
 }
 
 /// Adds a band, extending the last one when it is the same phase and they touch.
@@ -73,6 +117,23 @@ mod tests {
             begin_ns,
             end_ns,
             piece_of: None,
+        }
+    }
+
+    proptest::proptest! {
+        /// The search from a guess answers what a binary search over all of them does,
+        /// wherever the guess is.
+        #[test]
+        fn begun_by_is_partition_point_from_any_guess(
+            mut begins in proptest::collection::vec(0u64..1000, 0..300),
+            t in 0u64..1100,
+            guess in 0usize..400,
+        ) {
+            begins.sort_unstable();
+            let occurrences: Vec<Occurrence> =
+                begins.iter().map(|&b| occurrence(Phase::Forward, b, b + 5)).collect();
+            let expected = occurrences.partition_point(|o| o.begin_ns <= t);
+            proptest::prop_assert_eq!(begun_by(&occurrences, t, guess), expected);
         }
     }
 
