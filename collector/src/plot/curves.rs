@@ -229,6 +229,16 @@ fn build(old: Vec<Trace>, recording: &Recording, detail: bool) -> Vec<Trace> {
         });
     }
     traces.extend(rank_host_traces(recording, &levels));
+    if !detail {
+        // Their levels cover no sample: curves grown from these are made again (the
+        // allocator's: as from more readings than there are) or extended from the first sample.
+        for trace in &mut traces {
+            trace.covered = 0;
+            if let Some(r) = &mut trace.readings {
+                r.upto = usize::MAX;
+            }
+        }
+    }
     traces.sort_by(|a, b| (a.kind, a.device, &a.origin).cmp(&(b.kind, b.device, &b.origin)));
     // Several curves of one kind (ranks, devices): each its own shade.
     let mut previous = None;
@@ -514,5 +524,18 @@ mod tests {
         assert_ne!(column(&grown), before);
         same(&grown, &super::traces(&recording), &recording, "made again");
         assert!(grown.iter().any(|t| t.origin.as_deref() == Some("pid 8")));
+        // Curves made for one picture (no levels) and grown: their levels are built whole.
+        for n in [1000, 3000] {
+            let picture = traces_for_one_picture(&whole_of(n));
+            assert!(picture.iter().all(|t| t.levels == Levels::default()));
+            let recording = whole_of(records.len());
+            let grown = grow(picture, &recording);
+            same(
+                &grown,
+                &super::traces(&recording),
+                &recording,
+                "from a picture's",
+            );
+        }
     }
 }
