@@ -472,7 +472,7 @@ pub struct Census {
     /// Objects that errored when looked at, skipped.
     #[serde(default)]
     pub skipped: u64,
-    /// Whether the walk stopped at its object limit.
+    /// Whether the walk stopped at its time limit (`objects` says how far it got).
     #[serde(default)]
     pub truncated: bool,
     /// What the census cost the job, nanoseconds.

@@ -175,11 +175,9 @@ pub(crate) struct Machine<'a> {
     /// Action names this reader does not know, each once.
     other_actions: Vec<u32>,
     scratch: Vec<u32>,
-    /// The fast path's memo entries waiting for its commit, its frames, and whether the entry
-    /// it reads has a list of frames (see [`fast`]).
+    /// The fast path's memo entries waiting for its commit, and its frames (see [`fast`]).
     fast_memo: Vec<(u32, fast::Pending)>,
     fast_frames: Vec<u32>,
-    fast_has_frames: bool,
     /// The fast path is taken (always, but in the tests that hold it to the general path).
     pub(crate) fast: bool,
 }
@@ -217,7 +215,6 @@ impl<'a> Machine<'a> {
             scratch: Vec::new(),
             fast_memo: Vec::new(),
             fast_frames: Vec::new(),
-            fast_has_frames: false,
             fast: true,
         };
         for key in KEYS {
@@ -258,7 +255,6 @@ impl<'a> Machine<'a> {
             scratch: self.scratch,
             fast_memo: self.fast_memo,
             fast_frames: self.fast_frames,
-            fast_has_frames: false,
             fast: self.fast,
         }
     }

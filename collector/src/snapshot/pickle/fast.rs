@@ -10,7 +10,7 @@
 use super::memo::Memo;
 use super::run::op;
 use super::{Fields, Machine, Value};
-use super::{K_ACTION, K_FILENAME, K_FRAMES, K_NAME};
+use super::{K_ACTION, K_FRAMES};
 
 /// Where the reading of a dict's items stands: `p` in the bytes, and the memo entries its
 /// MEMOIZE/BINPUT opcodes will write once the whole dict is read.
@@ -21,6 +21,8 @@ struct Cursor {
     next_memo: u32,
     /// The memo's length when the dict began: entries from here on are pending.
     first_pending: u32,
+    /// The trace entry read holds a list of frames (in `fast_frames`).
+    has_frames: bool,
 }
 
 /// What a memo entry written inside the dict will hold once it is committed.
@@ -50,6 +52,7 @@ impl Machine<'_> {
             p: self.pos,
             next_memo,
             first_pending: next_memo,
+            has_frames: false,
         };
         let mut fields = Fields::empty();
         if self
@@ -61,13 +64,11 @@ impl Machine<'_> {
         let setitems = c.p - 1;
         // Only what `compact` makes a trace entry goes on (a block's frames list, say, is
         // interned when its entry is).
-        let frame_like =
-            fields.len() <= 4 && fields.get(K_FILENAME).is_some() && fields.get(K_NAME).is_some();
-        if frame_like || !matches!(fields.get(K_ACTION), Some(Value::Str(_))) {
+        if fields.frame_shaped() || !matches!(fields.get(K_ACTION), Some(Value::Str(_))) {
             return Ok(false);
         }
         // Commit: what the general path does when it reaches this dict's SETITEMS.
-        let stack = if self.fast_has_frames {
+        let stack = if c.has_frames {
             let frames = std::mem::take(&mut self.fast_frames);
             let id = self.intern_stack(&frames);
             self.fast_frames = frames;
@@ -108,9 +109,6 @@ impl Machine<'_> {
         if self.fast_op(c)? != op::MARK {
             return None;
         }
-        if entry {
-            self.fast_has_frames = false;
-        }
         loop {
             let code = self.fast_op(c)?;
             if code == op::SETITEMS {
@@ -129,7 +127,7 @@ impl Machine<'_> {
                 && key == K_FRAMES
                 && fields.get(K_FRAMES).is_none()
             {
-                self.fast_has_frames = true;
+                c.has_frames = true;
                 self.fast_frames_list(c)?;
                 // Set at the commit, once the stack is interned.
                 Value::None
@@ -146,14 +144,8 @@ impl Machine<'_> {
     fn fast_value(&mut self, c: &mut Cursor, code: u8) -> Option<Value> {
         let bytes = self.bytes;
         let value = match code {
-            op::BINGET => {
-                let i = u32::from(*bytes.get(c.p)?);
-                c.p += 1;
-                self.fast_get(c, i)?
-            }
-            op::LONG_BINGET => {
-                let i = u32::from_le_bytes(*bytes.get(c.p..)?.first_chunk::<4>()?);
-                c.p += 4;
+            op::BINGET | op::LONG_BINGET => {
+                let i = self.fast_memo_index(c, code)?;
                 self.fast_get(c, i)?
             }
             op::BININT1 => {
@@ -253,15 +245,11 @@ impl Machine<'_> {
             let slot = self.fast_memo.len();
             let mut fields = Fields::empty();
             self.fast_items(c, &mut fields, Pending::Dict, false)?;
-            let (Some(Value::Str(_)), Some(Value::Str(_))) =
-                (fields.get(K_NAME), fields.get(K_FILENAME))
-            else {
-                return None;
-            };
-            if fields.len() > 4 {
+            if !fields.frame_shaped() {
                 return None;
             }
-            // A frame: interned now, as the general path interns it at its SETITEMS.
+            // A frame (or `None`: not one after all), interned now, as the general path interns
+            // it at its SETITEMS.
             let frame = self.compact(c.p - 1, &fields).ok()??;
             // Its memo entry (if it has one: the first written from its opcodes) holds the frame.
             if let Some(first) = self.fast_memo.get_mut(slot)
@@ -314,21 +302,27 @@ impl Machine<'_> {
     /// A BINGET's or LONG_BINGET's (`code`, read) string or frame (`tag`): its index.
     #[inline(always)]
     fn fast_get_index(&self, c: &mut Cursor, code: u8, tag: u32) -> Option<u32> {
-        let index = if code == op::BINGET {
-            let i = u32::from(*self.bytes.get(c.p)?);
-            c.p += 1;
-            i
-        } else {
-            let i = u32::from_le_bytes(*self.bytes.get(c.p..)?.first_chunk::<4>()?);
-            c.p += 4;
-            i
-        };
+        let index = self.fast_memo_index(c, code)?;
         if index < c.first_pending {
             return self.memo.get_index(index, tag);
         }
         match (self.fast_get_pending(index)?, tag) {
             (Value::Str(i), Memo::STR) | (Value::Frame(i), Memo::FRAME) => Some(i),
             _ => None,
+        }
+    }
+
+    /// The memo index a BINGET or LONG_BINGET (`code`, read) names.
+    #[inline(always)]
+    fn fast_memo_index(&self, c: &mut Cursor, code: u8) -> Option<u32> {
+        if code == op::BINGET {
+            let i = u32::from(*self.bytes.get(c.p)?);
+            c.p += 1;
+            Some(i)
+        } else {
+            let i = u32::from_le_bytes(*self.bytes.get(c.p..)?.first_chunk::<4>()?);
+            c.p += 4;
+            Some(i)
         }
     }
 

@@ -111,7 +111,7 @@ impl Machine<'_> {
         fields: &Fields,
     ) -> Result<Option<Value>, SnapshotError> {
         let key = |k: u32| fields.get(k);
-        if fields.len <= 4 && key(K_FILENAME).is_some() && key(K_NAME).is_some() {
+        if fields.frame_shaped() {
             let (Some(Value::Str(name)), Some(Value::Str(filename))) =
                 (key(K_NAME), key(K_FILENAME))
             else {
@@ -397,8 +397,10 @@ impl Fields {
         }
     }
 
-    pub(super) fn len(&self) -> usize {
-        self.len
+    /// Shaped like a frame (`{name, filename, line}`, up to four items): `compact` makes it one
+    /// when its name and filename are strings, and never a trace entry.
+    pub(super) fn frame_shaped(&self) -> bool {
+        self.len <= 4 && self.get(K_FILENAME).is_some() && self.get(K_NAME).is_some()
     }
 
     #[inline]
