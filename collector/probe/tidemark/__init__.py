@@ -439,6 +439,11 @@ def _start_from_environment():
     _steps._history = int(history) if history.isdigit() else 0
     _steps._snapshots = os.environ.get("TIDEMARK_SNAPSHOTS", "")
     _steps._census_on = os.environ.get("TIDEMARK_CENSUS", "1") == "1"
+    try:
+        limit = float(os.environ.get("TIDEMARK_CENSUS_LIMIT_S", "0.5"))
+    except ValueError:
+        limit = 0.5
+    _steps._census_limit_s = limit if limit > 0 else 0.5
     import atexit
 
     atexit.register(_flush_at_exit)

@@ -39,6 +39,7 @@ _ENTRIES_EVERY = 8          # steps: how often the entries inside each parameter
 _HOLDERS_SENT = 48          # the largest holders go out; the rest are summed
 _LIMIT_S = 0.5              # a census stops after this long (the caller may say otherwise) …
 _CHECK_EVERY = 256          # … looking at the clock every this many objects
+_CHECK_ITEMS = 4096         # … and every this many items of one container
 _GRAPH_NODE_LIMIT = 200_000
 _DEPTH_LIMIT = 24
 
@@ -374,6 +375,16 @@ class _Census:
         self.seen.add(oid)
         self.queue.append((obj, path, what, holder))
 
+    def push_items(self, items, holder):
+        """A container's items, all kept by one holder: a container of millions looks at the
+        clock as it goes, so the time limit holds inside it too."""
+        push = self.push
+        for start in range(0, len(items), _CHECK_ITEMS):
+            if start and self.out_of_time():
+                return
+            for item in items[start:start + _CHECK_ITEMS]:
+                push(item, None, None, holder)
+
     def out_of_time(self):
         if self.deadline_ns is not None and time.perf_counter_ns() > self.deadline_ns:
             self.truncated = True
@@ -400,13 +411,11 @@ class _Census:
             return
         if kind in (list, tuple, set, frozenset, deque):
             here = holder or self.hold(path, f"{kind.__name__}, {what}", len(obj), id(obj))
-            for item in list(obj):
-                self.push(item, None, None, here)
+            self.push_items(list(obj), here)
             return
         if issubclass(kind, dict):
             here = holder or self.hold(path, f"{kind.__name__}, {what}", len(obj), id(obj))
-            for value in list(obj.values()):
-                self.push(value, None, None, here)
+            self.push_items(list(obj.values()), here)
             return
         if issubclass(kind, _SKIP_TYPES):
             return

@@ -36,7 +36,7 @@ _CATEGORY_GRACE_NS = 5_000_000  # … after a first 5 ms that are always granted
 _CATEGORY_GRACE_CAP_NS = 100_000_000  # (the first steps' at most 100 ms)
 _category_spent_ns = 0
 _categories_skipped = 0      # step starts without categories, over the share
-_CENSUS_LIMIT_S = {"step": 0.5, "end": 2.0, "oom": 2.0}  # a census stops there, saying so
+_census_limit_s = 0.5        # a census at a step start stops there, saying so (at the end: 4×)
 
 
 def _at_step_start(torch, models, optimizers):
@@ -164,7 +164,7 @@ def _send_census(torch, models, optimizers, reason):
         # Counting the tensors no name reaches looks at every object: only when the job dies
         # (an out-of-memory error, or an exit by an uncaught exception), where it costs no step.
         died = reason == "oom" or (reason == "end" and getattr(sys, "last_traceback", None) is not None)
-        result = _census.census(torch, models, optimizers, full=died, limit_s=_CENSUS_LIMIT_S[reason])
+        result = _census.census(torch, models, optimizers, full=died, limit_s=_census_limit_s * (1 if reason == "step" else 4))
         if reason == "step":
             _census_spent_ns += result["cost_ns"]
         step = "-" if _tm._step is None else _tm._step

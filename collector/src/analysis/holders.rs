@@ -416,7 +416,7 @@ fn name_holder(
         _ => h.device.is_some(),
     };
     let best = holders.iter().find(on_basis);
-    match best {
+    let named = match best {
         Some(h) if leaked > 0.0 && h.growth_bytes() >= NAMED_SHARE * leaked => {
             leak.title.push_str(&format!(", held by {}", h.name));
             leak.evidence.push(format!(
@@ -447,7 +447,48 @@ fn name_holder(
             leak.evidence.push(line);
             false
         }
-    }
+    };
+    leak.evidence.extend(cut_short(from, to));
+    named
+}
+
+/// What a census cut at its time limit reached, said with the holders it named: breadth first
+/// from the job's names, it stopped before the holders furthest from them, and a holder the
+/// earlier census did not reach counts as grown from nothing.
+fn cut_short(from: &Census, to: &Census) -> Option<String> {
+    let cut: Vec<&Census> = [from, to].into_iter().filter(|c| c.truncated).collect();
+    let first = cut.first()?;
+    let steps: Vec<String> = cut
+        .iter()
+        .map(|c| c.step.unwrap_or(0).to_string())
+        .collect();
+    let reached: Vec<String> = cut
+        .iter()
+        .map(|c| {
+            format!(
+                "{} objects ({} tensors, {})",
+                c.objects,
+                c.tensors,
+                format_bytes(c.bytes as f64)
+            )
+        })
+        .collect();
+    let (censuses, limits) = if cut.len() == 1 {
+        ("census", "its time limit")
+    } else {
+        ("censuses", "their time limit")
+    };
+    Some(format!(
+        "the {censuses} at step{} {} stopped at {limits} after {}{}: a holder further from the job's names was not looked at (`collector --census-limit SECONDS` gives them longer)",
+        if cut.len() == 1 { "" } else { "s" },
+        steps.join(" and "),
+        reached.join(" and "),
+        if first.step == from.step {
+            ", and a holder the first did not reach counts as grown from nothing"
+        } else {
+            ""
+        }
+    ))
 }
 
 fn holder_hint(h: &HolderGrowth) -> String {

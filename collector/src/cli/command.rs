@@ -115,6 +115,13 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_census: bool,
 
+    /// How long a census may pause the job, in seconds: one at a step start stops after this long
+    /// (default 0.5), the one at the end or at an out-of-memory error after four times this. A
+    /// census cut short says so, and how far it got; give a job with millions of Python objects
+    /// more time to find a holder far from its names.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.5, value_parser = census_limit)]
+    pub census_limit: f64,
+
     /// Record the allocator's history once CUDA is up (`torch.cuda.memory._record_memory_history`
     /// with Python stacks, the last ENTRIES allocations and frees; default 100000), and dump a
     /// PyTorch memory snapshot next to the recording at an out-of-memory error
@@ -151,10 +158,20 @@ impl From<RecordArgs> for crate::record::Options {
             no_auto_phases: args.no_auto_phases,
             keep_peaks: args.keep_peaks,
             no_census: args.no_census,
+            census_limit_s: args.census_limit,
             history: args.history,
             flush_interval_ms: args.flush_interval_ms,
             command: args.command,
         }
+    }
+}
+
+/// `--census-limit`: seconds, from a millisecond to a minute.
+fn census_limit(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if (0.001..=60.0).contains(&seconds) => Ok(seconds),
+        Ok(_) => Err("a census may take from 0.001 to 60 seconds".to_owned()),
+        Err(_) => Err(format!("not a number of seconds: {text:?}")),
     }
 }
 

@@ -353,6 +353,21 @@ fn holders_text(out: &mut String, recording: &Recording, analysis: &Analysis) {
             String::new()
         }
     );
+    let cut: Vec<String> = censuses
+        .iter()
+        .filter(|c| c.truncated)
+        .map(|c| match c.step {
+            Some(step) => format!("step {step} ({} objects)", c.objects),
+            None => format!("{} ({} objects)", c.reason, c.objects),
+        })
+        .collect();
+    if !cut.is_empty() {
+        let _ = writeln!(
+            out,
+            "  cut at their time limit, holders further from the job's names not looked at: {} (`--census-limit SECONDS` gives them longer)",
+            cut.join(", ")
+        );
+    }
 }
 
 /// What the snapshot adds to a report: the segments' state, the live memory at the end by

@@ -535,7 +535,7 @@ pub fn job_environment(
     channel: &Channel,
     auto_phases: bool,
     keep_peaks: bool,
-    census: bool,
+    census: Option<f64>,
     history: Option<(u64, &std::path::Path)>,
 ) -> Vec<(String, std::ffi::OsString)> {
     let mut pythonpath = channel.probe_dir().into_os_string();
@@ -559,7 +559,11 @@ pub fn job_environment(
         ),
         (
             "TIDEMARK_CENSUS".to_owned(),
-            if census { "1" } else { "0" }.into(),
+            if census.is_some() { "1" } else { "0" }.into(),
+        ),
+        (
+            "TIDEMARK_CENSUS_LIMIT_S".to_owned(),
+            census.unwrap_or(0.0).to_string().into(),
         ),
         (
             "TIDEMARK_HISTORY".to_owned(),

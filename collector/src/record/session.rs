@@ -45,6 +45,8 @@ pub struct Options {
     pub keep_peaks: bool,
     /// No census of who holds memory.
     pub no_census: bool,
+    /// How long a census at a step start may take, in seconds (four times this at the end).
+    pub census_limit_s: f64,
     /// Record PyTorch's allocator history (this many entries) and dump snapshots.
     pub history: Option<u64>,
     /// Between flushes of the recording to disk, in milliseconds.
@@ -170,7 +172,7 @@ pub fn run(args: Options) -> ExitCode {
                         c,
                         !args.no_auto_phases,
                         args.keep_peaks,
-                        !args.no_census,
+                        (!args.no_census).then_some(args.census_limit_s),
                         history,
                     )
                 })

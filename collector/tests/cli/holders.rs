@@ -396,6 +396,85 @@ main()
     assert!(leak.title.ends_with("held by kept"), "{}", leak.title);
 }
 
+/// A census cut at its time limit says how far it got, and the verdict says it did not look
+/// further: the job of the test above, with 4,000 lists of clutter among its globals walked before
+/// the list that leaks, and a census limit of a millisecond.
+#[test]
+fn a_census_cut_at_its_time_limit_says_what_it_reached() {
+    let job = Job::new(
+        r#"
+import torch
+from torch import nn
+
+clutter = [[{} for _ in range(50)] for _ in range(4000)]
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(512, 256)
+    kept = []
+    for step in range(50):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        kept.append(torch.randn(512, 1024))  # 2 MiB a step, kept
+
+main()
+"#,
+    );
+    let output = job.run(&["--census-limit", "0.001"]);
+    let err = stderr(&output);
+    assert!(output.status.success(), "{err}");
+    assert!(!err.contains("census not taken"), "{err}");
+    let recording = job.recording();
+    assert!(recording.censuses.len() >= 3, "{:#?}", recording.censuses);
+    // Breadth first from the globals and frames: the 4,000 lists come before the leaking
+    // list's tensors, and looking at them takes far longer than a millisecond.
+    for census in &recording.censuses {
+        assert!(census.truncated, "{census:#?}");
+        assert!(census.objects < 4000, "{census:#?}");
+        assert!(
+            census.holders.iter().all(|h| h.name != "kept"),
+            "{census:#?}"
+        );
+    }
+    let analysis = analyze(&recording);
+    let leak = analysis
+        .finding(FindingKind::Leak)
+        .unwrap_or_else(|| panic!("no leak: {:#?}", analysis.findings));
+    assert!(!leak.title.contains("held by"), "{}", leak.title);
+    let (from, to) = collector::analysis::census_pair(&recording, None).unwrap();
+    let said = format!(
+        "the censuses at steps {} and {} stopped at their time limit after {} objects",
+        from.step.unwrap(),
+        to.step.unwrap(),
+        from.objects
+    );
+    assert!(
+        leak.evidence.iter().any(|e| e.starts_with(&said)
+            && e.contains("counts as grown from nothing")
+            && e.contains("--census-limit")),
+        "{said}\n{:#?}",
+        leak.evidence
+    );
+    let text = crate::report(&job.out());
+    assert!(
+        text.contains("cut at their time limit")
+            && text.contains(&format!("step {} (", to.step.unwrap())),
+        "{text}"
+    );
+    // Out of range: refused before the job starts.
+    let refused = job.run(&["--census-limit", "0"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("from 0.001 to 60 seconds"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
 /// A dataset whose `__getitem__` is cached with `functools.lru_cache` keeps every item it made:
 /// the cache is the holder (reached through the class, its results through the garbage
 /// collector's view of the cache), named by the method.
