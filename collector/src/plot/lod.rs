@@ -22,6 +22,10 @@ pub struct Levels {
     levels: Vec<Buckets>,
     /// `index[j]` is the time of sample `j * INDEX_STRIDE`.
     index: Vec<u64>,
+    /// `starts[k][b]` is the first time of bucket `b` of level `k + 3` (512, 4096, … samples):
+    /// a view that draws buckets that large reads them in order, where the index, a bucket of
+    /// level 2 an entry, would be read thousands of entries apart and miss the cache each time.
+    starts: Vec<Vec<u64>>,
 }
 
 /// The buckets of one level: each bucket's minimum and maximum, one after the other, held as
@@ -115,6 +119,34 @@ impl Levels {
         self.index.truncate(kept);
         self.index
             .extend(times.iter().skip(kept * INDEX_STRIDE).step_by(INDEX_STRIDE));
+        let mut stride = INDEX_STRIDE * FANOUT;
+        let mut k = 0;
+        while stride < times.len() {
+            if self.starts.len() == k {
+                self.starts.push(Vec::new());
+            }
+            let starts = &mut self.starts[k];
+            // A level made now (the series just grew past its stride) kept nothing.
+            let kept = from.min(times.len()).div_ceil(stride).min(starts.len());
+            starts.truncate(kept);
+            starts.extend(times.iter().skip(kept * stride).step_by(stride));
+            stride *= FANOUT;
+            k += 1;
+        }
+    }
+
+    /// The first time of bucket `b` of the level whose buckets are `size` samples, when an
+    /// index holds it.
+    #[inline]
+    fn bucket_start(&self, size: usize, b: usize) -> Option<u64> {
+        match size {
+            INDEX_STRIDE => self.index.get(b).copied(),
+            _ if size > INDEX_STRIDE => {
+                let k = (size / (INDEX_STRIDE * FANOUT)).trailing_zeros() / FANOUT.trailing_zeros();
+                self.starts.get(k as usize)?.get(b).copied()
+            }
+            _ => None,
+        }
     }
 
     /// The first index in `times` (the times the levels were built over) whose time is not
@@ -259,20 +291,18 @@ impl LodSeries<'_> {
             Some(buckets) => buckets.get(b),
             None => (self.values.at(b), self.values.at(b)),
         };
-        // A bucket's first time from the time index when it has it (buckets of 64 samples and
-        // more): reading the times themselves, thousands of samples apart, missed the cache at
-        // every bucket.
-        let index = &self.levels.index;
+        // A bucket's first time from the indexes when they have it (buckets of 64 samples and
+        // more), read in order: reading the times themselves, thousands of samples apart,
+        // missed the cache at every bucket.
         let first_time = |b: usize| {
-            match size % INDEX_STRIDE {
-                0 => index.get(b * size / INDEX_STRIDE).copied(),
-                _ => None,
-            }
-            .unwrap_or(times[b * size])
+            self.levels
+                .bucket_start(size, b)
+                .unwrap_or_else(|| times[b * size])
         };
-        let mid = |c: usize| t0 + ((span * (2 * c as u128 + 1)) / (2 * columns as u128)) as u64;
-        let flush = |out: &mut Vec<(u64, u64, u64)>, (c, min, max): (usize, u64, u64)| {
-            out.push((mid(c), min, max));
+        // A column's middle, `t0 + ⌊(2c + 1) · span / (2 · columns)⌋`, for rising columns.
+        let mut mid = Stepped::new(span, 2 * span, 2 * columns as u128);
+        let mut flush = |out: &mut Vec<(u64, u64, u64)>, (c, min, max): (usize, u64, u64)| {
+            out.push((t0 + mid.at(c) as u64, min, max));
         };
         let mut column: Option<(usize, u64, u64)> = None;
         let mut walk = ColumnWalk::new(t0, span as u64, columns);
@@ -312,39 +342,86 @@ pub enum Shown {
 /// dividing at every bucket.
 struct ColumnWalk {
     t0: u64,
-    span: u128,
     columns: usize,
-    /// The column of the last time, and the first offset from `t0` in the next one.
+    /// The column of the last time.
     at: usize,
-    next: u128,
+    /// The first offset from `t0` in column `at + 1`: `⌈(at + 1) · span / columns⌉`.
+    next: Stepped,
 }
 
 impl ColumnWalk {
     fn new(t0: u64, span: u64, columns: usize) -> Self {
-        let mut walk = Self {
+        let span = u128::from(span.max(1));
+        let columns = columns.max(1);
+        Self {
             t0,
-            span: u128::from(span.max(1)),
-            columns: columns.max(1),
+            columns,
             at: 0,
-            next: 0,
-        };
-        walk.next = walk.edge(0);
-        walk
-    }
-
-    /// The first offset from `t0` in column `c + 1`.
-    fn edge(&self, c: usize) -> u128 {
-        ((c as u128 + 1) * self.span).div_ceil(self.columns as u128)
+            next: Stepped::new(span + columns as u128 - 1, span, columns as u128),
+        }
     }
 
     /// The column of `t`, which is not below the time asked before.
+    #[inline]
     fn column(&mut self, t: u64) -> usize {
         let offset = u128::from(t.saturating_sub(self.t0));
-        while self.at + 1 < self.columns && offset >= self.next {
+        while self.at + 1 < self.columns && offset >= self.next.value() {
             self.at += 1;
-            self.next = self.edge(self.at);
+            self.next.step();
         }
         self.at
+    }
+}
+
+/// `⌊(a + k · step) / divisor⌋` for `k` = 0, 1, 2, …, one step at a time without dividing: a
+/// frame asks it for every column of every curve, and a 128-bit division at each was most of
+/// what a curve cost to draw.
+struct Stepped {
+    whole: u128,
+    rest: u128,
+    step_whole: u128,
+    step_rest: u128,
+    divisor: u128,
+    k: usize,
+}
+
+impl Stepped {
+    /// At `k` = 0; `divisor` at least 1.
+    fn new(a: u128, step: u128, divisor: u128) -> Self {
+        let divisor = divisor.max(1);
+        Self {
+            whole: a / divisor,
+            rest: a % divisor,
+            step_whole: step / divisor,
+            step_rest: step % divisor,
+            divisor,
+            k: 0,
+        }
+    }
+
+    #[inline]
+    fn value(&self) -> u128 {
+        self.whole
+    }
+
+    #[inline]
+    fn step(&mut self) {
+        self.whole += self.step_whole;
+        self.rest += self.step_rest;
+        if self.rest >= self.divisor {
+            self.rest -= self.divisor;
+            self.whole += 1;
+        }
+        self.k += 1;
+    }
+
+    /// The value at `k`, which is not below the `k` asked before.
+    #[inline]
+    fn at(&mut self, k: usize) -> u128 {
+        while self.k < k {
+            self.step();
+        }
+        self.whole
     }
 }
 
@@ -418,6 +495,7 @@ mod tests {
                 let whole = Levels::new(&times[..len], &Values::from(&values[..len]));
                 assert_eq!(levels.levels, whole.levels, "step {step}, at {len}");
                 assert_eq!(levels.index, whole.index, "step {step}, at {len}");
+                assert_eq!(levels.starts, whole.starts, "step {step}, at {len}");
             }
         }
     }
@@ -499,6 +577,62 @@ mod tests {
                     walk.column(t),
                     expected,
                     "t {t}, span {span}, {columns} columns"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_bucket_starts_where_its_first_sample_is() {
+        let mut t = 0;
+        let times: Vec<u64> = noise(300_000, 99)
+            .into_iter()
+            .map(|d| {
+                t += d % 1_000;
+                t
+            })
+            .collect();
+        let values = Values::from(noise(times.len(), 7));
+        let levels = Levels::new(&times, &values);
+        assert_eq!(
+            levels.starts.len(),
+            4,
+            "512, 4,096, 32,768 and 262,144 samples a bucket"
+        );
+        let mut size = 1;
+        let mut indexed = 0;
+        for _ in 0..=levels.levels.len() {
+            for b in 0..times.len().div_ceil(size) {
+                match levels.bucket_start(size, b) {
+                    Some(start) => {
+                        assert_eq!(start, times[b * size], "bucket {b} of {size}");
+                        indexed += 1;
+                    }
+                    None => assert!(size < INDEX_STRIDE, "bucket {b} of {size}"),
+                }
+            }
+            size *= FANOUT;
+        }
+        assert!(indexed > 4_000, "{indexed}");
+    }
+
+    #[test]
+    fn a_stepped_ratio_is_the_division() {
+        for (a, step, divisor) in [
+            (0u128, 1u128, 1u128),
+            (7, 3, 800),
+            (1_000_000 + 1599, 1_000_000, 1600),
+            (u64::MAX as u128, 2 * u64::MAX as u128, 2 * 97),
+            (999_983, 2 * 999_983, 194),
+        ] {
+            let mut stepped = Stepped::new(a, step, divisor);
+            let mut k = 0;
+            for d in noise(3_000, (a as u64) ^ 11) {
+                k += (d % 3) as usize;
+                assert_eq!(
+                    stepped.at(k),
+                    (a + k as u128 * step) / divisor,
+                    "a {a}, step {step}, divisor {divisor}, k {k}"
                 );
             }
         }
