@@ -46,9 +46,12 @@ for kind, body in unpacker:
               f"top holder {top.get('name')} {top.get('bytes', 0) >> 20} MiB on {top.get('device')}, "
               f"unreached {body['unreached_tensors']} tensors")
 PY
-echo "=== the cost of --history (steps/s of the same job)"
-./target/release/collector --out "$out/plain.msgpack" -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
-./target/release/collector --out "$out/history.msgpack" --history -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s
+echo "=== the probe's cost on a GPU job (steps/s of the same job: alone, under the collector, with --history; twice, alternated)"
+for round in 1 2; do
+    echo "alone: $("$python" collector/gpu-check/train.py --steps 300 | grep steps/s)"
+    echo "collector: $(./target/release/collector --out "$out/plain.msgpack" -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s)"
+    echo "collector --history: $(./target/release/collector --out "$out/history.msgpack" --history -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s)"
+done
 
 # Pinned host memory (PyTorch 2.14+): a snapshot with `record_pinned_host_memory=True` holds
 # `host_segments` and `host_traces`; the report shows them as the device `pinned host` (four of
