@@ -436,6 +436,27 @@ fn random_sharing_reads_as_python_reads_it() {
 /// importer answers from lifetimes swept once, `LiveIndex`): at every entry's time and between.
 fn live_blocks_replay_the_trace(s: &Snapshot) {
     use std::collections::{BTreeMap, BTreeSet};
+    // What the entries keep as they are pushed is what a pass over them finds.
+    let positive = s.entries.iter().map(|e| e.time_us).filter(|&t| t > 0);
+    let range = positive.clone().min().zip(positive.max());
+    assert_eq!(s.entries.time_range_us(), range);
+    let readings = s
+        .entries
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.action,
+                Action::Alloc
+                    | Action::FreeCompleted
+                    | Action::SegmentAlloc
+                    | Action::SegmentFree
+                    | Action::SegmentMap
+                    | Action::SegmentUnmap
+            )
+        })
+        .count();
+    assert_eq!(s.reading_count(), readings);
+    assert_eq!(s.to_recording().allocator.len(), readings);
     let mut times: BTreeSet<i64> = s.entries.iter().map(|e| e.time_us).collect();
     times.extend(s.entries.iter().map(|e| e.time_us + 1));
     times.insert(i64::MAX);

@@ -39,13 +39,31 @@ impl Snapshot {
                 .map(|b| i128::from(b.size))
                 .sum::<i128>();
         }
+        // Summed a run of one device's entries at a time (they come device after device).
         let mut net: BTreeMap<u32, (i128, i128)> = BTreeMap::new();
+        let mut run: Option<(u32, i128, i128)> = None;
+        let mut add = |(device, a, r): (u32, i128, i128)| {
+            let n = net.entry(device).or_default();
+            n.0 += a;
+            n.1 += r;
+        };
         for e in &self.entries {
             if let Some((a, r)) = e.action.change(e.size) {
-                let n = net.entry(e.device).or_default();
-                n.0 += a;
-                n.1 += r;
+                match &mut run {
+                    Some((device, na, nr)) if *device == e.device => {
+                        *na += a;
+                        *nr += r;
+                    }
+                    _ => {
+                        if let Some(done) = run.replace((e.device, a, r)) {
+                            add(done);
+                        }
+                    }
+                }
             }
+        }
+        if let Some(done) = run {
+            add(done);
         }
         let known = !self.segments.is_empty();
         let mut base = BTreeMap::new();
@@ -106,10 +124,7 @@ impl Snapshot {
     /// How many allocator readings [`Snapshot::to_recording`] makes: the entries that change
     /// allocated or reserved memory.
     pub fn reading_count(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| e.action != Action::Oom && e.action.change(e.size).is_some())
-            .count()
+        self.entries.readings()
     }
 
     /// The trace as a recording: allocated and reserved curves per device (one allocator

@@ -219,6 +219,12 @@ pub struct Entries {
     /// `compile_context` of the entries that have one (an interned string), by entry, in order:
     /// few have one, so it is not a field of every entry.
     compile_context: Vec<(u32, u32)>,
+    /// The earliest and the latest time of the entries that have one, kept as they are pushed:
+    /// the report, the verdict and the pictures ask for it, and millions of entries are a pass
+    /// of a tenth of a second each time.
+    times_us: Option<(i64, i64)>,
+    /// How many entries change allocated or reserved memory (the recording's readings).
+    readings: usize,
 }
 
 /// Entries per block (3 MiB).
@@ -242,6 +248,16 @@ impl Entries {
 
     /// Adds one at the end.
     pub fn push(&mut self, entry: TraceEntry) {
+        let t = entry.time_us;
+        if t > 0 {
+            self.times_us = Some(
+                self.times_us
+                    .map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t))),
+            );
+        }
+        if entry.action != Action::Oom && entry.action.change(entry.size).is_some() {
+            self.readings += 1;
+        }
         match self.blocks.last_mut() {
             Some(block) if block.len() < ENTRY_BLOCK => block.push(entry),
             _ => {
@@ -313,8 +329,19 @@ impl Entries {
         self.blocks.iter().flatten()
     }
 
-    /// In order, to change.
-    pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut TraceEntry> {
+    /// The earliest and the latest time of the entries that have one (`time_us` > 0).
+    pub fn time_range_us(&self) -> Option<(i64, i64)> {
+        self.times_us
+    }
+
+    /// How many entries change allocated or reserved memory.
+    pub fn readings(&self) -> usize {
+        self.readings
+    }
+
+    /// In order, to give each its device (what is kept of their times, actions and sizes stays
+    /// true: those are not changed).
+    pub(crate) fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut TraceEntry> {
         self.blocks.iter_mut().flatten()
     }
 

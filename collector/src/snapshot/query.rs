@@ -88,14 +88,13 @@ impl Snapshot {
 
     /// The first and last time of the trace, µs since the epoch.
     pub fn time_range_us(&self) -> Option<(i64, i64)> {
-        let times = self
-            .entries
+        let (mut lo, mut hi) = self.entries.time_range_us().unwrap_or((i64::MAX, i64::MIN));
+        for t in self
+            .annotations
             .iter()
-            .map(|e| e.time_us)
-            .chain(self.annotations.iter().map(|a| a.time_us))
-            .filter(|&t| t > 0);
-        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-        for t in times {
+            .map(|a| a.time_us)
+            .filter(|&t| t > 0)
+        {
             lo = lo.min(t);
             hi = hi.max(t);
         }
