@@ -295,26 +295,19 @@ pub fn stream_snapshot(path: &Path) -> Result<Snapshot, OpenError> {
 }
 
 /// [`stream_snapshot`] of a file already open, read from where it stands.
-fn stream_open_snapshot(mut file: std::fs::File, path: &Path) -> Result<Snapshot, OpenError> {
+fn stream_open_snapshot(file: std::fs::File, path: &Path) -> Result<Snapshot, OpenError> {
     let format = |reason: SnapshotError| OpenError::Format {
         path: path.to_owned(),
         reason: reason.into(),
     };
-    let mut reader = SnapshotReader::new();
-    loop {
-        match reader.read_from(&mut file) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(SourceError::Io(err)) => {
-                return Err(OpenError::Io {
-                    path: path.to_owned(),
-                    reason: Arc::new(err),
-                });
-            }
-            Err(SourceError::Snapshot(err)) => return Err(format(err)),
-        }
+    match SnapshotReader::new().read_all(file) {
+        Ok(snapshot) => Ok(snapshot),
+        Err(SourceError::Io(err)) => Err(OpenError::Io {
+            path: path.to_owned(),
+            reason: Arc::new(err),
+        }),
+        Err(SourceError::Snapshot(err)) => Err(format(err)),
     }
-    reader.finish().map_err(format)
 }
 
 /// The header of the recording in `path`, read from the file's first bytes only (`None`: not a

@@ -33,9 +33,11 @@ fn read_with(bytes: &[u8], fast: bool) -> Result<Snapshot, SnapshotError> {
 pub struct SnapshotReader {
     /// The machine between windows (reading no bytes); `None` only while it runs.
     machine: Option<Machine<'static>>,
-    /// Bytes that arrived and are not read yet.
+    /// Bytes that arrived, those from `start` on not read yet.
     waiting: Vec<u8>,
-    /// Where `waiting` starts in the pickle.
+    /// Where the bytes not read yet begin in `waiting`.
+    start: usize,
+    /// Where `waiting[start..]` starts in the pickle.
     base: u64,
     /// The top-level value, once STOP was read (bytes after it are ignored, as Python does).
     top: Option<Value>,
@@ -45,17 +47,13 @@ pub struct SnapshotReader {
     window: usize,
 }
 
-/// What [`SnapshotReader::read_from`] could not do: read its source, or parse what came.
+/// What [`SnapshotReader::read_all`] could not do: read its source, or parse what came.
 #[cfg(not(target_arch = "wasm32"))] // Files are read natively only.
 #[derive(Debug)]
 pub(crate) enum SourceError {
     Io(std::io::Error),
     Snapshot(SnapshotError),
 }
-
-/// At least this much is read from a source at a time.
-#[cfg(not(target_arch = "wasm32"))]
-const PART: usize = 1 << 20;
 
 /// The parser runs once this much has arrived.
 const WINDOW: usize = 4 << 20;
@@ -77,6 +75,7 @@ impl SnapshotReader {
         Self {
             machine: Some(Machine::new(&[])),
             waiting: Vec::new(),
+            start: 0,
             base: 0,
             top: None,
             started: false,
@@ -89,6 +88,7 @@ impl SnapshotReader {
         if self.top.is_some() {
             return Ok(());
         }
+        self.compact();
         self.waiting.extend_from_slice(bytes);
         if self.waiting.len() >= self.window {
             self.run(true)?;
@@ -96,29 +96,94 @@ impl SnapshotReader {
         Ok(())
     }
 
-    /// Reads the next part of the pickle from `source`, as [`push`](Self::push) does with
-    /// bytes already read but straight into the reader's buffer (a file is not copied once more
-    /// on its way): how many bytes came, 0 at the end of `source`.
+    /// Moves the bytes not read yet to the front of `waiting`.
+    fn compact(&mut self) {
+        if self.start > 0 {
+            self.waiting.drain(..self.start);
+            self.start = 0;
+        }
+    }
+
+    /// Reads the whole pickle from `source`, which a thread of its own reads part after part
+    /// while the parser runs over the part before: the file's bytes are copied once, by the
+    /// kernel, into parts that take turns (each with room in front for what the part before
+    /// left unread: an opcode cut in two).
     #[cfg(not(target_arch = "wasm32"))]
-    pub(crate) fn read_from(
-        &mut self,
-        source: &mut impl std::io::Read,
-    ) -> Result<usize, SourceError> {
+    pub(crate) fn read_all(
+        mut self,
+        source: impl std::io::Read + Send,
+    ) -> Result<Snapshot, SourceError> {
         use std::io::Read as _;
+        use std::sync::mpsc;
+        let (window, head) = (self.window, (self.window / 16).max(16));
+        std::thread::scope(|scope| {
+            let (full, arriving) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(1);
+            let (spent, reusable) = mpsc::channel::<Vec<u8>>();
+            scope.spawn(move || {
+                let mut source = source;
+                loop {
+                    let mut part = reusable
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(head + window));
+                    part.clear();
+                    part.resize(head, 0);
+                    let read = (&mut source).take(window as u64).read_to_end(&mut part);
+                    // Nobody listens once the parser is done (or failed): stop reading.
+                    match read {
+                        Ok(0) => return,
+                        Ok(_) => {
+                            if full.send(Ok(part)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(err) => {
+                            let _ = full.send(Err(err));
+                            return;
+                        }
+                    }
+                }
+            });
+            for part in arriving {
+                let part = part.map_err(SourceError::Io)?;
+                if let Some(part) = self.push_part(part, head).map_err(SourceError::Snapshot)? {
+                    let _ = spent.send(part);
+                }
+                if self.top.is_some() {
+                    break;
+                }
+            }
+            Ok(())
+        })?;
+        self.finish().map_err(SourceError::Snapshot)
+    }
+
+    /// Takes a part whose first `head` bytes are room for the bytes the last part left unread;
+    /// gives back a buffer to read into again.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn push_part(
+        &mut self,
+        mut part: Vec<u8>,
+        head: usize,
+    ) -> Result<Option<Vec<u8>>, SnapshotError> {
         if self.top.is_some() {
-            return Ok(0);
+            return Ok(Some(part));
         }
-        let part = self.window.saturating_sub(self.waiting.len()).max(PART);
-        self.waiting.reserve(part);
-        // `read_to_end` reads into the room reserved without zeroing it first.
-        let n = source
-            .take(part as u64)
-            .read_to_end(&mut self.waiting)
-            .map_err(SourceError::Io)?;
-        if self.waiting.len() >= self.window {
-            self.run(true).map_err(SourceError::Snapshot)?;
+        let unread = self.waiting.len() - self.start;
+        let spent = if unread <= head {
+            let at = head - unread;
+            part[at..head].copy_from_slice(&self.waiting[self.start..]);
+            self.start = at;
+            std::mem::replace(&mut self.waiting, part)
+        } else {
+            // An opcode longer than the room (a long string): copied after it.
+            self.compact();
+            self.waiting.extend_from_slice(&part[head..]);
+            part
+        };
+        if self.waiting.len() - self.start >= self.window {
+            self.run(true)?;
         }
-        Ok(n)
+        Ok(Some(spent))
     }
 
     /// The snapshot, once every part has been pushed.
@@ -137,17 +202,18 @@ impl SnapshotReader {
 
     /// Runs the parser over the bytes waiting; `more`: others will follow.
     fn run(&mut self, more: bool) -> Result<(), SnapshotError> {
+        let unread = &self.waiting[self.start..];
         if !self.started {
-            if more && self.waiting.len() < 8 {
+            if more && unread.len() < 8 {
                 return Ok(());
             }
-            check_start(&self.waiting)?;
+            check_start(unread)?;
             self.started = true;
         }
         let Some(parked) = self.machine.take() else {
             return Ok(());
         };
-        let mut machine = parked.over(&self.waiting, self.base, more);
+        let mut machine = parked.over(unread, self.base, more);
         // After an error the machine is gone: the reader is done (`finish` says so).
         let ran = machine.run_window()?;
         let read = machine.read_to();
@@ -157,9 +223,10 @@ impl SnapshotReader {
                 self.top = Some(top);
                 self.base += read as u64;
                 self.waiting = Vec::new();
+                self.start = 0;
             }
             None => {
-                self.waiting.drain(..read);
+                self.start += read;
                 self.base += read as u64;
             }
         }
@@ -651,4 +718,71 @@ fn read_annotation(machine: &Machine<'_>, value: Value) -> Result<Annotation, St
         name,
         time_us,
     })
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    fn data(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/snapshots")
+            .join(name)
+    }
+
+    /// Read on a thread of its own, part after part, in parts of every size (small ones leave
+    /// more unread than the room in front of the next part): the snapshot of the whole file.
+    #[test]
+    fn a_snapshot_read_on_a_thread_is_the_snapshot_of_its_bytes() {
+        for name in [
+            "mini_snapshot.pickle",
+            "pinned_host.pickle",
+            "real/bcrafton_cs336_training_step.pickle",
+            "real/flexgen_oom_legacy_history.pickle",
+            "real/verl_rollout_state.pickle",
+        ] {
+            let bytes = std::fs::read(data(name)).unwrap();
+            let whole = format!("{:?}", read_snapshot(&bytes).unwrap());
+            let smallest = if bytes.len() < 100_000 { 1 } else { 61 };
+            for window in [smallest, 61, 4096, 1 << 16, WINDOW] {
+                let file = std::fs::File::open(data(name)).unwrap();
+                let read = SnapshotReader::with_window(window).read_all(file).unwrap();
+                assert_eq!(format!("{read:?}"), whole, "{name} in windows of {window}");
+            }
+            // Bytes after the pickle's end are left unread, as Python leaves them.
+            let mut longer = bytes.clone();
+            longer.extend(std::iter::repeat_n(0xff, 3 << 20));
+            let read = SnapshotReader::with_window(4096)
+                .read_all(std::io::Cursor::new(longer))
+                .unwrap();
+            assert_eq!(format!("{read:?}"), whole, "{name} with bytes after it");
+        }
+    }
+
+    /// A source that fails half way, and a file cut short: the error, not a snapshot.
+    #[test]
+    fn a_source_that_fails_or_ends_early_is_an_error() {
+        struct Failing(std::io::Cursor<Vec<u8>>);
+        impl std::io::Read for Failing {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.0.position() > 5000 {
+                    return Err(std::io::Error::other("the disk went away"));
+                }
+                self.0.read(buf)
+            }
+        }
+        let bytes = std::fs::read(data("mini_snapshot.pickle")).unwrap();
+        let failing = Failing(std::io::Cursor::new(bytes.clone()));
+        match SnapshotReader::with_window(1000).read_all(failing) {
+            Err(SourceError::Io(err)) => assert!(err.to_string().contains("went away"), "{err}"),
+            other => panic!("{other:?}"),
+        }
+        let cut = std::io::Cursor::new(bytes[..bytes.len() / 2].to_vec());
+        match SnapshotReader::with_window(1000).read_all(cut) {
+            Err(SourceError::Snapshot(err)) => {
+                assert!(err.to_string().contains("truncated"), "{err}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
