@@ -134,16 +134,10 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
             }
             // No reading without a trace entry that changes memory.
             None => assert!(
-                snapshot.entries.iter().all(|e| e.device != device
-                    || !matches!(
-                        e.action,
-                        Action::Alloc
-                            | Action::FreeCompleted
-                            | Action::SegmentAlloc
-                            | Action::SegmentFree
-                            | Action::SegmentMap
-                            | Action::SegmentUnmap
-                    )),
+                snapshot
+                    .entries
+                    .iter()
+                    .all(|e| e.device != device || !changes_memory(e.action)),
                 "{name}: no curve for device {device}"
             ),
         }
@@ -434,6 +428,19 @@ fn random_sharing_reads_as_python_reads_it() {
 
 /// The live blocks at any time, as a replay of the trace up to that time finds them (the
 /// importer answers from lifetimes swept once, `LiveIndex`): at every entry's time and between.
+/// Whether an entry of this action changes allocated or reserved memory.
+fn changes_memory(action: Action) -> bool {
+    matches!(
+        action,
+        Action::Alloc
+            | Action::FreeCompleted
+            | Action::SegmentAlloc
+            | Action::SegmentFree
+            | Action::SegmentMap
+            | Action::SegmentUnmap
+    )
+}
+
 fn live_blocks_replay_the_trace(s: &Snapshot) {
     use std::collections::{BTreeMap, BTreeSet};
     // What the entries keep as they are pushed is what a pass over them finds.
@@ -443,17 +450,7 @@ fn live_blocks_replay_the_trace(s: &Snapshot) {
     let readings = s
         .entries
         .iter()
-        .filter(|e| {
-            matches!(
-                e.action,
-                Action::Alloc
-                    | Action::FreeCompleted
-                    | Action::SegmentAlloc
-                    | Action::SegmentFree
-                    | Action::SegmentMap
-                    | Action::SegmentUnmap
-            )
-        })
+        .filter(|e| changes_memory(e.action))
         .count();
     assert_eq!(s.reading_count(), readings);
     assert_eq!(s.to_recording().allocator.len(), readings);
