@@ -466,9 +466,9 @@ fn cut_short(from: &Census, to: &Census) -> Option<String> {
         .iter()
         .map(|c| {
             format!(
-                "{} objects ({} tensors, {})",
-                c.objects,
-                c.tensors,
+                "{} ({}, {})",
+                crate::format::count(c.objects as usize, "object"),
+                crate::format::count(c.tensors as usize, "tensor"),
                 format_bytes(c.bytes as f64)
             )
         })

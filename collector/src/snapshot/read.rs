@@ -145,9 +145,8 @@ impl SnapshotReader {
             });
             for part in arriving {
                 let part = part.map_err(SourceError::Io)?;
-                if let Some(part) = self.push_part(part, head).map_err(SourceError::Snapshot)? {
-                    let _ = spent.send(part);
-                }
+                let part = self.push_part(part, head).map_err(SourceError::Snapshot)?;
+                let _ = spent.send(part);
                 if self.top.is_some() {
                     break;
                 }
@@ -160,13 +159,9 @@ impl SnapshotReader {
     /// Takes a part whose first `head` bytes are room for the bytes the last part left unread;
     /// gives back a buffer to read into again.
     #[cfg(not(target_arch = "wasm32"))]
-    fn push_part(
-        &mut self,
-        mut part: Vec<u8>,
-        head: usize,
-    ) -> Result<Option<Vec<u8>>, SnapshotError> {
+    fn push_part(&mut self, mut part: Vec<u8>, head: usize) -> Result<Vec<u8>, SnapshotError> {
         if self.top.is_some() {
-            return Ok(Some(part));
+            return Ok(part);
         }
         let unread = self.waiting.len() - self.start;
         let spent = if unread <= head {
@@ -183,7 +178,7 @@ impl SnapshotReader {
         if self.waiting.len() - self.start >= self.window {
             self.run(true)?;
         }
-        Ok(Some(spent))
+        Ok(spent)
     }
 
     /// The snapshot, once every part has been pushed.

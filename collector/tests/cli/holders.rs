@@ -397,8 +397,8 @@ main()
 }
 
 /// A census cut at its time limit says how far it got, and the verdict says it did not look
-/// further: the job of the test above, with 4,000 lists of clutter among its globals walked before
-/// the list that leaks, and a census limit of a millisecond.
+/// further: the job of the test above (ten steps longer), with 4,000 lists of clutter among its
+/// globals walked before the list that leaks, and a census limit of a millisecond.
 #[test]
 fn a_census_cut_at_its_time_limit_says_what_it_reached() {
     let job = Job::new(
@@ -408,18 +408,29 @@ from torch import nn
 
 clutter = [[{} for _ in range(50)] for _ in range(4000)]
 
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(256, 1024)
+        self.head = nn.Linear(1024, 256)
+
+    def forward(self, x):
+        hidden = torch.relu(self.body(x))
+        return self.head(hidden), hidden
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256))
+    model = Net()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(512, 256)
     kept = []
-    for step in range(50):
+    for step in range(60):
         opt.zero_grad()
-        model(x).square().mean().backward()
+        out, hidden = model(x)
+        out.square().mean().backward()
         opt.step()
-        kept.append(torch.randn(512, 1024))  # 2 MiB a step, kept
+        kept.append(hidden.detach().clone())  # 512 × 1024 floats: 2 MiB a step, kept
 
 main()
 "#,
@@ -443,14 +454,14 @@ main()
     let analysis = analyze(&recording);
     let leak = analysis
         .finding(FindingKind::Leak)
-        .unwrap_or_else(|| panic!("no leak: {:#?}", analysis.findings));
+        .unwrap_or_else(|| panic!("no leak:\n{}", crate::report(&job.out())));
     assert!(!leak.title.contains("held by"), "{}", leak.title);
     let (from, to) = collector::analysis::census_pair(&recording, None).unwrap();
     let said = format!(
-        "the censuses at steps {} and {} stopped at their time limit after {} objects",
+        "the censuses at steps {} and {} stopped at their time limit after {}",
         from.step.unwrap(),
         to.step.unwrap(),
-        from.objects
+        collector::format::count(from.objects as usize, "object")
     );
     assert!(
         leak.evidence.iter().any(|e| e.starts_with(&said)
