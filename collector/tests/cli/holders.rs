@@ -331,15 +331,13 @@ fn censuses_at_steps_16_and_24_then_within_their_share_and_at_the_end() {
     assert_eq!(recording.censuses.last().unwrap().unreached_tensors, 0);
 }
 
-/// A short run (50 steps) whose training function keeps a growing local list: the censuses at
-/// step starts see `main()`'s frame (the one at exit comes after it returned, when the list is
-/// gone), and the list is named as the holder that grew.
-#[test]
-fn a_short_run_names_a_growing_local_of_its_training_function() {
-    let job = Job::new(
-        r#"
+/// A short run whose training function keeps a growing local list, `kept` (2 MiB a step for
+/// STEPS steps), after PRELUDE at the module's top.
+const SHORT_RUN: &str = r#"
 import torch
 from torch import nn
+
+PRELUDE
 
 class Net(nn.Module):
     def __init__(self):
@@ -358,7 +356,7 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(512, 256)
     kept = []
-    for step in range(50):
+    for step in range(STEPS):
         opt.zero_grad()
         out, hidden = model(x)
         out.square().mean().backward()
@@ -366,8 +364,14 @@ def main():
         kept.append(hidden.detach().clone())  # 512 × 1024 floats: 2 MiB a step, kept
 
 main()
-"#,
-    );
+"#;
+
+/// A short run (50 steps) whose training function keeps a growing local list: the censuses at
+/// step starts see `main()`'s frame (the one at exit comes after it returned, when the list is
+/// gone), and the list is named as the holder that grew.
+#[test]
+fn a_short_run_names_a_growing_local_of_its_training_function() {
+    let job = Job::new(&SHORT_RUN.replace("PRELUDE", "").replace("STEPS", "50"));
     let output = job.run(&[]);
     let err = stderr(&output);
     assert!(output.status.success(), "{err}");
@@ -402,38 +406,12 @@ main()
 #[test]
 fn a_census_cut_at_its_time_limit_says_what_it_reached() {
     let job = Job::new(
-        r#"
-import torch
-from torch import nn
-
-clutter = [[{} for _ in range(50)] for _ in range(4000)]
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(256, 1024)
-        self.head = nn.Linear(1024, 256)
-
-    def forward(self, x):
-        hidden = torch.relu(self.body(x))
-        return self.head(hidden), hidden
-
-def main():
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = Net()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(512, 256)
-    kept = []
-    for step in range(60):
-        opt.zero_grad()
-        out, hidden = model(x)
-        out.square().mean().backward()
-        opt.step()
-        kept.append(hidden.detach().clone())  # 512 × 1024 floats: 2 MiB a step, kept
-
-main()
-"#,
+        &SHORT_RUN
+            .replace(
+                "PRELUDE",
+                "clutter = [[{} for _ in range(50)] for _ in range(4000)]",
+            )
+            .replace("STEPS", "60"),
     );
     let output = job.run(&["--census-limit", "0.001"]);
     let err = stderr(&output);
