@@ -112,19 +112,25 @@ impl Snapshot {
     /// `free_completed` closes it (an allocation at an address still open closes the older);
     /// a block freed without being allocated in the trace, or active in the segments without
     /// either, was allocated before the trace began.
+    ///
+    /// The pass keeps only the blocks open (a few thousand), not every address the trace ever
+    /// named (millions in a long trace: a map of them took a fifth of a big snapshot's report in
+    /// page faults and rehashing). What that would answer is asked afterwards, for the few
+    /// addresses it matters to: a free that found no block open was taken for one allocated
+    /// before the trace, and is a second free instead where its address came earlier; a
+    /// segment's active block is one from before the trace where the trace never names it.
     fn lifetimes(&self) -> Vec<Lifetime> {
-        // Each address' latest block, and whether it is still open.
-        let mut latest: HashMap<(u32, u64), (usize, bool)> = HashMap::default();
-        latest.reserve(self.entries.len() / 4);
+        let mut open: HashMap<(u32, u64), usize> = HashMap::default();
         let mut lifetimes: Vec<Lifetime> = Vec::with_capacity(self.entries.len() / 2);
+        // The lifetimes made by frees that found no block open, in order.
+        let mut unmatched: Vec<usize> = Vec::new();
         for e in &self.entries {
             let key = (e.device, e.addr);
             match e.action {
                 Action::Alloc => {
-                    if let Some(&(at, true)) = latest.get(&key) {
-                        lifetimes[at].freed_us = lifetimes[at].freed_us.min(e.time_us);
+                    if let Some(older) = open.insert(key, lifetimes.len()) {
+                        lifetimes[older].freed_us = lifetimes[older].freed_us.min(e.time_us);
                     }
-                    latest.insert(key, (lifetimes.len(), true));
                     lifetimes.push(Lifetime {
                         device: e.device,
                         stack: e.stack,
@@ -134,15 +140,10 @@ impl Snapshot {
                         freed_us: i64::MAX,
                     });
                 }
-                Action::FreeCompleted => match latest.get_mut(&key) {
-                    // Freed (again: the earliest free ends it).
-                    Some((at, open)) => {
-                        lifetimes[*at].freed_us = lifetimes[*at].freed_us.min(e.time_us);
-                        *open = false;
-                    }
-                    // Allocated before the trace began.
+                Action::FreeCompleted => match open.remove(&key) {
+                    Some(at) => lifetimes[at].freed_us = lifetimes[at].freed_us.min(e.time_us),
                     None => {
-                        latest.insert(key, (lifetimes.len(), false));
+                        unmatched.push(lifetimes.len());
                         lifetimes.push(Lifetime {
                             device: e.device,
                             stack: e.stack,
@@ -156,21 +157,63 @@ impl Snapshot {
                 _ => {}
             }
         }
-        for s in &self.segments {
-            for b in &s.blocks {
-                let key = (s.device, b.address);
-                if b.state != BlockState::Inactive && !latest.contains_key(&key) {
-                    latest.insert(key, (lifetimes.len(), true));
-                    lifetimes.push(Lifetime {
-                        device: s.device,
-                        stack: b.stack,
-                        addr: b.address,
-                        size: b.size,
-                        allocated_us: i64::MIN,
-                        freed_us: i64::MAX,
-                    });
+        let from_segments: Vec<(u32, &super::Block)> = self
+            .segments
+            .iter()
+            .flat_map(|s| s.blocks.iter().map(move |b| (s.device, b)))
+            .filter(|(_, b)| b.state != BlockState::Inactive)
+            .collect();
+        // The latest lifetime so far at each address asked about, in one pass.
+        let mut latest: HashMap<(u32, u64), Option<usize>> = unmatched
+            .iter()
+            .map(|&i| ((lifetimes[i].device, lifetimes[i].addr), None))
+            .chain(from_segments.iter().map(|(d, b)| ((*d, b.address), None)))
+            .collect();
+        let mut second_frees = Vec::new();
+        if !latest.is_empty() {
+            let mut next_unmatched = unmatched.iter().peekable();
+            for i in 0..lifetimes.len() {
+                let was_unmatched = next_unmatched.next_if_eq(&&i).is_some();
+                let key = (lifetimes[i].device, lifetimes[i].addr);
+                let Some(before) = latest.get_mut(&key) else {
+                    continue;
+                };
+                match *before {
+                    // Freed again: the earliest free ends the block it freed.
+                    Some(freed) if was_unmatched => {
+                        let again = lifetimes[i].freed_us;
+                        lifetimes[freed].freed_us = lifetimes[freed].freed_us.min(again);
+                        second_frees.push(i);
+                    }
+                    _ => *before = Some(i),
                 }
             }
+        }
+        if !second_frees.is_empty() {
+            let mut i = 0;
+            let mut next = second_frees.iter().peekable();
+            lifetimes.retain(|_| {
+                let keep = next.next_if_eq(&&i).is_none();
+                i += 1;
+                keep
+            });
+        }
+        for (device, b) in from_segments {
+            let seen = latest.get_mut(&(device, b.address));
+            if seen.as_ref().is_some_and(|s| s.is_some()) {
+                continue;
+            }
+            if let Some(seen) = seen {
+                *seen = Some(lifetimes.len());
+            }
+            lifetimes.push(Lifetime {
+                device,
+                stack: b.stack,
+                addr: b.address,
+                size: b.size,
+                allocated_us: i64::MIN,
+                freed_us: i64::MAX,
+            });
         }
         lifetimes.shrink_to_fit();
         lifetimes
