@@ -1,6 +1,7 @@
 //! The browser side: fetching a recording named by `?url=` from the page's own origin, and
 //! reading a picked file as it arrives (what either is, is told from its first bytes).
 
+use eframe::wasm_bindgen::closure::Closure;
 use eframe::wasm_bindgen::{JsCast as _, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
@@ -113,7 +114,10 @@ fn describe(err: JsValue) -> String {
 /// Fetches `url` (relative to the page, same origin only) and opens it as it arrives (a
 /// snapshot is read part by part, never held whole), or says what went wrong, naming `url`.
 pub async fn fetch(url: &str) -> Result<crate::Run, String> {
-    fetch_arriving(url).await?.finish()
+    let arriving = fetch_arriving(url).await?;
+    let run = arriving.finish();
+    performance_mark("stage:judged", &url.into());
+    run
 }
 
 /// [`fetch`] of a PyTorch memory snapshot (one rank's of a folder), as a snapshot.
@@ -139,8 +143,17 @@ pub fn ranks_parameter() -> Option<String> {
     parameters()?.get("ranks").filter(|r| !r.is_empty())
 }
 
-/// The bytes of `url`, arrived part by part into what reads them.
+/// The bytes of `url`, arrived part by part into what reads them; a performance mark
+/// `stage:read` whose detail is `url` says when they were all read.
 async fn fetch_arriving(url: &str) -> Result<crate::Arriving, String> {
+    let arriving = fetch_parts(url).await;
+    if arriving.is_ok() {
+        performance_mark("stage:read", &url.into());
+    }
+    arriving
+}
+
+async fn fetch_parts(url: &str) -> Result<crate::Arriving, String> {
     let named = |err: String| format!("{url}: {err}");
     let window = web_sys::window().ok_or("no window")?;
     let page = window.location().href().map_err(describe)?;
@@ -152,6 +165,9 @@ async fn fetch_arriving(url: &str) -> Result<crate::Arriving, String> {
             "only recordings hosted next to this page can be opened by ?url= (this page is on {origin}, the recording on {}); download it and open it with Open…",
             resolved.origin()
         )));
+    }
+    if let Some(arriving) = fetch_in_worker(url, &resolved.href()).await {
+        return arriving;
     }
     let init = web_sys::RequestInit::new();
     init.set_method("GET");
@@ -217,7 +233,7 @@ async fn read_stream(
         .get_reader()
         .dyn_into()
         .map_err(|err| Err(describe(err.into())))?;
-    let mut part = Vec::new();
+    let mut tally = Tally::default();
     loop {
         let next = JsFuture::from(reader.read())
             .await
@@ -227,17 +243,211 @@ async fn read_stream(
             .and_then(|d| d.as_bool())
             .unwrap_or(true);
         if done {
+            tally.announce();
             return Ok(());
         }
         let value =
             js_sys::Reflect::get(&next, &"value".into()).map_err(|err| Err(describe(err)))?;
         let chunk: js_sys::Uint8Array = value.dyn_into().map_err(|err| Err(describe(err)))?;
-        part.resize(chunk.length() as usize, 0);
-        chunk.copy_to(&mut part);
-        if let Err(err) = arriving.push(&part) {
+        if let Err(err) = tally.push(arriving, &chunk) {
             let _ = reader.cancel();
             return Err(Ok(err));
         }
+    }
+}
+
+/// The parts of a file as they are read: each copied into the tab's memory once and pushed to
+/// what reads it, counted, and the time that took.
+#[derive(Default)]
+struct Tally {
+    part: Vec<u8>,
+    parts: u64,
+    pushing_ms: f64,
+}
+
+impl Tally {
+    fn push(
+        &mut self,
+        arriving: &mut crate::Arriving,
+        chunk: &js_sys::Uint8Array,
+    ) -> Result<(), String> {
+        let start = now_ms();
+        self.part.resize(chunk.length() as usize, 0);
+        chunk.copy_to(&mut self.part);
+        let result = arriving.push(&self.part);
+        self.parts += 1;
+        self.pushing_ms += now_ms() - start;
+        result
+    }
+
+    /// A performance mark `stage:arrived`: how many parts, and the time reading them took (a
+    /// profiler's timeline shows where the rest went).
+    fn announce(&self) {
+        performance_mark(
+            "stage:arrived",
+            &format!(
+                "{} parts, {:.0} ms read from them",
+                self.parts, self.pushing_ms
+            )
+            .into(),
+        );
+    }
+}
+
+fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
+
+/// At most this many bytes are fetched ahead of what the page has read.
+const WORKER_WINDOW: u32 = 64 << 20;
+
+/// `url` (named `href`, resolved) fetched by a worker (`fetch-worker.js`, next to the page)
+/// that reads the network while this thread reads the parts it handed over before: a browser
+/// delivers a body on the thread that reads it, and read here the network waited while a part
+/// was parsed. `None` when no worker runs here (none in this browser, its script not served):
+/// the page fetches it itself.
+async fn fetch_in_worker(url: &str, href: &str) -> Option<Result<crate::Arriving, String>> {
+    let named = |err: String| format!("{url}: {err}");
+    let inbox = Inbox::start("fetch-worker.js")?;
+    let ask = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&ask, &"url".into(), &href.into());
+    let _ = js_sys::Reflect::set(&ask, &"window".into(), &WORKER_WINDOW.into());
+    inbox.worker.post_message(&ask).ok()?;
+    let field = |m: &JsValue, name: &str| {
+        js_sys::Reflect::get(m, &name.into())
+            .ok()
+            .filter(|v| !v.is_undefined())
+    };
+    // The worker's script not found (or not run): the page's own fetch.
+    let head = inbox.next().await?;
+    if let Some(error) = field(&head, "error") {
+        let error = error.as_string().unwrap_or_default();
+        return Some(Err(named(format!("cannot be fetched: {error}"))));
+    }
+    let head = field(&head, "head")?;
+    let status = field(&head, "status")
+        .and_then(|s| s.as_f64())
+        .unwrap_or(0.0);
+    if !(200.0..300.0).contains(&status) {
+        let text = field(&head, "statusText")
+            .and_then(|t| t.as_string())
+            .unwrap_or_default();
+        return Some(Err(named(format!(
+            "cannot be fetched: the server answered {status} {text}"
+        ))));
+    }
+    let length = field(&head, "length")
+        .and_then(|l| l.as_f64())
+        .map(|l| l as u64);
+    // Said from the size the server gives, before anything is downloaded (the worker ends
+    // with the inbox).
+    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, crate::TabFile::Any)) {
+        return Some(Err(why));
+    }
+    let mut arriving = match length {
+        Some(len) => crate::Arriving::expecting(url, len),
+        None => crate::Arriving::new(url),
+    };
+    let go = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&go, &"go".into(), &true.into());
+    let _ = inbox.worker.post_message(&go);
+    let mut tally = Tally::default();
+    loop {
+        let Some(message) = inbox.next().await else {
+            return Some(Err(named(
+                "cannot be read: the worker fetching it stopped".to_owned(),
+            )));
+        };
+        if let Some(part) = field(&message, "part") {
+            let Ok(chunk) = part.dyn_into::<js_sys::Uint8Array>() else {
+                continue;
+            };
+            if let Err(err) = tally.push(&mut arriving, &chunk) {
+                return Some(Err(err));
+            }
+            let took = js_sys::Object::new();
+            let _ = js_sys::Reflect::set(&took, &"took".into(), &chunk.length().into());
+            let _ = inbox.worker.post_message(&took);
+        } else if let Some(error) = field(&message, "error") {
+            let error = error.as_string().unwrap_or_default();
+            return Some(Err(named(format!("cannot be read: {error}"))));
+        } else if field(&message, "done").is_some() {
+            tally.announce();
+            return Some(Ok(arriving));
+        }
+    }
+}
+
+/// A worker and the messages it sent that were not read yet (`None`: it failed: its script
+/// did not load, or it threw). The worker ends with its inbox.
+struct Inbox {
+    worker: web_sys::Worker,
+    waiting: std::rc::Rc<std::cell::RefCell<Waiting>>,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    _on_error: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    messages: std::collections::VecDeque<Option<JsValue>>,
+    waker: Option<std::task::Waker>,
+}
+
+impl Waiting {
+    fn add(waiting: &std::cell::RefCell<Waiting>, message: Option<JsValue>) {
+        let mut w = waiting.borrow_mut();
+        w.messages.push_back(message);
+        if let Some(waker) = w.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+impl Inbox {
+    fn start(script: &str) -> Option<Self> {
+        let worker = web_sys::Worker::new(script).ok()?;
+        let waiting = std::rc::Rc::new(std::cell::RefCell::new(Waiting::default()));
+        let to = waiting.clone();
+        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
+            move |event: web_sys::MessageEvent| Waiting::add(&to, Some(event.data())),
+        );
+        let to = waiting.clone();
+        let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |event: web_sys::Event| {
+            // Handled here: not an error in the page's console.
+            event.prevent_default();
+            Waiting::add(&to, None);
+        });
+        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+        Some(Self {
+            worker,
+            waiting,
+            _on_message: on_message,
+            _on_error: on_error,
+        })
+    }
+
+    /// The next message, once it came (`None`: the worker failed).
+    async fn next(&self) -> Option<JsValue> {
+        std::future::poll_fn(|cx| {
+            let mut w = self.waiting.borrow_mut();
+            match w.messages.pop_front() {
+                Some(message) => std::task::Poll::Ready(message),
+                None => {
+                    w.waker = Some(cx.waker().clone());
+                    std::task::Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        self.worker.terminate();
     }
 }
 
