@@ -42,16 +42,21 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
     }
     let readings = &recording.allocator;
     let device = (0..readings.len()).map(|i| readings.device(i)).min()?;
-    let mine: Vec<usize> = (0..readings.len())
-        .filter(|&i| readings.device(i) == device)
-        .collect();
+    let mine = || (0..readings.len()).filter(move |&i| readings.device(i) == device);
     let series = Series {
         key: SeriesKey::device(SeriesKind::Other("allocated".to_owned()), device),
-        times_ns: std::sync::Arc::new(mine.iter().map(|&i| readings.t_ns(i)).collect()),
-        values: mine.iter().map(|&i| readings.allocated(i)).collect(),
+        times_ns: std::sync::Arc::new(mine().map(|i| readings.t_ns(i)).collect()),
+        values: mine().map(|i| readings.allocated(i)).collect(),
     };
-    let series = series.sorted().into_owned();
-    Some((Basis::Allocated, std::borrow::Cow::Owned(series)))
+    // Sorted only when it is not (a copy otherwise: millions of readings for a snapshot).
+    let sorted = match series.sorted() {
+        std::borrow::Cow::Owned(sorted) => Some(sorted),
+        std::borrow::Cow::Borrowed(_) => None,
+    };
+    Some((
+        Basis::Allocated,
+        std::borrow::Cow::Owned(sorted.unwrap_or(series)),
+    ))
 }
 
 /// The value read exactly at `t_ns`, if one was (a series sampled at the phase edges).
