@@ -100,7 +100,9 @@ impl Snapshot {
         }
         let mut current: Option<(u32, i64, u32)> = None; // device, start, metadata
         let mut last_time = 0i64;
-        for e in &self.entries {
+        // Without metadata (most snapshots) the pass would find no span.
+        let entries = (self.entries.with_metadata() > 0).then_some(&self.entries);
+        for e in entries.into_iter().flatten() {
             let changed = match (current, e.user_metadata()) {
                 (Some((d, _, m)), Some(n)) => d != e.device || m != n,
                 (Some(_), None) | (None, Some(_)) => true,

@@ -225,6 +225,9 @@ pub struct Entries {
     times_us: Option<(i64, i64)>,
     /// How many entries change allocated or reserved memory (the recording's readings).
     readings: usize,
+    /// How many entries have `user_metadata` (most snapshots: none, and their phase spans need
+    /// no pass over millions of entries).
+    with_metadata: usize,
 }
 
 /// Entries per block (3 MiB).
@@ -258,6 +261,7 @@ impl Entries {
         if entry.action != Action::Oom && entry.action.change(entry.size).is_some() {
             self.readings += 1;
         }
+        self.with_metadata += usize::from(entry.metadata.is_some());
         match self.blocks.last_mut() {
             Some(block) if block.len() < ENTRY_BLOCK => block.push(entry),
             _ => {
@@ -337,6 +341,11 @@ impl Entries {
     /// How many entries change allocated or reserved memory.
     pub fn readings(&self) -> usize {
         self.readings
+    }
+
+    /// How many have `user_metadata`.
+    pub fn with_metadata(&self) -> usize {
+        self.with_metadata
     }
 
     /// In order, to give each its device (what is kept of their times, actions and sizes stays

@@ -111,26 +111,42 @@ impl SnapshotVerdict {
         let suspects = snapshot.leak_suspects_among(&live);
         let top_sites = sites(snapshot, &live);
         let entries = &snapshot.entries;
-        let taken_at_oom = (0..entries.len())
-            .rev()
-            .find(|&i| entries[i].action == Action::Oom)
-            .map(|i| OomAtSnapshot {
-                device: entries[i].device,
-                requested_bytes: entries[i].size,
-                device_free_bytes: entries.device_free(i),
-                time_us: entries[i].time_us,
-            });
+        // One pass: the last out-of-memory entry, and each device's largest request (taken a
+        // run of one device's entries at a time: they come device after device).
+        let mut last_oom = None;
+        let mut largest_request: HashMap<u32, u64> = HashMap::default();
+        let mut run: Option<(u32, u64)> = None;
+        for (i, e) in entries.iter().enumerate() {
+            if !matches!(e.action, Action::Alloc | Action::Oom) {
+                continue;
+            }
+            if e.action == Action::Oom {
+                last_oom = Some(i);
+            }
+            match &mut run {
+                Some((device, most)) if *device == e.device => *most = (*most).max(e.size),
+                _ => {
+                    if let Some((device, most)) = run.replace((e.device, e.size)) {
+                        let r = largest_request.entry(device).or_default();
+                        *r = (*r).max(most);
+                    }
+                }
+            }
+        }
+        if let Some((device, most)) = run {
+            let r = largest_request.entry(device).or_default();
+            *r = (*r).max(most);
+        }
+        let taken_at_oom = last_oom.map(|i| OomAtSnapshot {
+            device: entries[i].device,
+            requested_bytes: entries[i].size,
+            device_free_bytes: entries.device_free(i),
+            time_us: entries[i].time_us,
+        });
         let legacy_snapshot_entry = snapshot
             .entries
             .last()
             .is_some_and(|e| e.action == Action::Snapshot);
-        let mut largest_request: HashMap<u32, u64> = HashMap::default();
-        for e in &snapshot.entries {
-            if matches!(e.action, Action::Alloc | Action::Oom) {
-                let r = largest_request.entry(e.device).or_default();
-                *r = (*r).max(e.size);
-            }
-        }
         let fragmentation: Vec<Fragmentation> = held
             .iter()
             .map(|h| {
