@@ -660,7 +660,7 @@ start = time.perf_counter()
 for step in range(2000):
     tidemark.step(step)
     with tidemark.phase("forward"):
-        pass
+        time.sleep(0.0005)  # a second or more in all: resident memory's share then allows reads
 print(f"{time.perf_counter() - start:.3f}")
 "#,
     );
@@ -694,17 +694,27 @@ print(f"{time.perf_counter() - start:.3f}")
         .filter(|e| e.host_rss.is_some())
         .count();
     assert!(with_rss > with_heap, "{with_rss} ≤ {with_heap}");
+    // How many reads its share allowed depends on how fast this machine walks the heap: the
+    // attribution follows what was read. Read at 5 % of the edges or more (a fast machine), the
+    // heap attributes and the note says at how many edges; less, resident memory attributes and
+    // the note quotes why the heap was not read.
     let analysis = collector::analysis::analyze(&recording);
-    assert_eq!(
-        analysis.attribution,
-        Some(collector::analysis::Attribution::HostRssAtEdges)
-    );
-    assert!(
-        analysis
-            .attribution_note
-            .as_deref()
-            .is_some_and(|n| n.contains("mallinfo2")),
-        "{:?}",
-        analysis.attribution_note
-    );
+    let note = analysis.attribution_note.clone().unwrap_or_default();
+    if with_heap * 100 >= recording.phases.len() * 5 && with_heap >= 40 {
+        assert_eq!(
+            analysis.attribution,
+            Some(collector::analysis::Attribution::HostHeap)
+        );
+        let said = format!(
+            "the C heap at {with_heap} of {} phase edges",
+            recording.phases.len()
+        );
+        assert!(note.contains(&said), "{note}");
+    } else {
+        assert_eq!(
+            analysis.attribution,
+            Some(collector::analysis::Attribution::HostRssAtEdges)
+        );
+        assert!(note.contains("mallinfo2"), "{note}");
+    }
 }
