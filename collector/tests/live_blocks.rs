@@ -10,7 +10,7 @@ use collector::snapshot::{
     Action, Block, BlockState, LiveBlock, LiveIndex, Segment, Snapshot, TraceEntry,
 };
 use proptest::prelude::*;
-use tidemark_tests::snapshots::real;
+use tidemark_tests::snapshots::{built, real};
 
 /// One block's life in the replay.
 #[derive(Clone, Copy)]
@@ -101,13 +101,19 @@ fn alive(lives: &[Life], t: i64, device: Option<u32>) -> Vec<LiveBlock> {
             stack: l.stack,
         })
         .collect();
+    largest_first(&mut blocks);
+    blocks
+}
+
+/// Blocks in `LiveIndex::at`'s order (largest first, then by address and device), blocks of one
+/// size at one address (allocated again) by when.
+fn largest_first(blocks: &mut [LiveBlock]) {
     blocks.sort_by(|a, b| {
         (b.size.cmp(&a.size))
             .then(a.addr.cmp(&b.addr))
             .then(a.device.cmp(&b.device))
             .then(a.allocated_us.cmp(&b.allocated_us))
     });
-    blocks
 }
 
 /// The index answers as the replay at the start, at every entry's time and just after it, and
@@ -127,13 +133,7 @@ fn check(snapshot: &Snapshot) {
     for &t in &times {
         for &device in &devices {
             let mut got = index.at(t, device);
-            // Blocks of one size at one address (allocated again) in the replay's order.
-            got.sort_by(|a, b| {
-                (b.size.cmp(&a.size))
-                    .then(a.addr.cmp(&b.addr))
-                    .then(a.device.cmp(&b.device))
-                    .then(a.allocated_us.cmp(&b.allocated_us))
-            });
+            largest_first(&mut got);
             assert_eq!(got, alive(&lives, t, device), "alive at {t} on {device:?}");
         }
     }
@@ -160,12 +160,7 @@ fn the_real_snapshots_alive_blocks_are_the_replays() {
             .chain([i64::MIN, i64::MAX]);
         for t in times {
             let mut got = index.at(t, None);
-            got.sort_by(|a, b| {
-                (b.size.cmp(&a.size))
-                    .then(a.addr.cmp(&b.addr))
-                    .then(a.device.cmp(&b.device))
-                    .then(a.allocated_us.cmp(&b.allocated_us))
-            });
+            largest_first(&mut got);
             assert_eq!(got, alive(&lives, t, None), "{name}: alive at {t}");
         }
     }
@@ -225,25 +220,6 @@ fn segment(device: u32, blocks: &[(u64, u64)]) -> Segment {
             })
             .collect(),
     }
-}
-
-fn built(ops: &[(Action, u64, u64)], segments: Vec<Segment>) -> Snapshot {
-    let mut s = Snapshot::default();
-    s.strings.push("train.py".into());
-    s.strings.push("step".into());
-    s.frames.push(collector::snapshot::Frame {
-        name: 1,
-        filename: 0,
-        line: 7,
-    });
-    s.add_stack(&[0]);
-    for (k, &(action, addr, size)) in ops.iter().enumerate() {
-        s.entries
-            .push(TraceEntry::new(action, addr, size, 1_000 + k as i64, 1, 0));
-    }
-    s.devices = 1;
-    s.segments = segments;
-    s
 }
 
 /// Random traces over six addresses on two devices, entries in time order per device (the

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 
 use collector::snapshot::segments_timeline::{Fill, PlacedBlock, SegmentPicture, SegmentTimeline};
 use collector::snapshot::timeline::MemoryTimeline;
-use collector::snapshot::{Action, BlockState, Frame, Segment, Snapshot, TraceEntry};
+use collector::snapshot::{Action, BlockState, Segment, Snapshot, TraceEntry};
 use proptest::prelude::*;
-use tidemark_tests::snapshots::real;
+use tidemark_tests::snapshots::{built, real};
 
 /// A segment in the replay: address and bytes.
 type Seg = (u64, u64);
@@ -262,25 +262,6 @@ fn the_real_snapshots_place_segments_and_blocks_as_the_replay() {
 }
 
 /// A snapshot built from a script: (action, addr, size), on device 0, one stack.
-fn built(ops: &[(Action, u64, u64)], segments: Vec<Segment>) -> Snapshot {
-    let mut s = Snapshot::default();
-    s.strings.push("train.py".into());
-    s.strings.push("step".into());
-    s.frames.push(Frame {
-        name: 1,
-        filename: 0,
-        line: 7,
-    });
-    s.add_stack(&[0]);
-    for (k, &(action, addr, size)) in ops.iter().enumerate() {
-        s.entries
-            .push(TraceEntry::new(action, addr, size, 1_000 + k as i64, 1, 0));
-    }
-    s.devices = 1;
-    s.segments = segments;
-    s
-}
-
 #[test]
 fn expandable_segments_are_drawn_as_what_they_map() {
     use Action::{Alloc, FreeCompleted, FreeRequested, SegmentMap, SegmentUnmap};

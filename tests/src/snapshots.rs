@@ -1,7 +1,8 @@
 //! Snapshots built in memory for the benchmarks: a long trace the shape `cases.py big` writes
 //! (allocations from 500 call sites of ~20 frames, each freed with `free_requested` and
 //! `free_completed`, about 200 alive at a time), at any number of trace entries, without a
-//! pickle of gigabytes to write and read first; and the real snapshots of `../shared/fixtures`.
+//! pickle of gigabytes to write and read first; short traces spelled out by the tests (`built`);
+//! and the real snapshots of `../shared/fixtures`.
 
 use collector::snapshot::{Action, Block, BlockState, Frame, Segment, Snapshot, TraceEntry};
 
@@ -90,4 +91,25 @@ pub fn real(name: &str) -> Snapshot {
         .join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     collector::snapshot::read_snapshot(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A snapshot of one device whose trace is `ops` (action, address, bytes), one microsecond apart
+/// from 1,000, every entry from one frame (`step` in `train.py`, line 7), and `segments`.
+pub fn built(ops: &[(Action, u64, u64)], segments: Vec<Segment>) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.strings.push("train.py".into());
+    s.strings.push("step".into());
+    s.frames.push(Frame {
+        name: 1,
+        filename: 0,
+        line: 7,
+    });
+    s.add_stack(&[0]);
+    for (k, &(action, addr, size)) in ops.iter().enumerate() {
+        s.entries
+            .push(TraceEntry::new(action, addr, size, 1_000 + k as i64, 1, 0));
+    }
+    s.devices = 1;
+    s.segments = segments;
+    s
 }
