@@ -1,8 +1,12 @@
-"""What the browser checks (web-check.py, html-check.py) share: headless Debian Chromium driven
-by Selenium with no network of its own, the requests a page made, pixel counts, and the
+"""What the browser checks and benches (web-check.py, html-check.py, serve-bench.py,
+tab-profile.py) share: headless Debian Chromium driven by Selenium with no network of its own, a
+quiet local server, the app's performance marks, the requests a page made, pixel counts, and the
 ok/FAIL lines they print."""
+import functools
+import http.server
 import json
 import os
+import threading
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -58,4 +62,28 @@ def count_near(image, colour, box=None, tolerance=40):
         1
         for r, g, b in pixels(image, box)
         if abs(r - r0) <= tolerance and abs(g - g0) <= tolerance and abs(b - b0) <= tolerance
+    )
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+def serve_quietly(directory):
+    """`directory` served on 127.0.0.1 (a free port) from a thread, logging nothing."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def marks(driver, *prefixes):
+    """The page's performance marks whose names start with one of `prefixes` (default: the
+    app's `tidemark:` marks): [name, detail as text, ms since navigation], in order."""
+    return driver.execute_script(
+        "const p = arguments[0];"
+        "return performance.getEntriesByType('mark')"
+        ".filter(m => p.some(x => m.name.startsWith(x)))"
+        ".map(m => [m.name, String(m.detail), m.startTime]);",
+        list(prefixes or ("tidemark:",)),
     )

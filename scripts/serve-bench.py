@@ -15,36 +15,20 @@
 Prints the numbers BENCHMARKS.md records.
 """
 
-import functools
-import http.server
 import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from headless import browser as headless_browser  # noqa: E402
+from headless import browser as headless_browser, marks, serve_quietly  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
-
-
-class Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        pass
-
-
-def marks(driver):
-    return driver.execute_script(
-        "return performance.getEntriesByType('mark')"
-        ".filter(m => m.name.startsWith('tidemark:'))"
-        ".map(m => [m.name, String(m.detail), m.startTime]);"
-    )
 
 
 def first_frame_ms(driver, url):
@@ -76,10 +60,7 @@ def main():
         static = Path(tmp) / "static"
         shutil.copytree(dist, static)
         (static / "big.msgpack").symlink_to(recording.resolve())
-        files = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(Quiet, directory=str(static))
-        )
-        threading.Thread(target=files.serve_forever, daemon=True).start()
+        files = serve_quietly(static)
         server = subprocess.Popen(
             [str(collector), "serve", "--port", "0", "--web", str(dist), str(runs)],
             stdout=subprocess.PIPE,

@@ -13,30 +13,14 @@ For function names, build the site without stripping them:
 
 import argparse
 import collections
-import functools
-import http.server
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from headless import browser  # noqa: E402
-
-
-class Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        pass
-
-
-def marks(driver):
-    return driver.execute_script(
-        "return performance.getEntriesByType('mark')"
-        ".filter(m => m.name.startsWith('tidemark:') || m.name.startsWith('stage:'))"
-        ".map(m => [m.name, m.startTime, String(m.detail)]);"
-    )
+from headless import browser, marks, serve_quietly  # noqa: E402
 
 
 def self_times(profile):
@@ -67,8 +51,7 @@ def main():
         shutil.copytree(args.dist, site, dirs_exist_ok=True)
         name = "opened" + "".join(args.file.suffixes)
         (site / name).symlink_to(args.file.resolve())
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = serve_quietly(site)
         driver = browser("--window-size=1280,800")
         try:
             for run in range(args.runs):
@@ -81,14 +64,14 @@ def main():
                 deadline = time.monotonic() + 180
                 found = []
                 while time.monotonic() < deadline:
-                    found = marks(driver)
+                    found = marks(driver, "tidemark:", "stage:")
                     if any(m[0] in ("tidemark:shown", "tidemark:failed") for m in found):
                         break
                     time.sleep(0.1)
                 wasm = driver.execute_script(
                     "const m = performance.getEntriesByName('wasm-memory'); return m.length ? m[m.length - 1].detail : null;"
                 )
-                print(f"run {run + 1}: " + ", ".join(f"{n} {t:.0f} ms" + (f" ({d})" if n.startswith("stage:") else "") for n, t, d in found)
+                print(f"run {run + 1}: " + ", ".join(f"{n} {t:.0f} ms" + (f" ({d})" if n.startswith("stage:") else "") for n, d, t in found)
                       + (f"; wasm memory {wasm / 1e6:.0f} MB" if wasm else ""))
                 for url, start, first, end, size in driver.execute_script(
                     "return performance.getEntriesByType('resource')"

@@ -185,26 +185,18 @@ async fn fetch_parts(url: &str) -> Result<crate::Arriving, String> {
             response.status_text()
         )));
     }
-    // Said from the size the server gives: before downloading anything when it is too big for
-    // any kind of file, else as soon as the first bytes tell what it is (the rest is not
-    // downloaded).
     let length = response
         .headers()
         .get("content-length")
         .ok()
         .flatten()
         .and_then(|l| l.parse::<u64>().ok());
-    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, crate::TabFile::Any)) {
+    let mut arriving = arriving_of(url, length).inspect_err(|_| {
         // Not downloaded: the browser stops fetching it.
         if let Some(body) = response.body() {
             let _ = body.cancel();
         }
-        return Err(why);
-    }
-    let mut arriving = match length {
-        Some(len) => crate::Arriving::expecting(url, len),
-        None => crate::Arriving::new(url),
-    };
+    })?;
     if let Some(body) = response.body() {
         read_stream(&body, &mut arriving)
             .await
@@ -300,6 +292,26 @@ fn now_ms() -> f64 {
         .map_or(0.0, |p| p.now())
 }
 
+/// What reads a file of `length` bytes (when the server says) named `url`, or why a tab cannot
+/// hold it: said from its size, before anything is downloaded, when it is too big for any kind of
+/// file, else as soon as its first bytes tell what it is.
+fn arriving_of(url: &str, length: Option<u64>) -> Result<crate::Arriving, String> {
+    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, crate::TabFile::Any)) {
+        return Err(why);
+    }
+    Ok(match length {
+        Some(len) => crate::Arriving::expecting(url, len),
+        None => crate::Arriving::new(url),
+    })
+}
+
+/// A message to a worker: `{name: value}`.
+fn to_worker(name: &str, value: &JsValue) -> js_sys::Object {
+    let m = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&m, &name.into(), value);
+    m
+}
+
 /// At most this many bytes are fetched ahead of what the page has read.
 const WORKER_WINDOW: u32 = 64 << 20;
 
@@ -311,8 +323,7 @@ const WORKER_WINDOW: u32 = 64 << 20;
 async fn fetch_in_worker(url: &str, href: &str) -> Option<Result<crate::Arriving, String>> {
     let named = |err: String| format!("{url}: {err}");
     let inbox = Inbox::start("fetch-worker.js")?;
-    let ask = js_sys::Object::new();
-    let _ = js_sys::Reflect::set(&ask, &"url".into(), &href.into());
+    let ask = to_worker("url", &href.into());
     let _ = js_sys::Reflect::set(&ask, &"window".into(), &WORKER_WINDOW.into());
     inbox.worker.post_message(&ask).ok()?;
     let field = |m: &JsValue, name: &str| {
@@ -341,18 +352,12 @@ async fn fetch_in_worker(url: &str, href: &str) -> Option<Result<crate::Arriving
     let length = field(&head, "length")
         .and_then(|l| l.as_f64())
         .map(|l| l as u64);
-    // Said from the size the server gives, before anything is downloaded (the worker ends
-    // with the inbox).
-    if let Some(why) = length.and_then(|l| crate::too_big_for_a_tab(url, l, crate::TabFile::Any)) {
-        return Some(Err(why));
-    }
-    let mut arriving = match length {
-        Some(len) => crate::Arriving::expecting(url, len),
-        None => crate::Arriving::new(url),
+    // Before anything is downloaded (the worker ends with the inbox).
+    let mut arriving = match arriving_of(url, length) {
+        Ok(arriving) => arriving,
+        Err(why) => return Some(Err(why)),
     };
-    let go = js_sys::Object::new();
-    let _ = js_sys::Reflect::set(&go, &"go".into(), &true.into());
-    let _ = inbox.worker.post_message(&go);
+    let _ = inbox.worker.post_message(&to_worker("go", &true.into()));
     let mut tally = Tally::default();
     loop {
         let Some(message) = inbox.next().await else {
@@ -367,8 +372,7 @@ async fn fetch_in_worker(url: &str, href: &str) -> Option<Result<crate::Arriving
             if let Err(err) = tally.push(&mut arriving, &chunk) {
                 return Some(Err(err));
             }
-            let took = js_sys::Object::new();
-            let _ = js_sys::Reflect::set(&took, &"took".into(), &chunk.length().into());
+            let took = to_worker("took", &chunk.length().into());
             let _ = inbox.worker.post_message(&took);
         } else if let Some(error) = field(&message, "error") {
             let error = error.as_string().unwrap_or_default();
