@@ -21,9 +21,11 @@ collector's) over the same window: on a shared machine CPU time per step moves l
 BENCH_FLUSH_NS=N in the environment sets the probe's batch interval (nanoseconds) in the jobs.
 
 Then, under the collector:
-  - the probe off and on in the same process, in alternating blocks of steps (off: the root
-    model's hooks, the backward wrapper and the optimizer hooks taken out), the median of the
-    pairs' ratios, wall and CPU: the steady-state cost, with both halves on the same machine;
+  - the probe off and on in the same process from step 130, in pairs of two steps each (off:
+    the root model's hooks, the backward wrapper and the optimizer hooks taken out; the second
+    step of each timed, after one of its kind), the median of the pairs' differences over the
+    median step, wall and CPU: the steady-state cost, with both halves of a pair on the same
+    machine (whole runs differ by ±10 % here: process to process, not probe to probe);
   - the isolated edge: `tidemark.begin` 1.5 ms apart (the gap spent computing), 2,000 of them,
     median and mean µs; and edges back to back (best of 5 rounds of 100,000), µs per edge;
   - where the time goes, per loop: the probe's functions timed in the job (thread CPU time, the
@@ -105,15 +107,18 @@ def step():
     opt.step()
 
 
-for _ in range(5):
+for _ in range(130 if AB else 5):
     step()
 for cell in spent.values():
     cell[0] = cell[1] = 0
 
 if AB:
-    # The probe switched off and on in the same process, in blocks that alternate, so that both
-    # see the same machine: off = the root model's hooks, the backward wrapper and the optimizer
-    # hooks taken out (nothing of the probe runs); on = put back.
+    # The probe switched off and on in the same process, step by step in pairs (which goes first
+    # drawn at random), so that both halves of a pair see the same machine: off = the root
+    # model's hooks, the backward wrapper and the optimizer hooks taken out (nothing of the probe
+    # runs); on = put back. From step 130: the first 100 steps, read whole, and the censuses at
+    # steps 16 and 24 (each paid once) are behind.
+    import random
     import tidemark
     from torch.optim import optimizer as optim_module
 
@@ -134,26 +139,26 @@ if AB:
                 hooks.clear()
         torch.autograd.backward = wrapped_backward if on else plain_backward
 
-    block = int(os.environ["BENCH_BLOCK"])
-    ratios = {"wall": [], "cpu": []}
+    clocks = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
+    costs = {kind: [] for kind in clocks}  # on − off, ns, a pair each
+    steps_ns = {kind: [] for kind in clocks}  # the off steps
     deadline = time.perf_counter() + SECONDS
-    pair = 0
     while time.perf_counter() < deadline:
-        times = {}
-        for on in ((True, False) if pair % 2 == 0 else (False, True)):
+        taken = {}
+        for on in random.sample((True, False), 2):
             probe(on)
+            step()  # a step between: the one timed follows one of its own kind (caches as they are)
+            wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
             step()
-            wall, cpu = time.perf_counter_ns(), time.process_time_ns()
-            for _ in range(block):
-                step()
-            times[on] = (time.perf_counter_ns() - wall, time.process_time_ns() - cpu)
+            taken[on] = (time.perf_counter_ns() - wall, time.thread_time_ns() - cpu)
         probe(True)
-        ratios["wall"].append(times[False][0] / times[True][0])
-        ratios["cpu"].append(times[False][1] / times[True][1])
-        pair += 1
-    for kind, values in ratios.items():
+        for i, kind in enumerate(clocks):
+            costs[kind].append(taken[True][i] - taken[False][i])
+            steps_ns[kind].append(taken[False][i])
+    for kind, values in costs.items():
         values.sort()
-        print(f"ab {kind} {statistics.median(values):.5f} {values[len(values) // 4]:.5f} {values[3 * len(values) // 4]:.5f} {len(values)}")
+        n, base = len(values), statistics.median(steps_ns[kind])
+        print(f"ab {kind} {statistics.median(values) / base:.5f} {values[n // 4] / base:.5f} {values[3 * n // 4] / base:.5f} {n} {statistics.median(values) / 1000:.2f} {base / 1000:.1f}")
     sys.exit(0)
 def parent_cpu_s():
     """The parent's CPU time (the collector, when the job runs under it), from /proc."""
@@ -249,7 +254,7 @@ def run_job(args, folder, loop, under, where=False, ab=False):
     if where:
         env["BENCH_WHERE"] = "1"
     if ab:
-        env.update(BENCH_AB="1", BENCH_BLOCK="40" if loop == "small" else "20")
+        env["BENCH_AB"] = "1"
     command = [args.python, os.path.join(folder, "job.py")]
     if under:
         command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"), "--"] + command
@@ -293,12 +298,12 @@ def throughput(args, folder, loop):
 
 def ab(args, folder, loop):
     for line in run_job(args, folder, loop, True, ab=True).splitlines():
-        _, kind, median, low, high, pairs = line.split()
+        _, kind, median, low, high, pairs, cost_us, step_us = line.split()
         median, low, high = float(median), float(low), float(high)
-        what = "steps/s" if kind == "wall" else "steps per CPU second (the job's threads)"
-        print(f"{loop}: in one process under the collector, the probe off and on in alternating blocks "
-              f"({pairs} pairs over {args.seconds:.0f} s): {what} on / off = {median:.4f} "
-              f"({(median - 1) * 100:+.2f} %; quartiles {low:.4f}–{high:.4f})", flush=True)
+        what = "wall time" if kind == "wall" else "the job's CPU time"
+        print(f"{loop}: in one process under the collector from step 130, the probe off and on, pairs of steps "
+              f"({pairs} pairs over {args.seconds:.0f} s), {what}: the probe adds {cost_us} µs to a {step_us} µs step = "
+              f"{median * 100:+.2f} % (median of the pairs; quartiles {low * 100:+.1f} … {high * 100:+.1f} %)", flush=True)
 
 
 def edges(args, folder):

@@ -11,8 +11,8 @@ this module decides; nothing here may reach the job.
 import os
 import time
 
-HEAP_SHARE = 0.002           # the share of the job's time that reading the C heap may take …
-RSS_SHARE = 0.002            # … and reading resident memory (each after a first 5 ms always
+HEAP_SHARE = 0.0005          # the share of the job's time that reading the C heap may take …
+RSS_SHARE = 0.00025          # … and reading resident memory (each after a first 5 ms always
 READ_GRACE_NS = 5_000_000    # granted; in the first steps, at most 200 ms)
 READ_GRACE_CAP_NS = 200_000_000
 GRACE_STEPS = 100            # the first steps are read whole, so that a short job is judged with them

@@ -31,7 +31,7 @@ _first_step_ns = None        # when the first step started (the shares' clock fo
 _grads_at_end = None         # {device: gradient bytes} after an optimizer step
 _step_ends = 0               # optimizer steps seen
 _categories_waiting = []     # categories lines waiting for the next edge's heap reading
-_CATEGORY_SHARE = 0.001      # the categories (and step-end gradients) may take 0.1 % of the time …
+_CATEGORY_SHARE = 0.0005     # the categories (and step-end gradients) may take 0.05 % of the time …
 _CATEGORY_GRACE_NS = 5_000_000  # … after a first 5 ms that are always granted
 _CATEGORY_GRACE_CAP_NS = 100_000_000  # (the first steps' at most 100 ms)
 _category_spent_ns = 0
@@ -39,10 +39,10 @@ _categories_skipped = 0      # step starts without categories, over the share
 _census_limit_s = 0.5        # a census at a step start stops there, saying so (at the end: 4×)
 
 
-def _at_step_start(torch, models, optimizers):
+def _at_step_start(torch):
     """At the start of a step (the first root forward after the step changed): the categories,
-    within their share of the job's time, and a census when one is due. Never raises into the
-    job."""
+    within their share of the job's time, and a census when one is due (of the models and
+    optimizers ``_auto`` found, listed only then). Never raises into the job."""
     global _first_step_ns, _category_spent_ns, _categories_skipped
     try:
         step = _tm._step or 0
@@ -54,13 +54,17 @@ def _at_step_start(torch, models, optimizers):
                          _CATEGORY_SHARE * elapsed + _CATEGORY_GRACE_NS):
             start = _thread_time_ns()
             try:
-                _categories_waiting[:] = _category_lines(torch, models, optimizers, step, now)
+                from . import _auto
+
+                _categories_waiting[:] = _category_lines(torch, _auto.models(), _auto.optimizers(), step, now)
             finally:
                 _category_spent_ns += _thread_time_ns() - start
         else:
             _categories_skipped += 1
         if _census_due(step, elapsed):
-            _send_census(torch, models, optimizers, "step")
+            from . import _auto
+
+            _send_census(torch, _auto.models(), _auto.optimizers(), "step")
     except Exception:
         pass
 
@@ -128,11 +132,11 @@ def _send_categories(heap):
 def _at_step_end():
     """After an optimizer step: the gradients then, so that the next step start can tell what
     was freed in between (``zero_grad``) from what the phases kept. Read at every step end for
-    the first 8 steps, then at every 16th (they are the same from step to step), within the
+    the first 8 steps, then at every 64th (they are the same from step to step), within the
     categories' share."""
     global _grads_at_end, _step_ends, _category_spent_ns
     _step_ends += 1
-    if _step_ends > 8 and _step_ends % 16:
+    if _step_ends > 8 and _step_ends % 64:
         return
     if _first_step_ns is not None and not _host.granted(
         _tm._step, _category_spent_ns, _CATEGORY_GRACE_CAP_NS,

@@ -364,8 +364,9 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
     // each within a small share of the job's time (whole steps: both edges of a phase or
     // neither), and says so in a note; the steps it read attribute the phases (see
     // `attribution::levels`), so forty edges read (or every edge of a shorter job) is enough —
-    // and for the heap, which is preferred, a twentieth of the edges as well (read at fewer, it
-    // attributes less than resident memory would).
+    // and for the heap, which is preferred, a hundredth of the edges as well (its share lets a
+    // loop of short steps read it every few dozen steps; read at fewer, it attributes less than
+    // resident memory would).
     let series_of = |pick: fn(&crate::recording::PhaseEdge) -> Option<u64>, percent: usize| {
         let (times, values) = edges
             .iter()
@@ -381,7 +382,7 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
             .then(|| series.sorted().into_owned())
     };
     let rss = series_of(|e| e.host_rss, 0);
-    let heap = series_of(|e| e.host_heap, 5);
+    let heap = series_of(|e| e.host_heap, 1);
     let growth = |s: &Series| match (s.values.first(), s.values.last()) {
         (Some(a), Some(b)) => b as f64 - a as f64,
         _ => 0.0,

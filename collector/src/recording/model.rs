@@ -380,7 +380,7 @@ pub struct Categories {
     pub gradients: u64,
     /// Bytes of gradients at the end of a step (after its optimizer step): what
     /// `zero_grad(set_to_none=True)` freed before this step is this minus `gradients`. Read at
-    /// the end of each of the first 8 steps, then of every 16th (the last reading in between).
+    /// the end of each of the first 8 steps, then of every 64th (the last reading in between).
     #[serde(default)]
     pub gradients_at_last_end: Option<u64>,
     /// Bytes of optimizer state, one number per optimizer in the order they first stepped.
