@@ -41,12 +41,22 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
         return Some((Basis::HostRss, host.sorted()));
     }
     let readings = &recording.allocator;
-    let device = (0..readings.len()).map(|i| readings.device(i)).min()?;
-    let mine = || (0..readings.len()).filter(move |&i| readings.device(i) == device);
-    let series = Series {
-        key: SeriesKey::device(SeriesKind::Other("allocated".to_owned()), device),
-        times_ns: std::sync::Arc::new(mine().map(|i| readings.t_ns(i)).collect()),
-        values: mine().map(|i| readings.allocated(i)).collect(),
+    let sources = readings.source_counts();
+    let device = sources.iter().map(|&((_, device), _)| device).min()?;
+    let series = if sources.iter().all(|&((_, d), _)| d == device) {
+        // All on one device (a snapshot of one GPU): the columns as they are.
+        Series {
+            key: SeriesKey::device(SeriesKind::Other("allocated".to_owned()), device),
+            times_ns: std::sync::Arc::new(readings.times_ns().to_vec()),
+            values: readings.allocated_values().clone(),
+        }
+    } else {
+        let mine = || readings.indices_of(|&(_, d)| d == device);
+        Series {
+            key: SeriesKey::device(SeriesKind::Other("allocated".to_owned()), device),
+            times_ns: std::sync::Arc::new(mine().map(|i| readings.t_ns(i)).collect()),
+            values: mine().map(|i| readings.allocated(i)).collect(),
+        }
     };
     // Sorted only when it is not (a copy otherwise: millions of readings for a snapshot).
     let sorted = match series.sorted() {

@@ -27,9 +27,15 @@ pub struct Occurrence {
 /// The most frequent key (the smallest among equals). Jobs have a handful of processes, so a
 /// short list beats a hash map here.
 fn busiest<K: Copy + Ord>(keys: impl Iterator<Item = K>) -> Option<K> {
+    most_counted(keys.map(|key| (key, 1)))
+}
+
+/// The key with the most counted (the smallest among equals), from keys and counts that may
+/// name a key more than once.
+fn most_counted<K: Copy + Ord>(counted: impl Iterator<Item = (K, usize)>) -> Option<K> {
     let mut counts: Vec<(K, usize)> = Vec::new();
     let mut last: Option<usize> = None;
-    for key in keys {
+    for (key, count) in counted {
         let i = match last.filter(|&i| counts[i].0 == key) {
             Some(i) => i,
             None => match counts.iter().position(|(k, _)| *k == key) {
@@ -40,7 +46,7 @@ fn busiest<K: Copy + Ord>(keys: impl Iterator<Item = K>) -> Option<K> {
                 }
             },
         };
-        counts[i].1 += 1;
+        counts[i].1 += count;
         last = Some(i);
     }
     counts
@@ -232,20 +238,21 @@ impl<'a> AllocatorIndex<'a> {
     /// Indexes the samples of the busiest (pid, device).
     pub fn new(recording: &'a Recording) -> Self {
         let readings = &recording.allocator;
-        let source = |i: usize| {
-            let (origin, device) = readings.source(i);
-            (origin.pid, device)
-        };
-        let Some(busiest) = busiest((0..readings.len()).map(source)) else {
+        // Counted by (sender, device) pairs, a handful: not reading by reading.
+        let counted = readings.source_counts().into_iter();
+        let Some(busiest) =
+            most_counted(counted.map(|((origin, device), count)| ((origin.pid, device), count)))
+        else {
             return Self {
                 readings,
                 by_time: Vec::new(),
                 device: None,
             };
         };
-        let mut by_time: Vec<(u64, u32)> = (0..readings.len())
-            .filter(|&i| source(i) == busiest)
-            .map(|i| (readings.t_ns(i), i as u32))
+        let times = readings.times_ns();
+        let mut by_time: Vec<(u64, u32)> = readings
+            .indices_of(|&(origin, device)| (origin.pid, device) == busiest)
+            .map(|i| (times[i], i as u32))
             .collect();
         if !by_time.windows(2).all(|w| w[0].0 <= w[1].0) {
             by_time.sort_by_key(|&(t, _)| t);
@@ -266,17 +273,18 @@ impl<'a> AllocatorIndex<'a> {
     /// mostly move forward in time: this starts at `cursor`, walks a few entries, and falls back
     /// to a binary search.
     pub(super) fn find(&self, t_ns: u64, cursor: &mut usize) -> Option<usize> {
-        let start = (*cursor).min(self.by_time.len());
-        let ahead = self.by_time[start..]
+        let by_time = &self.by_time;
+        let start = (*cursor).min(by_time.len());
+        let ahead = by_time[start..]
             .iter()
             .take(8)
             .position(|&(t, _)| t >= t_ns);
         let i = match ahead {
-            Some(k) if start == 0 || self.by_time[start - 1].0 < t_ns => start + k,
-            _ => self.by_time.partition_point(|&(t, _)| t < t_ns),
+            Some(k) if start == 0 || by_time[start - 1].0 < t_ns => start + k,
+            _ => by_time.partition_point(|&(t, _)| t < t_ns),
         };
         *cursor = i;
-        self.by_time
+        by_time
             .get(i)
             .filter(|&&(t, _)| t == t_ns)
             .map(|&(_, i)| i as usize)
@@ -327,9 +335,9 @@ impl<'a> AllocatorIndex<'a> {
         if self.device != Some(device) {
             return None;
         }
-        let stride = self.by_time.len().div_ceil(100_000).max(1);
-        let mut reserved: Vec<u64> = self
-            .by_time
+        let by_time = &self.by_time;
+        let stride = by_time.len().div_ceil(100_000).max(1);
+        let mut reserved: Vec<u64> = by_time
             .iter()
             .step_by(stride)
             .map(|&(_, i)| self.readings.get(i as usize).reserved)

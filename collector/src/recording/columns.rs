@@ -118,6 +118,36 @@ impl AllocatorReadings {
         self.ooms.push(sample.ooms);
     }
 
+    /// Adds readings of one sender about one device, the columns given (the others 0): a column
+    /// checked once for the batch, not at every reading.
+    pub fn extend_from_one_source(
+        &mut self,
+        (origin, device): (Origin, u32),
+        t_ns: &[u64],
+        [allocated, reserved, peak]: [&[u64]; 3],
+        zeros: &[u64],
+    ) {
+        let n = t_ns.len();
+        assert!(
+            allocated.len() == n && reserved.len() == n && peak.len() == n && zeros.len() >= n,
+            "columns of unequal lengths"
+        );
+        self.t_ns.extend_from_slice(t_ns);
+        let source = self.sources.number(&(origin, device));
+        self.source.extend(std::iter::repeat_n(source, n));
+        self.allocated.extend_from_slice(allocated);
+        self.reserved.extend_from_slice(reserved);
+        self.peak.extend_from_slice(peak);
+        for column in [
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.retries,
+            &mut self.ooms,
+        ] {
+            column.extend_from_slice(&zeros[..n]);
+        }
+    }
+
     /// Makes room for exactly `n` more readings.
     pub fn reserve_exact(&mut self, n: usize) {
         self.t_ns.reserve_exact(n);
@@ -144,6 +174,26 @@ impl AllocatorReadings {
         }
     }
 
+    /// Each (sender, device) the readings come from, with how many they are, in the order the
+    /// pairs first came (one pass over a column of small numbers).
+    pub fn source_counts(&self) -> Vec<((Origin, u32), usize)> {
+        let mut counts = vec![0usize; self.sources.items.len()];
+        for &n in &self.source {
+            counts[n as usize] += 1;
+        }
+        self.sources.items.iter().copied().zip(counts).collect()
+    }
+
+    /// The numbers of the readings whose (sender, device) `pick` picks, in order.
+    pub fn indices_of(
+        &self,
+        pick: impl Fn(&(Origin, u32)) -> bool,
+    ) -> impl Iterator<Item = usize> + '_ {
+        let picked: Vec<bool> = self.sources.items.iter().map(pick).collect();
+        let all = picked.iter().all(|&p| p);
+        (0..self.len()).filter(move |&i| all || picked[self.source[i] as usize])
+    }
+
     /// Who sent reading `i`, and about which device.
     #[inline]
     pub fn source(&self, i: usize) -> (Origin, u32) {
@@ -160,6 +210,11 @@ impl AllocatorReadings {
     #[inline]
     pub fn allocated(&self, i: usize) -> u64 {
         self.allocated.at(i)
+    }
+
+    /// The allocated bytes of every reading, in order.
+    pub fn allocated_values(&self) -> &Values {
+        &self.allocated
     }
 
     /// The reserved bytes of reading `i`.

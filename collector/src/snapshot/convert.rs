@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{Action, BlockState, Snapshot};
 use crate::recording::{
-    AllocatorReadings, AllocatorSample, Device, Edge, Header, Note, Oom, Origin, Phase, PhaseEdge,
-    Record, Recording,
+    AllocatorReadings, Device, Edge, Header, Note, Oom, Origin, Phase, PhaseEdge, Record, Recording,
 };
 
 /// A phase of a snapshot: a `record_function` range (START to END) or a run of equal
@@ -160,9 +159,17 @@ impl Snapshot {
         // Exactly as many as there will be: for millions, a vector that grows by copying (or
         // is reserved for every entry) costs a browser tab hundreds of megabytes.
         recording.allocator.reserve_exact(self.reading_count());
+        // The readings go into the columns a batch at a time (entries come device after
+        // device): millions of them, each column checked once a batch.
+        let mut batch = ReadingBatch::default();
         for (i, e) in self.entries.iter().enumerate() {
-            let l = level.entry(e.device).or_default();
             if e.action == Action::Oom {
+                let l = level.get(&e.device).copied().unwrap_or_default();
+                let l = if batch.device == Some(e.device) {
+                    batch.level
+                } else {
+                    l
+                };
                 let free = self.entries.device_free(i);
                 recording.push(Record::Oom(Oom {
                     t_ns: t_ns(e.time_us),
@@ -187,20 +194,20 @@ impl Snapshot {
             let Some((a, r)) = e.action.change(e.size) else {
                 continue;
             };
+            if batch.device != Some(e.device) || batch.is_full() {
+                batch.flush(&mut recording.allocator, &mut level, origin);
+                batch.device = Some(e.device);
+                batch.level = level.get(&e.device).copied().unwrap_or_default();
+            }
+            let l = &mut batch.level;
             l.0 += a;
             l.1 += r;
             l.2 = l.2.max(l.0);
             let clamp = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
-            recording.allocator.push(AllocatorSample {
-                t_ns: t_ns(e.time_us),
-                origin,
-                device: e.device,
-                allocated: clamp(l.0),
-                reserved: clamp(l.1),
-                peak: clamp(l.2),
-                ..AllocatorSample::default()
-            });
+            let (allocated, reserved, peak) = (clamp(l.0), clamp(l.1), clamp(l.2));
+            batch.push(t_ns(e.time_us), allocated, reserved, peak);
         }
+        batch.flush(&mut recording.allocator, &mut level, origin);
         for PhaseSpan {
             device,
             start_us: start,
@@ -238,6 +245,55 @@ impl Snapshot {
         }));
         recording.shrink_to_fit();
         recording
+    }
+}
+
+/// Allocator readings of one device waiting to go into the recording's columns together, and
+/// the device's allocated, reserved and peak bytes after them.
+#[derive(Default)]
+struct ReadingBatch {
+    device: Option<u32>,
+    level: (i128, i128, i128),
+    t_ns: Vec<u64>,
+    columns: [Vec<u64>; 3],
+    zeros: Vec<u64>,
+}
+
+impl ReadingBatch {
+    const LEN: usize = 4096;
+
+    fn is_full(&self) -> bool {
+        self.t_ns.len() >= Self::LEN
+    }
+
+    #[inline]
+    fn push(&mut self, t_ns: u64, allocated: u64, reserved: u64, peak: u64) {
+        self.t_ns.push(t_ns);
+        let [a, r, p] = &mut self.columns;
+        a.push(allocated);
+        r.push(reserved);
+        p.push(peak);
+    }
+
+    /// Moves the readings into `readings` and the device's level into `level`.
+    fn flush(
+        &mut self,
+        readings: &mut AllocatorReadings,
+        level: &mut BTreeMap<u32, (i128, i128, i128)>,
+        origin: Origin,
+    ) {
+        let Some(device) = self.device else {
+            return;
+        };
+        level.insert(device, self.level);
+        if self.t_ns.is_empty() {
+            return;
+        }
+        self.zeros.resize(self.t_ns.len(), 0);
+        let [a, r, p] = &self.columns;
+        readings.extend_from_one_source((origin, device), &self.t_ns, [a, r, p], &self.zeros);
+        self.t_ns.clear();
+        self.columns.iter_mut().for_each(Vec::clear);
     }
 }
 
