@@ -164,11 +164,10 @@ impl Snapshot {
         let mut batch = ReadingBatch::default();
         for (i, e) in self.entries.iter().enumerate() {
             if e.action == Action::Oom {
-                let l = level.get(&e.device).copied().unwrap_or_default();
                 let l = if batch.device == Some(e.device) {
                     batch.level
                 } else {
-                    l
+                    level.get(&e.device).copied().unwrap_or_default()
                 };
                 let free = self.entries.device_free(i);
                 recording.push(Record::Oom(Oom {
