@@ -3,7 +3,14 @@
 - forward / eval: a call of a root model (a module with parameters, called from outside any other
   module). It is eval when gradients are off, in inference mode, or when the model is in eval mode.
   Roots are found with global forward hooks until the first optimizer step; from then on only the
-  roots are hooked, so the cost does not grow with the model.
+  roots are observed, so the cost does not grow with the model: through the call that
+  ``Module.__call__`` makes first (``_compiled_call_impl``, which pickles and copies leave out;
+  around the compiled call of a model compiled with ``module.compile()``), because any hook on a
+  module takes its call off torch's fast path (~9 µs a call); with hooks on it where that cannot
+  be (an older torch, a class with its own ``__call__``). The hooks do nothing while torch
+  compiles (a hook inside a compiled region would break its graph, and a ``fullgraph`` compile
+  with it): a model that ``module.compile()`` compiled before its first step is never seen as a
+  root (its call runs compiled); ``torch.compile(model)``'s wrapper is.
 - backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped, and
   ``torch.autograd.grad`` where it is called outside a forward and a backward.
   No global backward hooks: they break in-place operations.
@@ -30,6 +37,10 @@ _global_handles = []
 _discovering = True
 _StorageWeakRef = None  # torch's weak reference to a storage, once torch is loaded
 _always_call = True     # whether a forward that raises still runs the post hook (torch ≥ 2.1)
+_calls_observable = False  # whether roots are observed through `_compiled_call_impl` (`_install`)
+_observed = {}          # id -> (weak reference to a root observed by its call, that call, the
+                        # compiled call it wraps or None)
+_is_compiling = None    # torch.compiler.is_compiling, once torch is loaded
 
 
 def install_when_torch_is_imported():
@@ -85,12 +96,19 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
 def _install(torch):
     global _StorageWeakRef
     tidemark._torch = torch
+    cuda = getattr(torch, "cuda", None)
+    if isinstance(getattr(cuda, "_initialized", None), bool):
+        tidemark._cuda = cuda
     try:
         from torch.multiprocessing.reductions import StorageWeakRef as _StorageWeakRef
     except Exception:
         _StorageWeakRef = None
     if tidemark._step is None:
         tidemark._step = 0
+    global _calls_observable, _is_compiling
+    _calls_observable = _calls_can_be_observed(torch)
+    compiler = getattr(torch, "compiler", None)
+    _is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
     from torch.nn.modules import module as nn_module
 
     _global_handles.append(nn_module.register_module_forward_pre_hook(_global_pre))
@@ -169,6 +187,8 @@ def _mode(module):
 
 
 def _global_pre(module, args):
+    if _is_compiling():  # a module called inside a compiled region: not the probe's business
+        return
     try:
         depth = getattr(_local, "depth", 0)
         if depth == 0 and (id(module) in _roots or _is_model(module)):
@@ -180,6 +200,8 @@ def _global_pre(module, args):
 
 
 def _global_post(module, args, output):
+    if _is_compiling():
+        return
     try:
         depth = max(getattr(_local, "depth", 0) - 1, 0)
         _local.depth = depth
@@ -228,14 +250,22 @@ def _start_saving(module):
     if (
         _StorageWeakRef is None
         or not _always_call  # a forward that raised would leave the hooks on
-        or not _saves_measured(tidemark._step)
         or type(module).__name__ == "OptimizedModule"
-        or getattr(module, "_compiled_call_impl", None) is not None
+        or getattr(module, "_compiled_call_impl", None) not in (None, _call_of(module, compiled=False))
     ):
         return
     hooks = torch.autograd.graph.saved_tensors_hooks(_note_saved, _unpack)
     hooks.__enter__()
     _saving[(id(module), threading.get_ident())] = hooks
+
+
+def _call_of(module, compiled=None):
+    """The call through which the probe observes `module` (`_observe_call`), or None; with
+    `compiled` False, only one around the module's own (not compiled) call."""
+    observed = _observed.get(id(module))
+    if observed is None or observed[0]() is not module or (compiled is False and observed[2] is not None):
+        return None
+    return observed[1]
 
 
 def _stop_saving(module):
@@ -291,7 +321,7 @@ def _root_pre(module, args):
         _open[(id(module), threading.get_ident())] = name
         if tidemark._sock is not None:
             tidemark._edge("b", name)
-        if name == "forward":
+        if name == "forward" and _saves_measured(tidemark._step):
             _start_saving(module)
     except Exception:
         pass
@@ -300,7 +330,7 @@ def _root_pre(module, args):
 def _root_post(module, args, output):
     try:
         name = _open.pop((id(module), threading.get_ident()), None)
-        if name == "forward":
+        if _saving and name == "forward":
             _stop_saving(module)
         if name is not None and tidemark._sock is not None:
             tidemark._edge("e", name)
@@ -309,23 +339,134 @@ def _root_post(module, args, output):
 
 
 def _stop_discovering():
-    """After the first step: hook only the roots found, drop the global hooks."""
+    """After the first step: observe only the roots found, drop the global hooks."""
     global _discovering
     _discovering = False
     for handle in _global_handles:
         handle.remove()
     _global_handles.clear()
     for module in list(_roots.values()):
-        # First among the module's hooks: FSDP's own pre-hook gathers the full parameters, and
-        # the categories are taken before it (sharded parameters by their local size).
+        if not _observe_call(module):
+            _hook(module)
+
+
+def _hook(module):
+    """Hooks a root model's forward."""
+    # First among the module's hooks: FSDP's own pre-hook gathers the full parameters, and
+    # the categories are taken before it (sharded parameters by their local size).
+    try:
+        module.register_forward_pre_hook(_hook_pre, prepend=True)
+    except TypeError:  # torch < 2.0
+        module.register_forward_pre_hook(_hook_pre)
+    try:
+        module.register_forward_hook(_hook_post, always_call=True)
+    except TypeError:  # torch < 2.1
+        module.register_forward_hook(_hook_post)
+
+
+def _hook_pre(module, args):
+    if not _is_compiling():
+        _root_pre(module, args)
+
+
+def _hook_post(module, args, output):
+    if not _is_compiling():
+        _root_post(module, args, output)
+
+
+def _calls_can_be_observed(torch):
+    """Whether this torch's ``Module.__call__`` calls ``_compiled_call_impl`` when it is set, and
+    a module's pickles and copies leave it out (``__getstate__``): then a root is observed
+    through it, off the hooks' slow path."""
+    try:
+        module = torch.nn.Module()
+        if (
+            getattr(torch.nn.Module, "_wrapped_call_impl", None) is None
+            or torch.nn.Module.__call__ is not torch.nn.Module._wrapped_call_impl
+            or module._compiled_call_impl is not None
+        ):
+            return False
+        module._compiled_call_impl = len
+        return "_compiled_call_impl" not in module.__getstate__()
+    except Exception:
+        return False
+
+
+def _observe_call(module):
+    """Observes a root model's calls through the call ``Module.__call__`` makes first (around
+    the compiled one where ``module.compile()`` set it), where that can be (not for a class with
+    its own ``__call__``); False where it cannot."""
+    if not _calls_observable or type(module).__call__ is not _torch_module_call():
+        return False
+    ref = weakref.ref(module)  # the probe must not keep a model alive, not even in a cycle
+    pre, post = _root_pre, _root_post
+    compiled = module.__dict__.get("_compiled_call_impl")
+    if compiled is None:
+        def call(*args, **kwargs):
+            module = ref()
+            pre(module, args)
+            try:
+                return module._call_impl(*args, **kwargs)
+            finally:
+                post(module, args, None)
+    else:
+        def call(*args, **kwargs):
+            module = ref()
+            pre(module, args)
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                post(module, args, None)
+
+    if not _observed:
+        _replicas_not_observed(tidemark._torch.nn.Module)
+    module.__dict__["_compiled_call_impl"] = call
+    _observed[id(module)] = (ref, call, compiled)
+    return True
+
+
+_replicas_guarded = [False]
+
+
+def _replicas_not_observed(module_class):
+    """DataParallel's replicas copy their module's attributes whole
+    (``_replicate_for_data_parallel``): a replica of an observed root leaves the root's call
+    out, or it would call the root (on another device) instead of itself."""
+    replicate = getattr(module_class, "_replicate_for_data_parallel", None)
+    if replicate is None or _replicas_guarded[0]:
+        return
+    _replicas_guarded[0] = True
+
+    def replicate_unobserved(self):
+        replica = replicate(self)
         try:
-            module.register_forward_pre_hook(_root_pre, prepend=True)
-        except TypeError:  # torch < 2.0
-            module.register_forward_pre_hook(_root_pre)
-        try:
-            module.register_forward_hook(_root_post, always_call=True)
-        except TypeError:  # torch < 2.1
-            module.register_forward_hook(_root_post)
+            call = replica.__dict__.get("_compiled_call_impl")
+            if call is not None and call is _call_of(self):
+                del replica.__dict__["_compiled_call_impl"]
+        except Exception:
+            pass
+        return replica
+
+    replicate_unobserved.__doc__ = replicate.__doc__
+    replicate_unobserved.__wrapped__ = replicate
+    module_class._replicate_for_data_parallel = replicate_unobserved
+
+
+def _torch_module_call():
+    return tidemark._torch.nn.Module.__call__
+
+
+def _still_observed():
+    """At a step's end: a root whose call was taken since (``module.compile()`` sets the same
+    attribute) is observed around the new call, so that its phases go on."""
+    for key, (ref, call, _) in list(_observed.items()):
+        module = ref()
+        if module is None:
+            del _observed[key]
+        elif module.__dict__.get("_compiled_call_impl") is not call:
+            del _observed[key]
+            if not _observe_call(module):
+                _hook(module)
 
 
 _optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one look
@@ -352,5 +493,7 @@ def _optimizer_post(opt, args, kwargs):
             tidemark._step = (tidemark._step or 0) + 1
         if _discovering:
             _stop_discovering()
+        elif _observed:
+            _still_observed()
     except Exception:
         pass

@@ -168,6 +168,138 @@ print("trained")
     assert!(recording.allocator.is_empty());
 }
 
+/// From the second step on a root model is observed through the call `Module.__call__` makes
+/// first, without hooks (which take every call off torch's fast path): every forward is still a
+/// phase, one that raises included; the model pickles and copies without anything of the probe,
+/// is freed when the job lets it go, a DataParallel replica of it calls itself, and once
+/// `module.compile()` takes that call the model is observed around the compiled call and its
+/// phases go on.
+#[test]
+fn a_root_model_is_observed_off_the_hooks_and_left_as_it_was() {
+    let job = Job::new(
+        r#"
+import copy, gc, io, sys, weakref
+import torch
+from torch import nn
+torch.manual_seed(0)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.fail = False
+    def forward(self, x):
+        if self.fail:
+            raise RuntimeError("boom")
+        return self.a(x)
+
+def train(model, opt, steps):
+    for _ in range(steps):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+x = torch.randn(2, 4)
+model, other = Net(), Net()
+opt = torch.optim.SGD([*model.parameters(), *other.parameters()], lr=0.1)
+(model(x).sum() + other(x).sum()).backward()  # the first step: both are roots
+opt.step()
+opt.zero_grad()
+train(model, opt, 2)
+print("hooks:", len(model._forward_pre_hooks), len(model._forward_hooks))
+model.fail = True
+try:
+    model(x)
+except RuntimeError:
+    pass
+model.fail = False
+saved = io.BytesIO()
+torch.save(model, saved)
+print("tidemark in the pickle:", b"tidemark" in saved.getvalue())
+twin = copy.deepcopy(model)
+with torch.no_grad():
+    twin.a.weight.add_(1.0)
+    print("the copy computes with its own weights:", not torch.equal(twin(x), model(x)))
+replica = model._replicate_for_data_parallel()
+print("the replica calls itself:", "_compiled_call_impl" not in replica.__dict__)
+del replica
+
+other(x)
+gone = weakref.ref(other)
+gc.disable()
+del other
+print("freed when let go:", gone() is None)
+gc.enable()
+
+model.compile(backend="eager")
+train(model, opt, 2)
+print("hooks once compiled:", len(model._forward_pre_hooks), len(model._forward_hooks))
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "hooks: 0 0\ntidemark in the pickle: False\nthe copy computes with its own weights: True\n\
+         the replica calls itself: True\nfreed when let go: True\nhooks once compiled: 0 0\n",
+        "{}",
+        stderr(&output)
+    );
+    let recording = job.recording();
+    let count = |phase: Phase, edge: Edge| {
+        recording
+            .phases
+            .iter()
+            .filter(|e| e.phase == phase && e.edge == edge)
+            .count()
+    };
+    // Both models in the first step, model in two more, the forward that raised, other's
+    // last call, then the second compiled step (the first step after `module.compile()` took
+    // the call has no forward: the probe sees that at the step's end). The eval: model's call
+    // beside its copy's (a copy is no root).
+    assert_eq!(count(Phase::Forward, Edge::Begin), 2 + 2 + 1 + 1 + 1);
+    assert_eq!(
+        count(Phase::Forward, Edge::End),
+        7,
+        "the forward that raised ended"
+    );
+    assert_eq!(count(Phase::Eval, Edge::Begin), 1);
+    assert_eq!(count(Phase::Backward, Edge::Begin), 1 + 2 + 2);
+}
+
+/// Models compiled with `fullgraph=True` (where anything the compiler cannot trace is an error)
+/// train under the collector as without it: the probe's hooks do nothing inside a compiled
+/// region. `torch.compile(model)`'s wrapper is called outside it, so its steps keep their phases.
+#[test]
+fn compiled_models_train_under_the_probe_and_keep_their_phases() {
+    let job = Job::new(
+        r#"
+import torch
+from torch import nn
+torch.manual_seed(0)
+x = torch.randn(2, 4)
+wrapped = torch.compile(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1)), backend="eager", fullgraph=True)
+inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+inner.compile(backend="eager", fullgraph=True)
+opt = torch.optim.SGD([*wrapped.parameters(), *inner.parameters()], lr=0.1)
+for _ in range(3):
+    (wrapped(x).sum() + inner(x).sum()).backward()
+    opt.step()
+    opt.zero_grad()
+print("trained")
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "trained\n");
+    let recording = job.recording();
+    // The first model's wrapper is a root from the first step on. The second model's call runs
+    // compiled whole: the global hooks that find roots do nothing there.
+    assert_eq!(begins(&recording, &Phase::Forward).len(), 3);
+    assert_eq!(begins(&recording, &Phase::Backward).len(), 3);
+    assert_eq!(begins(&recording, &Phase::Optimizer).len(), 3);
+}
+
 /// Automatic mode off: only what the job marks.
 #[test]
 fn automatic_mode_can_be_switched_off() {
