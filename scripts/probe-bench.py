@@ -115,8 +115,8 @@ for cell in spent.values():
 if AB:
     # The probe switched off and on in the same process, step by step in pairs (which goes first
     # drawn at random), so that both halves of a pair see the same machine: off = the root
-    # model's hooks, the backward wrapper and the optimizer hooks taken out (nothing of the probe
-    # runs); on = put back. From step 130: the first 100 steps, read whole, and the censuses at
+    # model's hooks (or its call, where the probe observes it by its call), the backward wrapper
+    # and the optimizer hooks taken out (nothing of the probe runs); on = put back. From step 130: the first 100 steps, read whole, and the censuses at
     # steps 16 and 24 (each paid once) are behind.
     import random
     import tidemark
@@ -129,7 +129,14 @@ if AB:
     hook_dicts = [(model, name) for name in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")]
     hook_dicts += [(optim_module, "_global_optimizer_pre_hooks"), (optim_module, "_global_optimizer_post_hooks")]
 
+    observer = model.__dict__.get("_compiled_call_impl")  # the probe's call around the root's
+
     def probe(on):
+        if observer is not None:
+            if on:
+                model.__dict__["_compiled_call_impl"] = observer
+            else:
+                model.__dict__.pop("_compiled_call_impl", None)
         for owner, name in hook_dicts:
             hooks = getattr(owner, name)
             if on:
@@ -195,7 +202,8 @@ if WHERE:
             else:
                 continue
         else:
-            reads, skipped, spent = share.done, share.skipped, share.spent_ns
+            skipped = t._host.skipped(share) if hasattr(t._host, "skipped") else share.skipped
+            reads, spent = share.done, share.spent_ns
         print(f"account {what}|{reads}|{reads + skipped}|{spent / 1000 / steps:.2f}|{spent / 1000 / max(reads, 1):.1f}")
     st = getattr(t, "_steps", t)  # (an older probe kept the step starts' accounts in tidemark)
     if hasattr(st, "_category_spent_ns"):
@@ -210,11 +218,27 @@ if WHERE:
     edge = min(timeit.repeat(lambda: plain_edge("b", "bench"), number=2000, repeat=5)) / 2000 * 1e6
     setattr(holder, name, heap)
     print(f"edge-alone {edge:.2f}")
-    # What torch's hook dispatch adds to a root model's call: a module with the probe's kind
-    # of hooks (a pre-hook and an always-called hook) against one without.
+    # What observing a root model's call adds to it, the probe's own work left out: a module
+    # with the probe's kind of hooks (a pre-hook and an always-called hook: torch's dispatch of
+    # them), or, where the probe observes the root by its call, with a call of that shape around
+    # it, against one without.
     plain, hooked = nn.Linear(4, 4), nn.Linear(4, 4)
-    hooked.register_forward_pre_hook(lambda m, a: None, prepend=True)
-    hooked.register_forward_hook(lambda m, a, o: None, always_call=True)
+    if "_compiled_call_impl" in model.__dict__:
+        import weakref
+        ref = weakref.ref(hooked)
+        def around(*args, **kwargs):
+            module = ref()
+            (lambda m, a: None)(module, args)
+            try:
+                return module._call_impl(*args, **kwargs)
+            finally:
+                (lambda m, a, o: None)(module, args, None)
+        hooked.__dict__["_compiled_call_impl"] = around
+        print("observed-by call")
+    else:
+        hooked.register_forward_pre_hook(lambda m, a: None, prepend=True)
+        hooked.register_forward_hook(lambda m, a, o: None, always_call=True)
+        print("observed-by hooks")
     small = torch.randn(1, 4)
     with torch.no_grad():
         a = min(timeit.repeat(lambda: plain(small), number=5000, repeat=5)) / 5000 * 1e6
@@ -244,7 +268,8 @@ for i in range(2000):
     isolated.append(time.perf_counter_ns() - start)
 isolated.sort()
 print(f"edges {best / 1000:.2f} {isolated[len(isolated) // 2] / 1000:.2f} {sum(isolated) / len(isolated) / 1000:.2f} {isolated[int(len(isolated) * 0.99)] / 1000:.2f}")
-reads = [(s.done, s.done + s.skipped) for s in (getattr(tidemark, "_heap", None), getattr(tidemark, "_rss", None)) if s is not None]
+skipped = getattr(getattr(tidemark, "_host", None), "skipped", lambda s: s.skipped)
+reads = [(s.done, s.done + skipped(s)) for s in (getattr(tidemark, "_heap", None), getattr(tidemark, "_rss", None)) if s is not None]
 print("reads " + " ".join(f"{done}/{edges}" for done, edges in reads))
 '''
 
@@ -331,6 +356,7 @@ def where(args, folder, loop):
     step_us = next(float(l.split()[1]) for l in lines if l.startswith("step "))
     print(f"where the time goes, {loop} ({step_us:.0f} µs a step under the collector, probe functions timed):")
     total = 0.0
+    observed_by = "hooks"
     for line in lines:
         if line.startswith("where "):
             key, calls, per_step = line[6:].split("|")
@@ -351,9 +377,13 @@ def where(args, folder, loop):
                   f"({float(per_step) / step_us * 100:.2f} %)")
         elif line.startswith("edge-alone "):
             print(f"  one edge alone, without the heap (best of 10,000): {float(line.split()[1]):.2f} µs")
+        elif line.startswith("observed-by "):
+            observed_by = line.split()[1]
         elif line.startswith("hook-dispatch "):
             hooks = float(line.split()[1])
-            print(f"  torch's dispatch of the root model's two hooks: {hooks:.2f} µs/step ({hooks / step_us * 100:.2f} %)")
+            what = ("torch's dispatch of the root model's two hooks" if observed_by == "hooks"
+                    else "the call around the root model's")
+            print(f"  {what}: {hooks:.2f} µs/step ({hooks / step_us * 100:.2f} %)")
             total += hooks
     print(f"  timed in all: {total:.1f} µs/step = {total / step_us * 100:.2f} % of a step "
           "(the hooks' own bodies, the backward wrapper and the optimizer hooks not counted: ~3 µs)", flush=True)

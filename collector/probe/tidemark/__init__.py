@@ -62,6 +62,7 @@ _queued_bytes = 0
 _dropped = 0
 _lock = threading.RLock()     # a batch is sent while holding it, so that batches go out in order
 _torch = None
+_cuda = None                  # torch.cuda, once auto mode found torch (its `_initialized`: one look)
 _pending = collections.deque()  # lines waiting to go out together (appends need no lock)
 _pending_since = [0]         # when the batch's first line came (a list: no `global` on the hot path)
 _pending_bytes = [0]
@@ -142,14 +143,30 @@ def _edge(edge, name):
     every edge). Resident memory and the C heap are read within their shares (``_Share``), the
     heap only where host memory is what is judged: not once CUDA is up and the allocator's numbers
     come. Nothing in it may reach the job: a failure counts as a dropped message. (The hot path of
-    every edge: few calls, ``_add`` written out.)"""
+    every edge: few calls, ``_add`` written out; the edges of a step that reads neither number,
+    without CUDA, take a shorter way: what they would check is decided at the step's first edge.)"""
     global _dropped
     try:
+        step = _step
+        if step == _quiet_step[0] and _cuda is not None and not _cuda._initialized:
+            # The short way: a step that reads nothing of the host (decided at its first edge)
+            # and no CUDA: the time and the names only.
+            now = _monotonic_ns()
+            pending = _pending
+            pending.append((now, step, edge, None, None, None, name))
+            size = _pending_bytes[0] = _pending_bytes[0] + _EDGE_BYTES + len(name)
+            _quiet_edges[0] += 1
+            if len(pending) == 1:
+                _pending_since[0] = now
+                if not _flusher_started:
+                    _start_flusher()
+            elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
+                _flush_pending()
+            return
         torch = _torch if _torch is not None else _modules.get("torch")  # also without auto mode
         numbers = None
         if torch is not None and torch.cuda.is_initialized():
             numbers = _allocator_numbers(torch, edge)
-        step = _step
         now = _monotonic_ns()
         if step != _host_decided[0] or (step is None and edge == "b" and now >= _host_recheck[0]):
             _decide_host(step, now)
@@ -467,6 +484,7 @@ def _start_from_environment():
 from . import _host, _steps  # noqa: E402
 from ._host import decide as _decide_host, read_heap as _read_heap  # noqa: E402
 from ._host import decided_step as _host_decided, recheck_ns as _host_recheck  # noqa: E402
+from ._host import quiet_edges as _quiet_edges, quiet_step as _quiet_step  # noqa: E402
 from ._host import heap as _heap, readers as _readers, rss as _rss  # noqa: E402
 from ._steps import _at_step_end, _at_step_start, _saved_freed  # noqa: E402,F401 (for _auto)
 from ._steps import _categories_waiting, _send_categories  # noqa: E402

@@ -85,6 +85,9 @@ readers = Readers()
 since_ns = [None]            # the first edge (the shares' clock: not the job's imports)
 decided_step = [None]        # the step the readings were last decided for …
 recheck_ns = [0]             # … and without steps, when to decide again at a begin edge
+NOT_QUIET = object()
+quiet_step = [NOT_QUIET]     # the step whose edges read nothing of the host (the edge's short way)
+quiet_edges = [0]            # edges that went the short way: skipped by both shares
 
 
 def decide(step, now):
@@ -97,6 +100,15 @@ def decide(step, now):
     heap.decide(step, now - since_ns[0])
     rss.decide(step, now - since_ns[0])
     recheck_ns[0] = since_ns[0] + min(heap.due_ns(), rss.due_ns())
+    # A step that reads neither: its other edges take the short way (``tidemark._edge``).
+    quiet = step is not None and not (heap.granted and readers.mallinfo2) and not (rss.granted and readers.statm)
+    quiet_step[0] = step if quiet else NOT_QUIET
+
+
+def skipped(share):
+    """The edges that did not read `share`'s number, over its share (the short way's too)."""
+    reader = readers.mallinfo2 if share is heap else readers.statm
+    return share.skipped + (quiet_edges[0] if reader is not None else 0)
 
 
 def read_heap():
@@ -129,10 +141,11 @@ def notes():
         (heap, "the C heap", "glibc mallinfo2, which walks every free chunk"),
         (rss, "resident memory", "/proc/self/statm"),
     ):
-        if not share.skipped:
+        missed = skipped(share)
+        if not missed:
             continue
         mean = share.spent_ns / max(share.done, 1) / 1000
-        out.append(f"the probe read {what} at {share.done} of {share.done + share.skipped} phase edges in "
+        out.append(f"the probe read {what} at {share.done} of {share.done + missed} phase edges in "
                    f"pid {os.getpid()}: reading it ({how}) took {mean:.0f} µs on average, and it may take "
                    f"{share.share:.2%} of the job's time")
     return out
@@ -176,3 +189,5 @@ def after_fork_in_child():
     since_ns[0] = None
     decided_step[0] = None
     recheck_ns[0] = 0
+    quiet_step[0] = NOT_QUIET
+    quiet_edges[0] = 0

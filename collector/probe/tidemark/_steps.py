@@ -57,6 +57,7 @@ def _at_step_start(torch):
                 from . import _auto
 
                 _categories_waiting[:] = _category_lines(torch, _auto.models(), _auto.optimizers(), step, now)
+                _host.quiet_step[0] = _host.NOT_QUIET  # the next edge sends them, with its heap
             finally:
                 _category_spent_ns += _thread_time_ns() - start
         else:
