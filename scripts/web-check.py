@@ -38,7 +38,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from headless import browser as headless_browser, check, count_near, failures, pixels, requested_urls  # noqa: E402
+from headless import browser as headless_browser, check, count_near, failures, marks, pixels, requested_urls  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
@@ -101,9 +101,31 @@ def frame_times(driver, ms=3000):
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     requests = []
+    sent = {}  # path -> bytes of its body written, once its answer ended
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         Handler.requests.append(self.path)
+
+    def copyfile(self, source, outputfile):
+        # What went out of each file, so that a refused one can be shown not downloaded.
+        sent = 0
+        try:
+            while chunk := source.read(1 << 20):
+                outputfile.write(chunk)
+                sent += len(chunk)
+        finally:
+            Handler.sent[self.path] = Handler.sent.get(self.path, 0) + sent
+
+
+def sent_of(path, timeout_s=20):
+    """The bytes of `path`'s body the server wrote, once its answer ended (None: it did not)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for key, sent in Handler.sent.items():
+            if key.split("?")[0].endswith(path):
+                return sent
+        time.sleep(0.1)
+    return None
 
 
 class Server(http.server.ThreadingHTTPServer):
@@ -278,6 +300,10 @@ def main():
             check(count_near(image, ALLOCATED, (0, 100, w, h)) > 300, "the allocated curve is drawn")
             errors = console_errors(driver)
             check(not errors, f"console errors: {errors}")
+            # Its fetch began in the page's script, before the .wasm was compiled; the app took
+            # the worker over.
+            begun = marks(driver, "stage:fetch-begun-by-the-page")
+            check([m[1] for m in begun] == ["snap.pickle"], f"fetch begun by the page: {begun}")
             print("a real snapshot's memory timeline and segments (the Memory timeline tab)")
             driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FRAME_SHIM})
             name, detail, at_ms, image = open_page(driver, base, "?url=real.pickle", out / "real-snapshot.png")
@@ -428,6 +454,11 @@ def main():
                 check(red > 40, f"the error is drawn in the page: {red} red pixels")
                 foreign = elsewhere(requested_urls(driver))
                 check(not foreign, f"no request left 127.0.0.1: {foreign}")
+                if query == "?url=huge.pickle":
+                    # Refused from its size, also by the fetch the page begins before the app
+                    # runs: what went out is what the sockets hold, not the 64 MiB read ahead.
+                    sent = sent_of("/huge.pickle")
+                    check(sent is not None and sent < 32 << 20, f"not downloaded: {sent} bytes of it sent")
                 driver.get_log("browser")
 
             print("a site whose .wasm is damaged: the page says so")

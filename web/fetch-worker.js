@@ -1,11 +1,12 @@
 // Fetches the file the page names and hands its body over part by part, so that the network is
 // read on this thread while the page's thread parses the parts before (a browser delivers a
 // fetch's body on the thread that reads it: read by the page itself, the network waited while
-// the page parsed). The page asks with {url, window}; this answers {head: {status, statusText,
-// length}} and waits for {go: true} (a file too big for the tab is never downloaded: the page
-// ends this worker instead), then sends {part} after {part} (their buffers moved, not copied),
-// never more than `window` bytes the page has not taken back with {took: bytes}, and {done} or
-// {error: message} at the end.
+// the page parsed). The page asks with {url, window, most?}; this answers {head: {status,
+// statusText, length}} and waits for {go: true} (a file too big for the tab is never downloaded:
+// the page ends this worker instead) — or, given `most` (asked before the app runs), goes on at
+// once unless the server says the file is longer — then sends {part} after {part} (their buffers
+// moved, not copied), never more than `window` bytes the page has not taken back with
+// {took: bytes}, and {done} or {error: message} at the end.
 
 let owed = 0; // bytes handed over and not yet taken back
 let room = 0;
@@ -38,6 +39,7 @@ self.onmessage = async (event) => {
       head: { status: response.status, statusText: response.statusText, length: length > 0 ? length : null },
     });
     if (!response.ok) return;
+    if (m.most !== undefined && !(length > m.most)) go = true;
     await waitFor(() => go);
     const reader = response.body.getReader();
     for (;;) {

@@ -30,6 +30,6 @@ pub use collector::plot::lod;
 pub use compare::compare_text;
 pub use follow::Fetch;
 pub use run::{
-    Arriving, EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run, TabFile, WEB_MAX_RECORDING,
-    WEB_MAX_SNAPSHOT, WEB_MAX_SNAPSHOT_HELD, too_big_for_a_tab,
+    Arriving, EXAMPLE_NAME, EXAMPLE_RECORDING, OpenRun, Run, TAB_FETCH_MOST, TAB_FETCH_WINDOW,
+    TabFile, WEB_MAX_RECORDING, WEB_MAX_SNAPSHOT, WEB_MAX_SNAPSHOT_HELD, too_big_for_a_tab,
 };

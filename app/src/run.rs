@@ -34,6 +34,18 @@ pub const WEB_MAX_TRACE: u64 = 3 << 29;
 /// recording stores one in 2.6 to 8 bytes.
 pub const WEB_MAX_RECORDING: u64 = 256 << 20;
 
+/// The largest file of any kind a browser tab opens: a file the server says is longer is refused
+/// before it is downloaded (`web/index.html`'s early fetch holds the same number).
+pub const TAB_FETCH_MOST: u64 = max(max(WEB_MAX_SNAPSHOT, WEB_MAX_RECORDING), WEB_MAX_TRACE);
+
+/// At most this many bytes of a file fetched by `?url=` are read ahead of what the tab parsed
+/// (`web/index.html`'s early fetch holds the same number).
+pub const TAB_FETCH_WINDOW: u32 = 64 << 20;
+
+const fn max(a: u64, b: u64) -> u64 {
+    if a > b { a } else { b }
+}
+
 /// What a file opened in a browser tab is, for [`too_big_for_a_tab`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TabFile {
@@ -57,10 +69,7 @@ pub fn too_big_for_a_tab(name: &str, len: u64, kind: TabFile) -> Option<String> 
         TabFile::Snapshot => (WEB_MAX_SNAPSHOT, "snapshot"),
         TabFile::SnapshotHeld => (WEB_MAX_SNAPSHOT_HELD, "snapshot"),
         TabFile::Trace => (WEB_MAX_TRACE, "profiler file"),
-        TabFile::Any => (
-            WEB_MAX_SNAPSHOT.max(WEB_MAX_RECORDING).max(WEB_MAX_TRACE),
-            "file",
-        ),
+        TabFile::Any => (TAB_FETCH_MOST, "file"),
     };
     (len > limit).then(|| {
         let how = if kind == TabFile::SnapshotHeld {

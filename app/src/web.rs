@@ -312,20 +312,27 @@ fn to_worker(name: &str, value: &JsValue) -> js_sys::Object {
     m
 }
 
-/// At most this many bytes are fetched ahead of what the page has read.
-const WORKER_WINDOW: u32 = 64 << 20;
-
 /// `url` (named `href`, resolved) fetched by a worker (`fetch-worker.js`, next to the page)
 /// that reads the network while this thread reads the parts it handed over before: a browser
 /// delivers a body on the thread that reads it, and read here the network waited while a part
-/// was parsed. `None` when no worker runs here (none in this browser, its script not served):
-/// the page fetches it itself.
+/// was parsed. The worker the page started for it before the app ran (`web/index.html`), when
+/// there is one, else one started now. `None` when no worker runs here (none in this browser,
+/// its script not served): the page fetches it itself.
 async fn fetch_in_worker(url: &str, href: &str) -> Option<Result<crate::Arriving, String>> {
     let named = |err: String| format!("{url}: {err}");
-    let inbox = Inbox::start("fetch-worker.js")?;
-    let ask = to_worker("url", &href.into());
-    let _ = js_sys::Reflect::set(&ask, &"window".into(), &WORKER_WINDOW.into());
-    inbox.worker.post_message(&ask).ok()?;
+    let inbox = match Inbox::started_by_the_page(href) {
+        Some(inbox) => {
+            performance_mark("stage:fetch-begun-by-the-page", &url.into());
+            inbox
+        }
+        None => {
+            let inbox = Inbox::start("fetch-worker.js")?;
+            let ask = to_worker("url", &href.into());
+            let _ = js_sys::Reflect::set(&ask, &"window".into(), &crate::TAB_FETCH_WINDOW.into());
+            inbox.worker.post_message(&ask).ok()?;
+            inbox
+        }
+    };
     let field = |m: &JsValue, name: &str| {
         js_sys::Reflect::get(m, &name.into())
             .ok()
@@ -411,7 +418,35 @@ impl Waiting {
 
 impl Inbox {
     fn start(script: &str) -> Option<Self> {
-        let worker = web_sys::Worker::new(script).ok()?;
+        Some(Self::of(web_sys::Worker::new(script).ok()?))
+    }
+
+    /// The worker `web/index.html` started for `href` before the app ran
+    /// (`window.tidemarkEarlyFetch`), with the messages it sent meanwhile (`null`: it failed).
+    /// Taken once; one started for another address is ended.
+    fn started_by_the_page(href: &str) -> Option<Self> {
+        let window = web_sys::window()?;
+        let key: JsValue = "tidemarkEarlyFetch".into();
+        let early = js_sys::Reflect::get(&window, &key)
+            .ok()
+            .filter(|e| e.is_object())?;
+        let _ = js_sys::Reflect::delete_property(&window, &key);
+        let get = |name: &str| js_sys::Reflect::get(&early, &name.into()).ok();
+        let worker: web_sys::Worker = get("worker")?.dyn_into().ok()?;
+        if get("href").and_then(|h| h.as_string()).as_deref() != Some(href) {
+            worker.terminate();
+            return None;
+        }
+        let messages: js_sys::Array = get("messages")?.dyn_into().ok()?;
+        // Nothing arrives between these lines (one thread): what came before is read first.
+        let inbox = Self::of(worker);
+        for message in messages.iter() {
+            Waiting::add(&inbox.waiting, (!message.is_null()).then_some(message));
+        }
+        Some(inbox)
+    }
+
+    fn of(worker: web_sys::Worker) -> Self {
         let waiting = std::rc::Rc::new(std::cell::RefCell::new(Waiting::default()));
         let to = waiting.clone();
         let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
@@ -425,12 +460,12 @@ impl Inbox {
         });
         worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-        Some(Self {
+        Self {
             worker,
             waiting,
             _on_message: on_message,
             _on_error: on_error,
-        })
+        }
     }
 
     /// The next message, once it came (`None`: the worker failed).

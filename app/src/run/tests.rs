@@ -179,3 +179,17 @@ fn what_arrives_is_told_from_its_first_bytes() {
     let mut arriving = Arriving::expecting("big.pickle", 300 << 20);
     assert_eq!(arriving.push(&bytes[..100]), Ok(()));
 }
+
+#[test]
+fn the_pages_early_fetch_asks_with_the_apps_window_and_limit() {
+    // web/index.html starts the fetch of `?url=` before the app runs, with these two numbers
+    // written out: a file the app refuses from its size must not be downloaded by it either.
+    let page = include_str!("../../../web/index.html");
+    let ask = format!("window: {TAB_FETCH_WINDOW}, most: {TAB_FETCH_MOST}");
+    assert!(
+        page.contains(&ask),
+        "web/index.html's early fetch must ask with {{ {ask} }}"
+    );
+    assert_eq!(too_big_for_a_tab("f", TAB_FETCH_MOST, TabFile::Any), None);
+    assert!(too_big_for_a_tab("f", TAB_FETCH_MOST + 1, TabFile::Any).is_some());
+}
