@@ -4,9 +4,9 @@
 // the page parsed). The page asks with {url, window, most?}; this answers {head: {status,
 // statusText, length}} and waits for {go: true} (a file too big for the tab is never downloaded:
 // the page ends this worker instead) — or, given `most` (asked before the app runs), goes on at
-// once unless the server says the file is longer — then sends {part} after {part} (their buffers
-// moved, not copied), never more than `window` bytes the page has not taken back with
-// {took: bytes}, and {done} or {error: message} at the end.
+// once unless the server says the file is longer (then its body is cancelled) — then sends
+// {part} after {part} (their buffers moved, not copied), never more than `window` bytes the page
+// has not taken back with {took: bytes}, and {done} or {error: message} at the end.
 
 let owed = 0; // bytes handed over and not yet taken back
 let room = 0;
@@ -39,8 +39,13 @@ self.onmessage = async (event) => {
       head: { status: response.status, statusText: response.statusText, length: length > 0 ? length : null },
     });
     if (!response.ok) return;
-    if (m.most !== undefined && !(length > m.most)) go = true;
+    // Asked before the app runs: a file longer than any tab opens is not read (a browser reads
+    // tens of MiB ahead into its buffers by itself while a body waits), the rest goes on at once.
+    const refused = m.most !== undefined && length > m.most;
+    if (refused) await response.body.cancel();
+    else if (m.most !== undefined) go = true;
     await waitFor(() => go);
+    if (refused) throw new Error(`${length} bytes: more than a tab opens`);
     const reader = response.body.getReader();
     for (;;) {
       await waitFor(() => owed < room);
