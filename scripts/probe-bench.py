@@ -26,6 +26,8 @@ Then, under the collector:
     step of each timed, after one of its kind), the median of the pairs' differences over the
     median step, wall and CPU: the steady-state cost, with both halves of a pair on the same
     machine (whole runs differ by ±10 % here: process to process, not probe to probe);
+    `--ab-piece call|backward|optimizer` switches only that piece (the call around the root
+    model with its step starts; the backward wrapper; the optimizer hooks, which end the step);
   - the isolated edge: `tidemark.begin` 1.5 ms apart (the gap spent computing), 2,000 of them,
     median and mean µs; and edges back to back (best of 5 rounds of 100,000), µs per edge;
   - where the time goes, per loop: the probe's functions timed in the job (thread CPU time, the
@@ -126,13 +128,20 @@ if AB:
     cells = [c.cell_contents for c in (wrapped_backward.__closure__ or ())]
     plain_backward = next(c for c in cells if callable(c) and getattr(c, "__name__", "") == "backward")
     saved = {}
-    hook_dicts = [(model, name) for name in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")]
-    hook_dicts += [(optim_module, "_global_optimizer_pre_hooks"), (optim_module, "_global_optimizer_post_hooks")]
+    piece = os.environ.get("BENCH_AB_PIECE", "")  # only this one switched: call, backward, optimizer
+    hook_dicts = []
+    if piece in ("", "call"):
+        hook_dicts += [(model, name) for name in ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")]
+    if piece in ("", "optimizer"):
+        hook_dicts += [(optim_module, "_global_optimizer_pre_hooks"), (optim_module, "_global_optimizer_post_hooks")]
 
     observer = model.__dict__.get("_compiled_call_impl")  # the probe's call around the root's
+    if piece == "call" and observer is not None:
+        # The optimizer's hook would observe the root again when it finds its call taken out.
+        sys.modules["tidemark._auto"]._still_observed = lambda: None
 
     def probe(on):
-        if observer is not None:
+        if observer is not None and piece in ("", "call"):
             if on:
                 model.__dict__["_compiled_call_impl"] = observer
             else:
@@ -144,7 +153,8 @@ if AB:
             else:
                 saved[(id(owner), name)] = dict(hooks)
                 hooks.clear()
-        torch.autograd.backward = wrapped_backward if on else plain_backward
+        if piece in ("", "backward"):
+            torch.autograd.backward = wrapped_backward if on else plain_backward
 
     clocks = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
     costs = {kind: [] for kind in clocks}  # on − off, ns, a pair each
@@ -280,6 +290,8 @@ def run_job(args, folder, loop, under, where=False, ab=False):
         env["BENCH_WHERE"] = "1"
     if ab:
         env["BENCH_AB"] = "1"
+        if args.ab_piece:
+            env["BENCH_AB_PIECE"] = args.ab_piece
     command = [args.python, os.path.join(folder, "job.py")]
     if under:
         command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"), "--"] + command
@@ -397,6 +409,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--loops", default="small,many")
     parser.add_argument("--skip", default="", help="comma-separated: where,ab,throughput,edges")
+    parser.add_argument("--ab-piece", choices=("call", "backward", "optimizer"),
+                        help="the pairs switch only this piece of the probe (the rest stays on)")
     args = parser.parse_args()
     args.collector = os.path.abspath(args.collector)
     skip = set(filter(None, args.skip.split(",")))
