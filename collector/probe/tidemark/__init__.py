@@ -152,48 +152,40 @@ def _edge(edge, name):
             # The short way: a step that reads nothing of the host (decided at its first edge)
             # and no CUDA: the time and the names only.
             now = _monotonic_ns()
-            pending = _pending
-            pending.append((now, step, edge, None, None, None, name))
-            size = _pending_bytes[0] = _pending_bytes[0] + _EDGE_BYTES + len(name)
+            numbers = heap = statm = None
             _quiet_edges[0] += 1
-            if len(pending) == 1:
-                _pending_since[0] = now
-                if not _flusher_started:
-                    _start_flusher()
-            elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
-                _flush_pending()
-            return
-        torch = _torch if _torch is not None else _modules.get("torch")  # also without auto mode
-        numbers = None
-        if torch is not None and torch.cuda.is_initialized():
-            numbers = _allocator_numbers(torch, edge)
-        now = _monotonic_ns()
-        if step != _host_decided[0] or (step is None and edge == "b" and now >= _host_recheck[0]):
-            _decide_host(step, now)
-        statm = None
-        readers = _readers
-        if readers.statm is not None:
-            rss = _rss
-            if rss.granted:
-                try:
-                    statm = _pread(readers.statm, 64, 0)
-                except OSError:
-                    pass
-                # Wall time (a thread-time clock is a system call): a read takes 2–30 µs,
-                # so more is the thread preempted on a busy machine, counted as the most a read
-                # costs, not as the job's time spent.
-                rss.spent_ns += min(_monotonic_ns() - now, _RSS_READ_MOST_NS)
-                rss.done += 1
-            else:
-                rss.skipped += 1
-        heap = None
-        if numbers is None and readers.mallinfo2 is not None:
-            if _heap.granted:
-                heap = _read_heap()
-            else:
-                _heap.skipped += 1
-        if _categories_waiting:
-            _send_categories(heap)
+        else:
+            torch = _torch if _torch is not None else _modules.get("torch")  # also without auto mode
+            numbers = None
+            if torch is not None and torch.cuda.is_initialized():
+                numbers = _allocator_numbers(torch, edge)
+            now = _monotonic_ns()
+            if step != _host_decided[0] or (step is None and edge == "b" and now >= _host_recheck[0]):
+                _decide_host(step, now)
+            statm = None
+            readers = _readers
+            if readers.statm is not None:
+                rss = _rss
+                if rss.granted:
+                    try:
+                        statm = _pread(readers.statm, 64, 0)
+                    except OSError:
+                        pass
+                    # Wall time (a thread-time clock is a system call): a read takes 2–30 µs,
+                    # so more is the thread preempted on a busy machine, counted as the most a
+                    # read costs, not as the job's time spent.
+                    rss.spent_ns += min(_monotonic_ns() - now, _RSS_READ_MOST_NS)
+                    rss.done += 1
+                else:
+                    rss.skipped += 1
+            heap = None
+            if numbers is None and readers.mallinfo2 is not None:
+                if _heap.granted:
+                    heap = _read_heap()
+                else:
+                    _heap.skipped += 1
+            if _categories_waiting:
+                _send_categories(heap)
         pending = _pending
         pending.append((now, step, edge, numbers, heap, statm, name))
         size = _pending_bytes[0] = _pending_bytes[0] + _EDGE_BYTES + len(name) + (numbers is not None and len(numbers))
