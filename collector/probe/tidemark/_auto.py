@@ -9,8 +9,10 @@
   module takes its call off torch's fast path (~9 µs a call); with hooks on it where that cannot
   be (an older torch, a class with its own ``__call__``). The hooks do nothing while torch
   compiles (a hook inside a compiled region would break its graph, and a ``fullgraph`` compile
-  with it): a model that ``module.compile()`` compiled before its first step is never seen as a
-  root (its call runs compiled); ``torch.compile(model)``'s wrapper is.
+  with it), nor does the call around a root where a compiled function calls it. A model that
+  ``module.compile()`` compiled runs its call compiled whole, where no hook of the probe runs: it
+  is observed around its compiled call from the compile on, and is a root where it is called
+  outside any other root (``torch.compile(model)``'s wrapper is found by the hooks).
 - backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped, and
   ``torch.autograd.grad`` where it is called outside a forward and a backward.
   No global backward hooks: they break in-place operations.
@@ -38,8 +40,9 @@ _discovering = True
 _StorageWeakRef = None  # torch's weak reference to a storage, once torch is loaded
 _always_call = True     # whether a forward that raises still runs the post hook (torch ≥ 2.1)
 _calls_observable = False  # whether roots are observed through `_compiled_call_impl` (`_install`)
-_observed = {}          # id -> (weak reference to a root observed by its call, that call, the
-                        # compiled call it wraps or None)
+_observed = {}          # id -> (weak reference to a model observed by its call, that call, the
+                        # compiled call it wraps or None, whether it is a root only where no
+                        # root is open: a compiled model not found as a root)
 _is_compiling = None    # torch.compiler.is_compiling, once torch is loaded
 
 
@@ -120,6 +123,8 @@ def _install(torch):
         post = nn_module.register_module_forward_hook(_global_post)
         _always_call = False
     _global_handles.append(post)
+    if _calls_observable:
+        _compiles_observed(torch.nn.Module)
 
     backward = torch.autograd.backward
 
@@ -346,7 +351,7 @@ def _stop_discovering():
         handle.remove()
     _global_handles.clear()
     for module in list(_roots.values()):
-        if not _observe_call(module):
+        if _call_of(module) is None and not _observe_call(module):
             _hook(module)
 
 
@@ -392,18 +397,22 @@ def _calls_can_be_observed(torch):
         return False
 
 
-def _observe_call(module):
+def _observe_call(module, root=True):
     """Observes a root model's calls through the call ``Module.__call__`` makes first (around
     the compiled one where ``module.compile()`` set it), where that can be (not for a class with
-    its own ``__call__``); False where it cannot."""
+    its own ``__call__``); False where it cannot. Not `root`: a compiled model, a root only
+    where it is called outside any other root. Nothing of it runs where a compiled function calls
+    the model (dynamo would trace it)."""
     if not _calls_observable or type(module).__call__ is not _torch_module_call():
         return False
     ref = weakref.ref(module)  # the probe must not keep a model alive, not even in a cycle
-    pre, post = _root_pre, _root_post
+    pre, post, compiling = (_root_pre if root else _compiled_pre), _root_post, _is_compiling
     compiled = module.__dict__.get("_compiled_call_impl")
     if compiled is None:
         def call(*args, **kwargs):
             module = ref()
+            if compiling():
+                return module._call_impl(*args, **kwargs)
             pre(module, args)
             try:
                 return module._call_impl(*args, **kwargs)
@@ -411,6 +420,8 @@ def _observe_call(module):
                 post(module, args, None)
     else:
         def call(*args, **kwargs):
+            if compiling():
+                return compiled(*args, **kwargs)
             module = ref()
             pre(module, args)
             try:
@@ -421,8 +432,43 @@ def _observe_call(module):
     if not _observed:
         _replicas_not_observed(tidemark._torch.nn.Module)
     module.__dict__["_compiled_call_impl"] = call
-    _observed[id(module)] = (ref, call, compiled)
+    _observed[id(module)] = (ref, call, compiled, root)
     return True
+
+
+def _compiled_pre(module, args):
+    """A compiled model's call: a root's where no root is open in this thread (a compiled block
+    of a model is not)."""
+    try:
+        if _in_forward() or not _is_model(module):
+            return
+        _roots[id(module)] = module
+    except Exception:
+        return
+    _root_pre(module, args)
+
+
+def _compiles_observed(module_class):
+    """``module.compile()`` makes the module's call run compiled whole, where the hooks that find
+    roots do nothing: the compiled model is observed around its compiled call from then on."""
+    compile_ = getattr(module_class, "compile", None)
+    if compile_ is None:
+        return
+
+    def compile_observed(self, *args, **kwargs):
+        result = compile_(self, *args, **kwargs)
+        try:
+            if id(self) in _observed:
+                _still_observed()
+            else:
+                _observe_call(self, root=False)
+        except Exception:
+            pass
+        return result
+
+    compile_observed.__doc__ = compile_.__doc__
+    compile_observed.__wrapped__ = compile_
+    module_class.compile = compile_observed
 
 
 _replicas_guarded = [False]
@@ -459,13 +505,13 @@ def _torch_module_call():
 def _still_observed():
     """At a step's end: a root whose call was taken since (``module.compile()`` sets the same
     attribute) is observed around the new call, so that its phases go on."""
-    for key, (ref, call, _) in list(_observed.items()):
+    for key, (ref, call, _, root) in list(_observed.items()):
         module = ref()
         if module is None:
             del _observed[key]
         elif module.__dict__.get("_compiled_call_impl") is not call:
             del _observed[key]
-            if not _observe_call(module):
+            if not _observe_call(module, root) and root:
                 _hook(module)
 
 

@@ -254,13 +254,12 @@ print("hooks once compiled:", len(model._forward_pre_hooks), len(model._forward_
             .count()
     };
     // Both models in the first step, model in two more, the forward that raised, other's
-    // last call, then the second compiled step (the first step after `module.compile()` took
-    // the call has no forward: the probe sees that at the step's end). The eval: model's call
-    // beside its copy's (a copy is no root).
-    assert_eq!(count(Phase::Forward, Edge::Begin), 2 + 2 + 1 + 1 + 1);
+    // last call, then the two compiled steps (`module.compile()` is seen as it takes the call).
+    // The eval: model's call beside its copy's (a copy is no root).
+    assert_eq!(count(Phase::Forward, Edge::Begin), 2 + 2 + 1 + 1 + 2);
     assert_eq!(
         count(Phase::Forward, Edge::End),
-        7,
+        8,
         "the forward that raised ended"
     );
     assert_eq!(count(Phase::Eval, Edge::Begin), 1);
@@ -293,11 +292,49 @@ print("trained")
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "trained\n");
     let recording = job.recording();
-    // The first model's wrapper is a root from the first step on. The second model's call runs
-    // compiled whole: the global hooks that find roots do nothing there.
-    assert_eq!(begins(&recording, &Phase::Forward).len(), 3);
+    // The first model's wrapper is a root from the first step on, found by the hooks. The second
+    // model's call runs compiled whole, where they do nothing: it is observed around its compiled
+    // call from its compile on, a root where nothing else is open.
+    assert_eq!(begins(&recording, &Phase::Forward).len(), 6);
     assert_eq!(begins(&recording, &Phase::Backward).len(), 3);
     assert_eq!(begins(&recording, &Phase::Optimizer).len(), 3);
+}
+
+/// Blocks compiled one by one (`block.compile()`) inside a model that is not: one forward a
+/// step, the model's, not one a block. A model found as a root in eager steps and then called
+/// by a function compiled whole (`fullgraph`): it trains, and the compiled steps have no forward
+/// of their own (the probe's call is not traced into the graph).
+#[test]
+fn compiled_blocks_are_not_roots_and_compiled_functions_call_a_root_untouched() {
+    let job = Job::new(
+        r#"
+import torch
+from torch import nn
+torch.manual_seed(0)
+x = torch.randn(2, 4)
+blocks = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1))
+for block in blocks:
+    block.compile(backend="eager", fullgraph=True)
+model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+step = torch.compile(lambda x: model(x).sum(), backend="eager", fullgraph=True)
+opt = torch.optim.SGD([*blocks.parameters(), *model.parameters()], lr=0.1)
+for i in range(5):
+    blocks(x).sum().backward()
+    loss = model(x).sum() if i < 2 else step(x)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("trained")
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "trained\n");
+    let recording = job.recording();
+    // blocks: 5 (its compiled blocks inside it are not roots); model: its 2 eager steps.
+    assert_eq!(begins(&recording, &Phase::Forward).len(), 7);
+    assert_eq!(begins(&recording, &Phase::Backward).len(), 10);
+    assert_eq!(begins(&recording, &Phase::Optimizer).len(), 5);
 }
 
 /// Automatic mode off: only what the job marks.
