@@ -288,16 +288,19 @@ for _ in range(3):
 print("trained")
 "#,
     );
+    // The first model's wrapper is a root from the first step on, found by the hooks. The second
+    // model's call runs compiled whole, where they do nothing: it is observed around its compiled
+    // call from its compile on, a root where nothing else is open.
+    assert_eq!(phases_of_a_job_that_trained(&job), [6, 3, 3]);
+}
+
+/// Runs `job`, which prints "trained", and counts its forwards, backwards and optimizer steps.
+fn phases_of_a_job_that_trained(job: &Job) -> [usize; 3] {
     let output = job.run(&[]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "trained\n");
     let recording = job.recording();
-    // The first model's wrapper is a root from the first step on, found by the hooks. The second
-    // model's call runs compiled whole, where they do nothing: it is observed around its compiled
-    // call from its compile on, a root where nothing else is open.
-    assert_eq!(begins(&recording, &Phase::Forward).len(), 6);
-    assert_eq!(begins(&recording, &Phase::Backward).len(), 3);
-    assert_eq!(begins(&recording, &Phase::Optimizer).len(), 3);
+    [Phase::Forward, Phase::Backward, Phase::Optimizer].map(|p| begins(&recording, &p).len())
 }
 
 /// Blocks compiled one by one (`block.compile()`) inside a model that is not: one forward a
@@ -327,14 +330,8 @@ for i in range(5):
 print("trained")
 "#,
     );
-    let output = job.run(&[]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert_eq!(String::from_utf8_lossy(&output.stdout), "trained\n");
-    let recording = job.recording();
-    // blocks: 5 (its compiled blocks inside it are not roots); model: its 2 eager steps.
-    assert_eq!(begins(&recording, &Phase::Forward).len(), 7);
-    assert_eq!(begins(&recording, &Phase::Backward).len(), 10);
-    assert_eq!(begins(&recording, &Phase::Optimizer).len(), 5);
+    // Forwards: blocks' 5 (its compiled blocks inside it are not roots) and model's 2 eager steps.
+    assert_eq!(phases_of_a_job_that_trained(&job), [7, 10, 5]);
 }
 
 /// Automatic mode off: only what the job marks.
