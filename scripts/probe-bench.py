@@ -136,9 +136,6 @@ if AB:
         hook_dicts += [(optim_module, "_global_optimizer_pre_hooks"), (optim_module, "_global_optimizer_post_hooks")]
 
     observer = model.__dict__.get("_compiled_call_impl")  # the probe's call around the root's
-    if piece == "call" and observer is not None:
-        # The optimizer's hook would observe the root again when it finds its call taken out.
-        sys.modules["tidemark._auto"]._still_observed = lambda: None
 
     def probe(on):
         if observer is not None and piece in ("", "call"):

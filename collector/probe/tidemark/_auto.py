@@ -408,26 +408,17 @@ def _observe_call(module, root=True):
     ref = weakref.ref(module)  # the probe must not keep a model alive, not even in a cycle
     pre, post, compiling = (_root_pre if root else _compiled_pre), _root_post, _is_compiling
     compiled = module.__dict__.get("_compiled_call_impl")
-    if compiled is None:
-        def call(*args, **kwargs):
-            module = ref()
-            if compiling():
-                return module._call_impl(*args, **kwargs)
-            pre(module, args)
-            try:
-                return module._call_impl(*args, **kwargs)
-            finally:
-                post(module, args, None)
-    else:
-        def call(*args, **kwargs):
-            if compiling():
-                return compiled(*args, **kwargs)
-            module = ref()
-            pre(module, args)
-            try:
-                return compiled(*args, **kwargs)
-            finally:
-                post(module, args, None)
+
+    def call(*args, **kwargs):
+        module = ref()
+        run = module._call_impl if compiled is None else compiled
+        if compiling():
+            return run(*args, **kwargs)
+        pre(module, args)
+        try:
+            return run(*args, **kwargs)
+        finally:
+            post(module, args, None)
 
     if not _observed:
         _replicas_not_observed(tidemark._torch.nn.Module)
@@ -458,10 +449,11 @@ def _compiles_observed(module_class):
     def compile_observed(self, *args, **kwargs):
         result = compile_(self, *args, **kwargs)
         try:
-            if id(self) in _observed:
-                _still_observed()
-            else:
-                _observe_call(self, root=False)
+            # Observed already (a root, or compiled before): around its new call, as it was.
+            observed = _observed.pop(id(self), None)
+            root = observed is not None and observed[0]() is self and observed[3]
+            if not _observe_call(self, root) and root:
+                _hook(self)
         except Exception:
             pass
         return result
@@ -502,19 +494,6 @@ def _torch_module_call():
     return tidemark._torch.nn.Module.__call__
 
 
-def _still_observed():
-    """At a step's end: a root whose call was taken since (``module.compile()`` sets the same
-    attribute) is observed around the new call, so that its phases go on."""
-    for key, (ref, call, _, root) in list(_observed.items()):
-        module = ref()
-        if module is None:
-            del _observed[key]
-        elif module.__dict__.get("_compiled_call_impl") is not call:
-            del _observed[key]
-            if not _observe_call(module, root) and root:
-                _hook(module)
-
-
 _optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one look
 
 
@@ -539,7 +518,5 @@ def _optimizer_post(opt, args, kwargs):
             tidemark._step = (tidemark._step or 0) + 1
         if _discovering:
             _stop_discovering()
-        elif _observed:
-            _still_observed()
     except Exception:
         pass
