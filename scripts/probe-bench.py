@@ -3,6 +3,7 @@
 collector, an isolated phase edge, and where the probe's time goes. Builds nothing.
 
     scripts/probe-bench.py COLLECTOR [--python PY] [--runs 5] [--seconds 20] [--loops small,many]
+    scripts/probe-bench.py COLLECTOR --instructions [--loops small]
 
 COLLECTOR is the `collector` binary to measure (its probe is the one built into it). PY is a
 Python with torch (default: $TIDEMARK_PYTHON, else python3).
@@ -34,9 +35,15 @@ Then, under the collector:
     timer's own cost taken off): the phase edges (with the C heap reads in them), the step
     starts (categories, censuses), the step ends; the probe's own accounts of the heap reads,
     categories and censuses; and what torch's hook dispatch on the root model adds.
+
+`--instructions` instead counts, with valgrind's callgrind, the instructions the probe adds to
+a step (100 steps from step 140; the probe on, on with only what every step does, and off): a
+number that does not move with the machine's load, where a step's time moves by more than the
+probe costs.
 """
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,6 +60,7 @@ LOOP = os.environ["BENCH_LOOP"]
 SECONDS = float(os.environ["BENCH_SECONDS"])
 WHERE = os.environ.get("BENCH_WHERE") == "1"
 AB = os.environ.get("BENCH_AB") == "1"
+COUNT = os.environ.get("BENCH_COUNT", "")  # under callgrind: "on", "quiet" or "off"
 
 if LOOP == "small":
     model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(40)])
@@ -109,12 +117,12 @@ def step():
     opt.step()
 
 
-for _ in range(130 if AB else 5):
+for _ in range(130 if AB or COUNT else 5):
     step()
 for cell in spent.values():
     cell[0] = cell[1] = 0
 
-if AB:
+if AB or COUNT:
     # The probe switched off and on in the same process, step by step in pairs (which goes first
     # drawn at random), so that both halves of a pair see the same machine: off = the root
     # model's hooks (or its call, where the probe observes it by its call), the backward wrapper
@@ -153,6 +161,41 @@ if AB:
         if piece in ("", "backward"):
             torch.autograd.backward = wrapped_backward if on else plain_backward
 
+    if COUNT:
+        # Instructions, under callgrind (the probe's cost on any machine, however busy): 100 steps
+        # from step 140 counted, the probe on, off, or on with only what every step does (no
+        # censuses, categories, host reads or saved tensors: the typical step, which the pairs'
+        # median measures). Callgrind runs the job ~100 times slower: the probe's clocks are
+        # stretched as much, so that its batches and reads come as often a step as in a real run.
+        import subprocess
+        scale = int(os.environ.get("BENCH_SCALE", "100"))
+        tidemark._FLUSH_NS *= scale
+        tidemark._FLUSHER_PERIOD_S *= scale
+        tidemark._host.READ_GAP_NS *= scale
+        if COUNT == "quiet":
+            steps_module = tidemark._steps
+            steps_module._census_on = False
+            steps_module._CATEGORY_SHARE = tidemark._host.heap.share = tidemark._host.rss.share = 1e-12
+            steps_module._CATEGORY_GRACE_NS = tidemark._host.READ_GRACE_NS = 0
+            sys.modules["tidemark._auto"]._SAVES_EVERY = 10 ** 9
+        for _ in range(10):
+            step()
+        probe(COUNT != "off")
+        for _ in range(3):
+            step()
+
+        def callgrind(switch):
+            subprocess.run(["callgrind_control", "-i", switch, str(os.getpid())], capture_output=True, check=True)
+            time.sleep(0.5)
+
+        callgrind("on")
+        for _ in range(100):
+            step()
+        callgrind("off")
+        sys.stdout.flush()
+        getattr(os._exit, "__wrapped__", os._exit)(0)  # (the probe's own exit work not counted)
+
+if AB:
     clocks = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
     costs = {kind: [] for kind in clocks}  # on − off, ns, a pair each
     steps_ns = {kind: [] for kind in clocks}  # the off steps
@@ -174,6 +217,8 @@ if AB:
         n, base = len(values), statistics.median(steps_ns[kind])
         print(f"ab {kind} {statistics.median(values) / base:.5f} {values[n // 4] / base:.5f} {values[3 * n // 4] / base:.5f} {n} {statistics.median(values) / 1000:.2f} {base / 1000:.1f}")
     sys.exit(0)
+
+
 def parent_cpu_s():
     """The parent's CPU time (the collector, when the job runs under it), from /proc."""
     try:
@@ -398,6 +443,40 @@ def where(args, folder, loop):
           "(the hooks' own bodies, the backward wrapper and the optimizer hooks not counted: ~3 µs)", flush=True)
 
 
+def instructions(args, folder, loop):
+    """The instructions the probe adds to a step, counted by callgrind (valgrind): the probe on,
+    on with only what every step does, and off, in the same job (the two first runs side by
+    side)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
+
+    def start(mode):
+        env = dict(os.environ, BENCH_LOOP=loop, BENCH_SECONDS="0", OMP_NUM_THREADS="1", BENCH_COUNT=mode,
+                   PYTHONHASHSEED="0")
+        command = [args.collector, "--out", os.path.join(folder, f"{loop}-{mode}.msgpack"), "--",
+                   "valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
+                   args.python, os.path.join(folder, "job.py")]
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def collected(process, mode):
+        out, err = process.communicate()
+        for line in err.splitlines():
+            if "Collected :" in line:
+                return int(line.split("Collected :")[1].split()[0]) / 100
+        sys.exit(f"callgrind counted nothing in the {loop} job ({mode}):\n{out}\n{err[-3000:]}")
+
+    counts = {}
+    for modes in (("on", "off"), ("quiet",)):
+        running = [(mode, start(mode)) for mode in modes]
+        for mode, process in running:
+            counts[mode] = collected(process, mode)
+    step, on, quiet = counts["off"], counts["on"] - counts["off"], counts["quiet"] - counts["off"]
+    print(f"{loop}: instructions a step (callgrind, 100 steps from step 140): {step:,.0f} without the probe; "
+          f"the probe adds {on:,.0f} ({on / step * 100:+.2f} %), of which every step {quiet:,.0f} "
+          f"({quiet / step * 100:+.2f} %) and its shares (censuses, categories, host reads, saved tensors) "
+          f"{on - quiet:,.0f} ({(on - quiet) / step * 100:+.2f} %)", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("collector")
@@ -406,6 +485,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--loops", default="small,many")
     parser.add_argument("--skip", default="", help="comma-separated: where,ab,throughput,edges")
+    parser.add_argument("--instructions", action="store_true",
+                        help="only count the instructions the probe adds to a step, under callgrind (~10 minutes)")
     parser.add_argument("--ab-piece", choices=("call", "backward", "optimizer"),
                         help="the pairs switch only this piece of the probe (the rest stays on)")
     args = parser.parse_args()
@@ -415,13 +496,16 @@ def main():
         with open(os.path.join(folder, "job.py"), "w") as f:
             f.write(JOB)
         for loop in args.loops.split(","):
+            if args.instructions:
+                instructions(args, folder, loop)
+                continue
             if "where" not in skip:
                 where(args, folder, loop)
             if "ab" not in skip:
                 ab(args, folder, loop)
             if "throughput" not in skip:
                 throughput(args, folder, loop)
-        if "edges" not in skip:
+        if "edges" not in skip and not args.instructions:
             edges(args, folder)
 
 

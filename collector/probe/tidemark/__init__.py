@@ -18,8 +18,8 @@ optimizer by optimizer step hooks. The step is the number of optimizer steps tak
 calls ``tidemark.step``.
 
 Sending never blocks the job: lines wait in a batch that goes out as one non-blocking datagram
-once its oldest line is ``_FLUSH_NS`` old (at the next edge, or from a thread that looks ten times
-a second), so that an edge costs a few µs and the collector is woken about five times a second
+once its oldest line is ``_FLUSH_NS`` old (sent by a thread that looks ten times a second; a full
+batch goes at once), so that an edge costs a few µs and the collector is woken about five times a second
 (each datagram wakes it, and on a small machine the job pays for that in the next edges; at the
 job's exit, ``os._exit`` and a fork the batch is sent; a job killed by a signal loses it);
 when the collector is slow, batches wait in a small queue, and when that is full they are dropped
@@ -47,8 +47,8 @@ _PROTOCOL = "tm2"
 _QUEUE_LIMIT_BYTES = 1 << 20  # what may wait for a slow collector; beyond this, drop and count
 _FLUSH_NS = 200_000_000      # a batch goes out once its oldest line is this old …
 _FLUSHER_PERIOD_S = 0.1      # … at the next edge, or when the flusher thread looks
-_BATCH_LINES = 256           # at most this many lines in one datagram …
-_BATCH_BYTES = 32 << 10      # … and this many bytes (the collector reads 64 KiB at a time)
+_BATCH_LINES = 256           # a batch goes at most this many lines …
+_BATCH_BYTES = 32 << 10      # … in datagrams of at most this many bytes (the collector reads 64 KiB)
 
 _sock = None
 _path = None
@@ -65,7 +65,6 @@ _torch = None
 _cuda = None                  # torch.cuda, once auto mode found torch (its `_initialized`: one look)
 _pending = collections.deque()  # lines waiting to go out together (appends need no lock)
 _pending_since = [0]         # when the batch's first line came (a list: no `global` on the hot path)
-_pending_bytes = [0]
 _flusher_started = False
 _warned_step = False
 
@@ -140,73 +139,90 @@ _modules = sys.modules
 def _edge(edge, name):
     """Adds one phase edge to the batch: its time and what is read at it, raw (the line is made
     when the batch is sent, by ``_line``: one warm pass over a batch instead of a cold format at
-    every edge). Resident memory and the C heap are read within their shares (``_Share``), the
-    heap only where host memory is what is judged: not once CUDA is up and the allocator's numbers
-    come. Nothing in it may reach the job: a failure counts as a dropped message. (The hot path of
-    every edge: few calls, ``_add`` written out; the edges of a step that reads neither number,
-    without CUDA, take a shorter way: what they would check is decided at the step's first edge.)"""
+    every edge). Nothing in it may reach the job: a failure counts as a dropped message. (The
+    hot path of every edge: an edge of a step that reads nothing of the host, without CUDA — what
+    it would read is decided at the step's first edge — adds its time and names only.)"""
     global _dropped
     try:
         step = _step
         if step == _quiet_step[0] and _cuda is not None and not _cuda._initialized:
-            # The short way: a step that reads nothing of the host (decided at its first edge)
-            # and no CUDA: the time and the names only.
-            now = _monotonic_ns()
-            numbers = heap = statm = None
+            entry = (_monotonic_ns(), step, edge, name)
             _quiet_edges[0] += 1
         else:
-            torch = _torch if _torch is not None else _modules.get("torch")  # also without auto mode
-            numbers = None
-            if torch is not None and torch.cuda.is_initialized():
-                numbers = _allocator_numbers(torch, edge)
-            now = _monotonic_ns()
-            if step != _host_decided[0] or (step is None and edge == "b" and now >= _host_recheck[0]):
-                _decide_host(step, now)
-            statm = None
-            readers = _readers
-            if readers.statm is not None:
-                rss = _rss
-                if rss.granted:
-                    try:
-                        statm = _pread(readers.statm, 64, 0)
-                    except OSError:
-                        pass
-                    # Wall time (a thread-time clock is a system call): a read takes 2–30 µs,
-                    # so more is the thread preempted on a busy machine, counted as the most a
-                    # read costs, not as the job's time spent.
-                    rss.spent_ns += min(_monotonic_ns() - now, _RSS_READ_MOST_NS)
-                    rss.done += 1
-                else:
-                    rss.skipped += 1
-            heap = None
-            if numbers is None and readers.mallinfo2 is not None:
-                if _heap.granted:
-                    heap = _read_heap()
-                else:
-                    _heap.skipped += 1
-            if _categories_waiting:
-                _send_categories(heap)
+            entry = _read_edge(edge, name, step)
         pending = _pending
-        pending.append((now, step, edge, numbers, heap, statm, name))
-        size = _pending_bytes[0] = _pending_bytes[0] + _EDGE_BYTES + len(name) + (numbers is not None and len(numbers))
+        pending.append(entry)
         if len(pending) == 1:
-            _pending_since[0] = now
+            _pending_since[0] = entry[0]
             if not _flusher_started:
                 _start_flusher()
-        elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
+        elif len(pending) >= _BATCH_LINES:
             _flush_pending()
     except Exception:
         _dropped += 1
 
 
+def _read_edge(edge, name, step):
+    """An edge that reads: the allocator's numbers once CUDA is up, and resident memory and the
+    C heap within their shares (``_host``), the heap only where host memory is what is judged
+    (not once CUDA is up and the allocator's numbers come); the first edge of a step decides what
+    its edges read. Returns the edge's entry of the batch (its time and names only where the
+    step turned out to read nothing)."""
+    torch = _torch if _torch is not None else _modules.get("torch")  # also without auto mode
+    numbers = None
+    if torch is not None and torch.cuda.is_initialized():
+        numbers = _allocator_numbers(torch, edge)
+    now = _monotonic_ns()
+    if step != _host_decided[0] or (step is None and edge == "b" and now >= _host_recheck[0]):
+        _decide_host(step, now)
+        if step == _quiet_step[0] and numbers is None and _cuda is not None and not _cuda._initialized:
+            _quiet_edges[0] += 1
+            if _categories_waiting:
+                _send_categories(None)
+            return (now, step, edge, name)
+    statm = None
+    readers = _readers
+    if readers.statm is not None:
+        rss = _rss
+        if rss.granted:
+            try:
+                statm = _pread(readers.statm, 64, 0)
+            except OSError:
+                pass
+            # Wall time (a thread-time clock is a system call): a read takes 2–30 µs, so more
+            # is the thread preempted on a busy machine, counted as the most a read costs, not
+            # as the job's time spent.
+            rss.spent_ns += min(_monotonic_ns() - now, _RSS_READ_MOST_NS)
+            rss.done += 1
+        else:
+            rss.skipped += 1
+    heap = None
+    if numbers is None and readers.mallinfo2 is not None:
+        if _heap.granted:
+            heap = _read_heap()
+        else:
+            _heap.skipped += 1
+    if _categories_waiting:
+        _send_categories(heap)
+    return (now, step, edge, numbers, heap, statm, name)
+
+
 _RSS_READ_MOST_NS = 100_000  # what one read of resident memory is counted at most
-_EDGE_BYTES = 128  # what an edge's line takes at most, its name and allocator numbers left out
+
+
+def _quiet_format():
+    """The line of an edge that read nothing, to format with its entry (time, step, edge, name):
+    the allocator's numbers, the heap and resident memory all ``-``."""
+    return f"{_PROTOCOL} P %d {_pid} {_rank} %d %s {_NO_NUMBERS} - - %s"
 
 
 def _line(entry):
-    """A line of the batch: as it was added, or a phase edge's, made from what ``_edge`` read."""
+    """A line of the batch: as it was added, or a phase edge's, made from what ``_edge`` read
+    (``_flush_pending`` makes those of the edges that read nothing itself, in one format)."""
     if type(entry) is str:
         return entry
+    if len(entry) == 4:
+        return _quiet_format() % entry
     now, step, edge, numbers, heap, statm, name = entry
     rss = "-" if statm is None else _host.resident_bytes(statm)
     return (f"{_PROTOCOL} P {now} {_pid} {_rank} {'-' if step is None else step} {edge} "
@@ -214,17 +230,15 @@ def _line(entry):
 
 
 def _add(line, now):
-    """Adds a line to the batch; sends the batch once its oldest line is ``_FLUSH_NS`` old or it
-    is full. A batch that nothing follows is sent by the flusher thread. (`_edge` does the
-    same, written out.)"""
+    """Adds a line to the batch; sends the batch when it is full (the flusher thread sends it
+    once its oldest line is ``_FLUSH_NS`` old). (`_edge` does the same, written out.)"""
     pending = _pending
     pending.append(line)
-    size = _pending_bytes[0] = _pending_bytes[0] + len(line) + 1
     if len(pending) == 1:
         _pending_since[0] = now
         if not _flusher_started:
             _start_flusher()
-    elif now - _pending_since[0] >= _FLUSH_NS or len(pending) >= _BATCH_LINES or size >= _BATCH_BYTES:
+    elif len(pending) >= _BATCH_LINES:
         _flush_pending()
 
 
@@ -255,25 +269,37 @@ def _send_now(data):
 
 
 def _flush_pending():
-    """Sends the batched lines as one datagram of lines."""
+    """Sends the batched lines as datagrams of lines, each within ``_BATCH_BYTES``."""
     with _lock:
         count = len(_pending)
         if not count:
             return
-        lines = [_line(_pending.popleft()) for _ in range(count)]
-        _pending_bytes[0] = 0
-        _send("\n".join(lines).encode())
+        quiet = _quiet_format()
+        entries = [_pending.popleft() for _ in range(count)]
+        lines = [quiet % entry if type(entry) is tuple and len(entry) == 4 else _line(entry) for entry in entries]
+        data = "\n".join(lines).encode()
+        if len(data) <= _BATCH_BYTES:
+            _send(data)
+            return
+        chunk, size = [], 0
+        for line in lines:
+            if chunk and size + len(line) + 1 > _BATCH_BYTES:
+                _send("\n".join(chunk).encode())
+                chunk, size = [], 0
+            chunk.append(line)
+            size += len(line) + 1
+        _send("\n".join(chunk).encode())
 
 
 def _start_flusher():
-    """A batch must not wait for the next edge for long: a daemon thread looks ten times a second
-    (it wakes the job's thread that often, and no more: not once per edge)."""
+    """The batch is sent by a daemon thread that looks ten times a second (so that an edge checks
+    no clock but its own, and the job's thread is woken that often, not once per batch)."""
     global _flusher_started
     _flusher_started = True
     try:
         threading.Thread(target=_flusher, name="tidemark-flusher", daemon=True).start()
     except Exception:
-        pass  # no thread (at interpreter exit): the next edges, or the exit, send the batch
+        pass  # no thread (at interpreter exit): a full batch, or the exit, sends it
 
 
 def _flusher():
@@ -421,7 +447,6 @@ def _after_fork_in_child():
     _lock = threading.RLock()
     _queue.clear()
     _pending.clear()
-    _pending_bytes[0] = 0
     _dropped = 0
     globals()["_queued_bytes"] = 0
     _flusher_started = False  # the parent's thread is not the child's

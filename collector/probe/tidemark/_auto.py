@@ -19,7 +19,7 @@
 - optimizer: the optimizer step pre and post hooks. Each optimizer step ends a training step.
 
 What a backward frees of what the forwards before it saved for it (their activations) is measured
-on a sample of steps (``_saves_measured``): while such a forward runs, a saved-tensors hook notes
+on a sample of steps (``_SAVES_EVERY``): while such a forward runs, a saved-tensors hook notes
 each saved storage (weakly); when the backward ends, the storages it freed are summed and sent
 (``tm2 B``). A backward frees the forward's activations and makes gradients; without this number
 the analysis could not tell a backward that keeps what it made from a forward that kept its own.
@@ -27,6 +27,7 @@ the analysis could not tell a backward that keeps what it made from a forward th
 import importlib.abc
 import sys
 import threading
+import time
 import weakref
 
 import tidemark
@@ -35,6 +36,8 @@ _roots = weakref.WeakValueDictionary()  # id -> root model (weak: the probe must
 _optimizers = []                        # weak references to the optimizers seen stepping
 _measured_step = None                   # the step whose start was last measured
 _local = threading.local()  # the module nesting depth, per thread
+_get_ident = threading.get_ident
+_monotonic_ns = time.monotonic_ns
 _global_handles = []
 _discovering = True
 _StorageWeakRef = None  # torch's weak reference to a storage, once torch is loaded
@@ -43,7 +46,7 @@ _calls_observable = False  # whether roots are observed through `_compiled_call_
 _observed = {}          # id -> (weak reference to a model observed by its call, that call, the
                         # compiled call it wraps or None, whether it is a root only where no
                         # root is open: a compiled model not found as a root)
-_is_compiling = None    # torch.compiler.is_compiling, once torch is loaded
+_is_compiling = None    # torch.compiler.is_dynamo_compiling (is_compiling), once torch is loaded
 
 
 def install_when_torch_is_imported():
@@ -111,7 +114,10 @@ def _install(torch):
     global _calls_observable, _is_compiling
     _calls_observable = _calls_can_be_observed(torch)
     compiler = getattr(torch, "compiler", None)
-    _is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+    # Whether dynamo traces the code that asks (`is_compiling` where this torch has no
+    # `is_dynamo_compiling`: one call more).
+    _is_compiling = (getattr(compiler, "is_dynamo_compiling", None) or getattr(compiler, "is_compiling", None)
+                     or (lambda: False))
     from torch.nn.modules import module as nn_module
 
     _global_handles.append(nn_module.register_module_forward_pre_hook(_global_pre))
@@ -126,14 +132,10 @@ def _install(torch):
     if _calls_observable:
         _compiles_observed(torch.nn.Module)
 
-    backward = torch.autograd.backward
-
-    def backward_in_phase(*args, **kwargs):
-        return _as_backward(backward, args, kwargs)
-
-    torch.autograd.backward = backward_in_phase
+    torch.autograd.backward = _as_backward(torch.autograd.backward)
 
     grad = torch.autograd.grad
+    grad_as_backward = _as_backward(grad)
 
     def grad_in_phase(*args, **kwargs):
         # Gradients made by `torch.autograd.grad` outside any forward (a loop that assigns
@@ -142,7 +144,7 @@ def _install(torch):
         # they belong to that phase.
         if _in_backward[0] > 0 or _in_forward():
             return grad(*args, **kwargs)
-        return _as_backward(grad, args, kwargs)
+        return grad_as_backward(*args, **kwargs)
 
     torch.autograd.grad = grad_in_phase
 
@@ -155,21 +157,27 @@ def _install(torch):
 _in_backward = [0]  # backwards running now, in any thread (the engine's threads run nested ones)
 
 
-def _as_backward(run, args, kwargs):
-    """`run(*args, **kwargs)` as a backward phase, with what it freed of the forwards' saved
-    tensors."""
-    if tidemark._sock is not None:  # (tidemark.begin, one call less: the hooks run at every step)
-        tidemark._edge("b", "backward")
-    saved = _saved_before_backward()
-    _in_backward[0] += 1
-    try:
-        return run(*args, **kwargs)
-    finally:
-        _in_backward[0] -= 1
-        if saved:
-            _send_saved_freed(saved)
-        if tidemark._sock is not None:
-            tidemark._edge("e", "backward")
+def _as_backward(run):
+    """`run` (``torch.autograd.backward`` or ``grad``) made a backward phase, with what it freed of
+    the forwards' saved tensors."""
+
+    def in_phase(*args, **kwargs):
+        if tidemark._sock is not None:  # (tidemark.begin, one call less: it runs at every step)
+            tidemark._edge("b", "backward")
+        saved = _saved_before_backward() if _saved else None
+        _in_backward[0] += 1
+        try:
+            return run(*args, **kwargs)
+        finally:
+            _in_backward[0] -= 1
+            if saved:
+                _send_saved_freed(saved)
+            if tidemark._sock is not None:
+                tidemark._edge("e", "backward")
+
+    in_phase.__doc__ = run.__doc__
+    in_phase.__wrapped__ = run
+    return in_phase
 
 
 def _in_forward():
@@ -182,13 +190,6 @@ def _is_model(module):
     for _ in module.parameters():
         return True
     return False
-
-
-def _mode(module):
-    torch = tidemark._torch
-    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not module.training:
-        return "eval"
-    return "forward"
 
 
 def _global_pre(module, args):
@@ -222,13 +223,9 @@ _saved = {}   # storage address -> (weak reference, bytes, device): what the mea
 _SAVED_MAX = 65536  # forwards that no backward follows (a no_grad forgotten) add no more than this
 
 
-def _saves_measured(step):
-    """Whether the forwards of this step have their saved tensors noted: the first 8 steps, then
-    every 64th (a training step saves the same graph each time; noting ~2 µs a tensor, 80
-    tensors of a small model cost 0.2 % of its steps at every 16th)."""
-    return step is not None and (step < 8 or step % _SAVES_EVERY == 0)
-
-
+# The forwards whose saved tensors are noted: those of the first 8 steps, then of every 64th (a
+# training step saves the same graph each time; noting ~2 µs a tensor, 80 tensors of a small
+# model cost 0.2 % of its steps at every 16th).
 _SAVES_EVERY = 64
 
 
@@ -315,18 +312,25 @@ def optimizers():
 
 
 def _root_pre(module, args):
+    """A root model's call begins: forward, or eval when gradients are off, in inference mode or
+    when the model is in eval mode. A step starts with its first training forward (an eval
+    between steps does not count: the gradients of the step before may still be there). (Every
+    step's hot path: the mode and the sample of steps written out.)"""
     global _measured_step
     try:
-        name = _mode(module)
-        # A step starts with its first training forward (an eval between steps does not count:
-        # the gradients of the step before may still be there).
-        if name == "forward" and tidemark._step != _measured_step:
-            _measured_step = tidemark._step
-            tidemark._at_step_start(tidemark._torch)
-        _open[(id(module), threading.get_ident())] = name
+        torch = tidemark._torch
+        step = tidemark._step
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not module.training:
+            name = "eval"
+        else:
+            name = "forward"
+            if step != _measured_step:
+                _measured_step = step
+                tidemark._at_step_start(torch)
+        _open[(id(module), _get_ident())] = name
         if tidemark._sock is not None:
             tidemark._edge("b", name)
-        if name == "forward" and _saves_measured(tidemark._step):
+        if name == "forward" and step is not None and (step < 8 or step % _SAVES_EVERY == 0):
             _start_saving(module)
     except Exception:
         pass
@@ -334,7 +338,7 @@ def _root_pre(module, args):
 
 def _root_post(module, args, output):
     try:
-        name = _open.pop((id(module), threading.get_ident()), None)
+        name = _open.pop((id(module), _get_ident()), None)
         if _saving and name == "forward":
             _stop_saving(module)
         if name is not None and tidemark._sock is not None:
@@ -515,7 +519,10 @@ def _optimizer_post(opt, args, kwargs):
             tidemark._edge("e", "optimizer")
         tidemark._at_step_end()
         if not tidemark._manual_step:
-            tidemark._step = (tidemark._step or 0) + 1
+            step = tidemark._step = (tidemark._step or 0) + 1
+            # What the new step's edges read of the host, decided as its number changes: its
+            # first edge then takes the short way like the others (``tidemark._edge``).
+            tidemark._decide_host(step, _monotonic_ns())
         if _discovering:
             _stop_discovering()
     except Exception:

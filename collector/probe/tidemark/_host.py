@@ -97,6 +97,11 @@ def decide(step, now):
     if since_ns[0] is None:
         since_ns[0] = now
     decided_step[0] = step
+    if now < recheck_ns[0] and step is not None and step >= GRACE_STEPS:
+        # Neither was granted, and neither may be before `recheck_ns` (what they took stays
+        # what it was until one is read): as `Share.decide` would decide, without its work.
+        quiet_step[0] = step
+        return
     heap.decide(step, now - since_ns[0])
     rss.decide(step, now - since_ns[0])
     recheck_ns[0] = since_ns[0] + min(heap.due_ns(), rss.due_ns())

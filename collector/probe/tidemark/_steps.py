@@ -24,6 +24,7 @@ _CENSUS_STEPS = (16, 24)     # censuses at these step starts always, …
 _CENSUS_GROWTH = 1.25        # … then at a step start ≥ 1.25 × the last census' step …
 _CENSUS_SHARE = 0.001        # … while all censuses so far took ≤ 0.1 % of the time since step 0
 _next_census = _CENSUS_STEPS[0]
+_census_due_ns = 0           # when the step censuses' share allows one again, once it was spent
 _census_spent_ns = 0         # what the step censuses cost so far
 _census_done = set()         # the reasons ("end", "oom") already taken by this process
 _step_censuses = 0           # censuses taken at step starts
@@ -36,6 +37,7 @@ _CATEGORY_GRACE_NS = 5_000_000  # … after a first 5 ms that are always granted
 _CATEGORY_GRACE_CAP_NS = 100_000_000  # (the first steps' at most 100 ms)
 _category_spent_ns = 0
 _categories_skipped = 0      # step starts without categories, over the share
+_categories_due_ns = 0       # when the categories may be read again, once their share was spent
 _census_limit_s = 0.5        # a census at a step start stops there, saying so (at the end: 4×)
 
 
@@ -43,10 +45,13 @@ def _at_step_start(torch):
     """At the start of a step (the first root forward after the step changed): the categories,
     within their share of the job's time, and a census when one is due (of the models and
     optimizers ``_auto`` found, listed only then). Never raises into the job."""
-    global _first_step_ns, _category_spent_ns, _categories_skipped
+    global _first_step_ns, _category_spent_ns, _categories_skipped, _categories_due_ns
     try:
         step = _tm._step or 0
         now = _monotonic_ns()
+        if now < _categories_due_ns and (step < _next_census or now < _census_due_ns):
+            _categories_skipped += 1  # (as below would decide, without its work)
+            return
         if _first_step_ns is None:
             _first_step_ns = now
         elapsed = now - _first_step_ns
@@ -62,6 +67,9 @@ def _at_step_start(torch):
                 _category_spent_ns += _thread_time_ns() - start
         else:
             _categories_skipped += 1
+            # Past the first steps' grace (it does not come back): not before the share allows,
+            # what they took standing still until then.
+            _categories_due_ns = _first_step_ns + (_category_spent_ns - _CATEGORY_GRACE_NS) / _CATEGORY_SHARE
         if _census_due(step, elapsed):
             from . import _auto
 
@@ -97,11 +105,15 @@ def _census_due(step, elapsed_ns):
     gap thus grows with what a census costs and the count with the log of the steps, and the last
     census comes close to the end, while the job's frames still hold its locals (the one at exit
     comes after ``main()`` returned)."""
-    global _next_census, _step_censuses
-    if not _census_on or _tm._sock is None or step < _next_census:
+    global _next_census, _step_censuses, _census_due_ns
+    if not _census_on or _tm._sock is None:
+        _census_due_ns = math.inf
+        return False
+    if step < _next_census:
         return False
     taken = _step_censuses
     if taken >= len(_CENSUS_STEPS) and _census_spent_ns > _CENSUS_SHARE * elapsed_ns:
+        _census_due_ns = _first_step_ns + _census_spent_ns / _CENSUS_SHARE  # not before the share allows
         return False
     _step_censuses = taken + 1
     if taken + 1 < len(_CENSUS_STEPS):
