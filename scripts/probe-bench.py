@@ -37,9 +37,9 @@ Then, under the collector:
     categories and censuses; and what torch's hook dispatch on the root model adds.
 
 `--instructions` instead counts, with valgrind's callgrind, the instructions the probe adds to
-a step (100 steps from step 140; the probe on, on with only what every step does, and off): a
-number that does not move with the machine's load, where a step's time moves by more than the
-probe costs.
+a typical step (100 steps from step 140, the probe on — only what every step does — and off, in
+two runs side by side): a number that moves little with the machine's load, where a step's time
+moves by more than the probe costs.
 """
 import argparse
 import os
@@ -60,7 +60,7 @@ LOOP = os.environ["BENCH_LOOP"]
 SECONDS = float(os.environ["BENCH_SECONDS"])
 WHERE = os.environ.get("BENCH_WHERE") == "1"
 AB = os.environ.get("BENCH_AB") == "1"
-COUNT = os.environ.get("BENCH_COUNT", "")  # under callgrind: "on", "quiet" or "off"
+COUNT = os.environ.get("BENCH_COUNT", "")  # under callgrind: the probe "on" (a typical step) or "off"
 
 if LOOP == "small":
     model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(40)])
@@ -163,16 +163,16 @@ if AB or COUNT:
 
     if COUNT:
         # Instructions, under callgrind (the probe's cost on any machine, however busy): 100 steps
-        # from step 140 counted, the probe on, off, or on with only what every step does (no
+        # from step 140 counted, the probe off, or on with only what every step does (no
         # censuses, categories, host reads or saved tensors: the typical step, which the pairs'
         # median measures). Callgrind runs the job ~100 times slower: the probe's clocks are
-        # stretched as much, so that its batches and reads come as often a step as in a real run.
+        # stretched as much, so that its batches come as often a step as in a real run.
         import subprocess
         scale = int(os.environ.get("BENCH_SCALE", "100"))
         tidemark._FLUSH_NS *= scale
         tidemark._FLUSHER_PERIOD_S *= scale
         tidemark._host.READ_GAP_NS *= scale
-        if COUNT == "quiet":
+        if COUNT == "on":
             steps_module = tidemark._steps
             steps_module._census_on = False
             steps_module._CATEGORY_SHARE = tidemark._host.heap.share = tidemark._host.rss.share = 1e-12
@@ -444,9 +444,13 @@ def where(args, folder, loop):
 
 
 def instructions(args, folder, loop):
-    """The instructions the probe adds to a step, counted by callgrind (valgrind): the probe on,
-    on with only what every step does, and off, in the same job (the two first runs side by
-    side)."""
+    """The instructions the probe adds to a typical step, counted by callgrind (valgrind): the
+    probe on with only what every step does, and off, in two runs of the same job side by side.
+    (Two processes' heaps differ, and what torch's own allocations cost with them: ±30,000
+    instructions a step between runs of one build. What the probe does within its shares of the
+    job's time — censuses, categories, host reads, saved tensors — is left out: under callgrind
+    torch's vector kernels slow down more than Python does, so a share of the time holds several
+    times the instructions it would in a real run; `where` gives their time.)"""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
 
@@ -465,16 +469,11 @@ def instructions(args, folder, loop):
                 return int(line.split("Collected :")[1].split()[0]) / 100
         sys.exit(f"callgrind counted nothing in the {loop} job ({mode}):\n{out}\n{err[-3000:]}")
 
-    counts = {}
-    for modes in (("on", "off"), ("quiet",)):
-        running = [(mode, start(mode)) for mode in modes]
-        for mode, process in running:
-            counts[mode] = collected(process, mode)
-    step, on, quiet = counts["off"], counts["on"] - counts["off"], counts["quiet"] - counts["off"]
+    running = [(mode, start(mode)) for mode in ("on", "off")]
+    counts = {mode: collected(process, mode) for mode, process in running}
+    step, probe = counts["off"], counts["on"] - counts["off"]
     print(f"{loop}: instructions a step (callgrind, 100 steps from step 140): {step:,.0f} without the probe; "
-          f"the probe adds {on:,.0f} ({on / step * 100:+.2f} %), of which every step {quiet:,.0f} "
-          f"({quiet / step * 100:+.2f} %) and its shares (censuses, categories, host reads, saved tensors) "
-          f"{on - quiet:,.0f} ({(on - quiet) / step * 100:+.2f} %)", flush=True)
+          f"the probe adds {probe:,.0f} to a typical step ({probe / step * 100:+.2f} %)", flush=True)
 
 
 def main():
@@ -486,7 +485,7 @@ def main():
     parser.add_argument("--loops", default="small,many")
     parser.add_argument("--skip", default="", help="comma-separated: where,ab,throughput,edges")
     parser.add_argument("--instructions", action="store_true",
-                        help="only count the instructions the probe adds to a step, under callgrind (~10 minutes)")
+                        help="only count the instructions the probe adds to a typical step, under callgrind (~6 minutes)")
     parser.add_argument("--ab-piece", choices=("call", "backward", "optimizer"),
                         help="the pairs switch only this piece of the probe (the rest stays on)")
     args = parser.parse_args()
