@@ -446,7 +446,7 @@ def where(args, folder, loop):
 def instructions(args, folder, loop):
     """The instructions the probe adds to a typical step, counted by callgrind (valgrind): the
     probe on with only what every step does, and off, in two runs of the same job side by side.
-    (Two processes' heaps differ, and what torch's own allocations cost with them: ±30,000
+    (Two processes' heaps differ, and what torch's own allocations cost with them: ~10,000
     instructions a step between runs of one build. What the probe does within its shares of the
     job's time — censuses, categories, host reads, saved tensors — is left out: under callgrind
     torch's vector kernels slow down more than Python does, so a share of the time holds several
