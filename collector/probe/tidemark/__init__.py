@@ -46,7 +46,7 @@ __all__ = ["phase", "step", "begin", "end", "enabled"]
 _PROTOCOL = "tm2"
 _QUEUE_LIMIT_BYTES = 1 << 20  # what may wait for a slow collector; beyond this, drop and count
 _FLUSH_NS = 200_000_000      # a batch goes out once its oldest line is this old …
-_FLUSHER_PERIOD_S = 0.1      # … at the next edge, or when the flusher thread looks
+_FLUSHER_PERIOD_S = 0.1      # … when the flusher thread looks (a full batch goes at once)
 _BATCH_LINES = 256           # a batch goes at most this many lines …
 _BATCH_BYTES = 32 << 10      # … in datagrams of at most this many bytes (the collector reads 64 KiB)
 
@@ -217,12 +217,10 @@ def _quiet_format():
 
 
 def _line(entry):
-    """A line of the batch: as it was added, or a phase edge's, made from what ``_edge`` read
-    (``_flush_pending`` makes those of the edges that read nothing itself, in one format)."""
+    """A line of the batch: as it was added, or a phase edge's, made from what ``_read_edge``
+    read (``_flush_pending`` formats the edges that read nothing itself, with ``_quiet_format``)."""
     if type(entry) is str:
         return entry
-    if len(entry) == 4:
-        return _quiet_format() % entry
     now, step, edge, numbers, heap, statm, name = entry
     rss = "-" if statm is None else _host.resident_bytes(statm)
     return (f"{_PROTOCOL} P {now} {_pid} {_rank} {'-' if step is None else step} {edge} "
