@@ -13,6 +13,8 @@ Chromium, and checks what a user sees.
   WEB_CHECK_SNAPSHOT=FILE, that of the big snapshot's views);
 - `?url=` two real PyTorch profiler traces (one gzipped): shown, the allocated curve drawn
   (with WEB_CHECK_TRACE=FILE, a big trace is timed too);
+- the fetch worker's parts (`web/fetch-worker.js`): filled from a byte stream and from a stream
+  of pieces cut unlike them, 4 MiB each, the stream's bytes in order;
 - `?url=` a missing file (404), a file that is not a recording, another origin: the page shows
   why (the app's `tidemark:failed` performance mark names the cause, and red text is drawn);
 - `?url=` BIG_RECORDING (1 million samples): the time from navigation to its first drawn frame
@@ -221,6 +223,56 @@ def open_page(driver, base, query, shot):
     return name, detail, at_ms, image
 
 
+# The fetch worker's `filler` (web/fetch-worker.js) in a worker of its own, over a byte stream (read
+# by a BYOB reader, as Chromium's fetch bodies are) and over a stream of pieces (copied, as a
+# browser without byte streams hands them over), each cut in pieces unlike its parts: the parts
+# it fills, and whether they hold the stream's bytes in order.
+WORKER_PIECES = [3 << 20, 5 << 20, 1, (2 << 20) + 7, 65536]
+WORKER_PARTS_EXPECTED = [[4 << 20, False], [4 << 20, False], [sum(WORKER_PIECES) - (8 << 20), True]]
+WORKER_PARTS = """
+const done = arguments[arguments.length - 1];
+const script = new URL("fetch-worker.js", location.href).href;
+const source = `importScripts(${JSON.stringify(script)});
+self.onmessage = async (event) => {
+  const pieces = event.data;
+  const byte = (i) => (i * 7 + 3) & 255;
+  const answer = {};
+  for (const kind of ["bytes", "pieces"]) {
+    let at = 0, k = 0;
+    const pull = (c) => {
+      if (k === pieces.length) {
+        c.close();
+        if (c.byobRequest) c.byobRequest.respond(0);
+        return;
+      }
+      const piece = new Uint8Array(pieces[k++]);
+      for (let j = 0; j < piece.length; j++) piece[j] = byte(at + j);
+      at += piece.length;
+      c.enqueue(piece);
+    };
+    const stream = new ReadableStream(kind === "bytes" ? { type: "bytes", pull } : { pull });
+    const fill = filler(stream);
+    const sizes = [];
+    let same = true, offset = 0;
+    for (let end = false; !end;) {
+      const [buffer, filled, ended] = await fill(new ArrayBuffer(PART));
+      end = ended;
+      sizes.push([filled, ended]);
+      const part = new Uint8Array(buffer, 0, filled);
+      for (let j = 0; j < filled; j++) if (part[j] !== byte(offset + j)) { same = false; break; }
+      offset += filled;
+    }
+    answer[kind] = { sizes, same: same && offset === at };
+  }
+  postMessage(answer);
+};`;
+const worker = new Worker(URL.createObjectURL(new Blob([source], { type: "text/javascript" })));
+worker.onmessage = (event) => done(event.data);
+worker.onerror = (event) => done(String(event.message));
+worker.postMessage(%s);
+""" % json.dumps(WORKER_PIECES)
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
@@ -286,6 +338,15 @@ def main():
             check(len(urls) > 0 and not foreign, f"{len(urls)} requests, none elsewhere: {foreign}")
             # The file is fetched by a worker that reads the network while the page parses.
             check(any(u.endswith("/fetch-worker.js") for u in urls), "fetched by the page's worker (fetch-worker.js)")
+
+            print("the fetch worker's parts, from a byte stream and from a stream of pieces")
+            parts = driver.execute_async_script(WORKER_PARTS)
+            for kind in ("bytes", "pieces"):
+                got = parts.get(kind) if isinstance(parts, dict) else parts
+                check(
+                    isinstance(got, dict) and got.get("sizes") == WORKER_PARTS_EXPECTED and got.get("same"),
+                    f"{kind}: parts of 4 MiB with the stream's bytes in order, the last one ending it: {got}",
+                )
 
             print("a site without its fetch worker: ?url= still opens (the page fetches it itself)")
             name, detail, _, image = open_page(

@@ -270,12 +270,13 @@ impl TidemarkApp {
             }
             if self.intake.loading > 0 {
                 // Not a spinner: it asks for a frame at every refresh of the screen, and in a
-                // browser each frame is time taken from the reading, on the same thread (a
-                // tenth of a big snapshot's). Four frames a second: dots that move.
-                let dots = (ui.input(|i| i.time) * 4.0) as usize % 3 + 1;
+                // browser each frame is time taken from the reading, on the same thread (with
+                // software WebGL a frame's commit waited 20–90 ms). A frame a second: dots that
+                // move.
+                let dots = ui.input(|i| i.time) as usize % 3 + 1;
                 ui.label(format!("reading{:.<dots$}", ""));
                 ui.ctx()
-                    .request_repaint_after(std::time::Duration::from_millis(250));
+                    .request_repaint_after(std::time::Duration::from_millis(1000));
             }
         });
     }

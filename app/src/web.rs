@@ -379,8 +379,13 @@ async fn fetch_in_worker(url: &str, href: &str) -> Option<Result<crate::Arriving
             if let Err(err) = tally.push(&mut arriving, &chunk) {
                 return Some(Err(err));
             }
+            // Its buffer goes back, to be filled again: neither thread makes one anew a part.
             let took = to_worker("took", &chunk.length().into());
-            let _ = inbox.worker.post_message(&took);
+            let buffer = chunk.buffer();
+            let _ = js_sys::Reflect::set(&took, &"buffer".into(), &buffer);
+            let _ = inbox
+                .worker
+                .post_message_with_transfer(&took, &js_sys::Array::of1(&buffer));
         } else if let Some(error) = field(&message, "error") {
             let error = error.as_string().unwrap_or_default();
             return Some(Err(named(format!("cannot be read: {error}"))));
