@@ -62,6 +62,10 @@ impl TraceKind {
 enum Source {
     /// `recording.series[i]`, already in time order: not copied.
     Series(usize),
+    /// The recording's allocator readings themselves (the curve's kind picks the column), when
+    /// they all come from one process about one device, in time order (a snapshot's trace, most
+    /// single-GPU jobs): not copied.
+    Readings,
     /// Samples built for the view (allocator numbers, or a series that needed sorting).
     Owned {
         /// Shared by the curves sampled at the same times (allocated, reserved and peak).
@@ -132,6 +136,10 @@ impl Trace {
                 &recording.series[*i].times_ns[..],
                 &recording.series[*i].values,
             ),
+            Source::Readings => (
+                recording.allocator.times_ns(),
+                allocator_column(&recording.allocator, self.kind),
+            ),
             Source::Owned { times_ns, values } => (&times_ns[..], values),
         };
         LodSeries {
@@ -179,8 +187,8 @@ fn build(old: Vec<Trace>, recording: &Recording, detail: bool) -> Vec<Trace> {
             (Source::Series(i), _) => {
                 grown.insert(*i, trace);
             }
-            (Source::Owned { .. }, Some(_)) => allocator.push(trace),
-            (Source::Owned { .. }, None) => {}
+            (Source::Readings | Source::Owned { .. }, Some(_)) => allocator.push(trace),
+            (Source::Readings | Source::Owned { .. }, None) => {}
         }
     }
     let mut traces = grow_allocator_traces(allocator, recording)
@@ -205,16 +213,16 @@ fn build(old: Vec<Trace>, recording: &Recording, detail: bool) -> Vec<Trace> {
                 continue;
             }
         }
-        let source = match series.sorted() {
-            std::borrow::Cow::Borrowed(_) => Source::Series(i),
-            std::borrow::Cow::Owned(sorted) => Source::Owned {
-                times_ns: sorted.times_ns,
-                values: sorted.values,
-            },
-        };
-        let levels = match &source {
-            Source::Series(_) => levels(times, &series.values),
-            Source::Owned { times_ns, values } => levels(times_ns, values),
+        let (source, levels) = match series.sorted() {
+            std::borrow::Cow::Borrowed(_) => (Source::Series(i), levels(times, &series.values)),
+            std::borrow::Cow::Owned(sorted) => {
+                let levels = levels(&sorted.times_ns, &sorted.values);
+                let source = Source::Owned {
+                    times_ns: sorted.times_ns,
+                    values: sorted.values,
+                };
+                (source, levels)
+            }
         };
         traces.push(Trace {
             kind,
@@ -307,6 +315,28 @@ fn allocator_traces(
     levels: &impl Fn(&[u64], &Values) -> Levels,
 ) -> Vec<Trace> {
     let readings = &recording.allocator;
+    if let Some((origin, device)) = readings.only_source()
+        && readings.times_ns().is_sorted()
+    {
+        // The curves are the columns themselves: no copy of millions of readings.
+        return [TraceKind::Allocated, TraceKind::Reserved, TraceKind::Peak]
+            .into_iter()
+            .map(|kind| Trace {
+                kind,
+                device: Some(device),
+                device_name: Some(recording.header.device_name(device)),
+                origin: None,
+                levels: levels(readings.times_ns(), allocator_column(readings, kind)),
+                covered: readings.len(),
+                shade: 0,
+                readings: Some(ReadingsOf {
+                    key: (origin.pid, origin.rank, device),
+                    upto: readings.len(),
+                }),
+                source: Source::Readings,
+            })
+            .collect();
+    }
     let mut groups: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
     for i in 0..readings.len() {
         let (origin, device) = readings.source(i);
@@ -362,6 +392,15 @@ fn allocator_traces(
     traces
 }
 
+/// The column of the readings that the allocator curve of `kind` draws.
+fn allocator_column(readings: &AllocatorReadings, kind: TraceKind) -> &Values {
+    match kind {
+        TraceKind::Reserved => readings.reserved_values(),
+        TraceKind::Peak => readings.peak_values(),
+        _ => readings.allocated_values(),
+    }
+}
+
 /// What the allocator curve of `kind` draws of reading `i`.
 fn allocator_value(readings: &AllocatorReadings, kind: TraceKind, i: usize) -> u64 {
     match kind {
@@ -379,6 +418,28 @@ fn grow_allocator_traces(mut old: Vec<Trace>, recording: &Recording) -> Option<V
     let upto = old.first()?.readings?.upto;
     if upto > readings.len() || old.iter().any(|t| t.readings.map(|r| r.upto) != Some(upto)) {
         return None;
+    }
+    if old.iter().any(|t| matches!(t.source, Source::Readings)) {
+        // Curves over the columns: extended while the readings still come from that one
+        // process and device, in time order.
+        let (origin, device) = readings.only_source()?;
+        let times = readings.times_ns();
+        if old.iter().any(|t| {
+            !matches!(t.source, Source::Readings)
+                || t.readings.map(|r| r.key) != Some((origin.pid, origin.rank, device))
+        }) || !times[upto.saturating_sub(1)..].is_sorted()
+        {
+            return None;
+        }
+        for trace in &mut old {
+            let values = allocator_column(readings, trace.kind);
+            trace.levels.extend(times, values, trace.covered);
+            trace.covered = values.len();
+            if let Some(r) = &mut trace.readings {
+                r.upto = readings.len();
+            }
+        }
+        return Some(old);
     }
     // The new readings of each curve's process and device, in order.
     let mut new: BTreeMap<(u32, Option<u32>, u32), Vec<usize>> = BTreeMap::new();
@@ -536,6 +597,77 @@ mod tests {
                 &recording,
                 "from a picture's",
             );
+        }
+    }
+
+    #[test]
+    fn the_curves_of_one_process_on_one_device_are_its_columns_and_grow_with_them() {
+        let reading = |t_ns: u64, device: u32| {
+            Record::Allocator(AllocatorSample {
+                t_ns,
+                origin: Origin { pid: 7, rank: None },
+                device,
+                allocated: (t_ns % 13) << 20,
+                reserved: (t_ns % 17) << 22,
+                peak: t_ns << 10,
+                ..Default::default()
+            })
+        };
+        let whole_of = |records: &[Record]| {
+            let mut recording = Recording::new(crate::recording::Header::new(
+                0,
+                "test".to_owned(),
+                vec!["python".to_owned(), "train.py".to_owned()],
+            ));
+            records.iter().cloned().for_each(|r| recording.push(r));
+            recording
+        };
+        let records: Vec<Record> = (0..5000u64).map(|t| reading(t, 0)).collect();
+        let of_columns = |traces: &[Trace]| {
+            traces
+                .iter()
+                .filter(|t| matches!(t.source, Source::Readings))
+                .count()
+        };
+        let mut traces = super::traces(&whole_of(&[]));
+        for n in [1, 2, 100, 1000, 4321, 5000] {
+            let recording = whole_of(&records[..n]);
+            traces = grow(traces, &recording);
+            let made = super::traces(&recording);
+            assert_eq!(
+                of_columns(&traces),
+                3,
+                "{n}: allocated, reserved, peak over the columns"
+            );
+            assert_eq!(of_columns(&made), 3, "{n}");
+            for (grown, made) in traces.iter().zip(&made) {
+                let (g, m) = (grown.data(&recording), made.data(&recording));
+                assert_eq!(g.times_ns, recording.allocator.times_ns(), "{n}");
+                assert_eq!(g.values, m.values, "{n}");
+                assert_eq!(grown.levels, made.levels, "{n}: grown as made whole");
+            }
+            let peak = traces.iter().find(|t| t.kind == TraceKind::Peak);
+            let values = peak.map(|t| t.data(&recording).values.to_vec());
+            assert_eq!(
+                values,
+                Some((0..n as u64).map(|t| t << 10).collect()),
+                "{n}"
+            );
+        }
+        // A second device, or a reading earlier than the last: its own copy, made again.
+        for late in [reading(9000, 1), reading(3, 0)] {
+            let mut more = records.clone();
+            more.push(late);
+            let recording = whole_of(&more);
+            let grown = grow(super::traces(&whole_of(&records)), &recording);
+            let made = super::traces(&recording);
+            assert_eq!(of_columns(&grown), 0);
+            assert_eq!(grown.len(), made.len());
+            for (g, m) in grown.iter().zip(&made) {
+                assert_eq!(g.data(&recording).times_ns, m.data(&recording).times_ns);
+                assert_eq!(g.data(&recording).values, m.data(&recording).values);
+                assert_eq!(g.levels, m.levels);
+            }
         }
     }
 }

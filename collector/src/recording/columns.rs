@@ -184,6 +184,14 @@ impl AllocatorReadings {
         self.sources.items.iter().copied().zip(counts).collect()
     }
 
+    /// The one (sender, device) every reading comes from, when there is only one.
+    pub fn only_source(&self) -> Option<(Origin, u32)> {
+        match self.sources.items[..] {
+            [only] => Some(only),
+            _ => None,
+        }
+    }
+
     /// The numbers of the readings whose (sender, device) `pick` picks, in order.
     pub fn indices_of(
         &self,
@@ -223,10 +231,20 @@ impl AllocatorReadings {
         self.reserved.at(i)
     }
 
+    /// The reserved bytes of every reading, in order.
+    pub fn reserved_values(&self) -> &Values {
+        &self.reserved
+    }
+
     /// The peak allocated bytes of reading `i`.
     #[inline]
     pub fn peak(&self, i: usize) -> u64 {
         self.peak.at(i)
+    }
+
+    /// The peak allocated bytes of every reading, in order.
+    pub fn peak_values(&self) -> &Values {
+        &self.peak
     }
 
     /// Changes who sent the readings (every reading of one sender alike).
