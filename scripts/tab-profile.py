@@ -4,15 +4,20 @@ opens FILE by `?url=`, with the browser's CPU profiler on, and prints the time t
 the app's stages (the bytes read and a snapshot parsed as they came, the run judged) and the
 functions that took the most time themselves.
 
-  scripts/tab-profile.py DIST FILE [--runs N] [--top K] [--no-profile]
+  scripts/tab-profile.py DIST FILE [--runs N] [--top K] [--no-profile] [--threads]
 
 For function names, build the site without stripping them:
   CARGO_PROFILE_WEB_RELEASE_STRIP=false trunk build --release --dist /tmp/dist-names
 (`--no-profile` times the runs without the profiler, which slows the page a little.)
+
+`--threads` records the browser's own trace (every process) instead of the profile and prints the
+time each thread spent in its tasks (the page's, the worker's, the network's, the `.wasm`'s
+compile, the GPU process') and the page's frame commits: on two cores they compete.
 """
 
 import argparse
 import collections
+import json
 import shutil
 import sys
 import tempfile
@@ -35,6 +40,67 @@ def self_times(profile):
     return spent
 
 
+class BrowserTrace:
+    """The browser's trace (Chromium's DevTools protocol, over its own socket: Selenium does not
+    hand its events over), from `start` to `stop`, which returns its events."""
+
+    CATEGORIES = ["devtools.timeline", "v8", "v8.gc", "blink", "toplevel", "disabled-by-default-devtools.timeline"]
+
+    def __init__(self, driver):
+        import threading
+        import urllib.request
+
+        import websocket  # websocket-client, Selenium's own dependency
+
+        address = driver.capabilities["goog:chromeOptions"]["debuggerAddress"]
+        with urllib.request.urlopen(f"http://{address}/json/version") as answer:
+            self.socket = websocket.create_connection(json.load(answer)["webSocketDebuggerUrl"])
+        self.events, self.complete = [], threading.Event()
+        threading.Thread(target=self._receive, daemon=True).start()
+
+    def _receive(self):
+        import websocket
+
+        while True:
+            try:
+                message = json.loads(self.socket.recv())
+            except websocket.WebSocketConnectionClosedException:  # the browser quit
+                return
+            if message.get("method") == "Tracing.dataCollected":
+                self.events.extend(message["params"]["value"])
+            elif message.get("method") == "Tracing.tracingComplete":
+                self.complete.set()
+
+    def _send(self, method, params):
+        self.socket.send(json.dumps({"id": len(method), "method": method, "params": params}))
+
+    def start(self):
+        self.events.clear()
+        self.complete.clear()
+        self._send("Tracing.start", {"transferMode": "ReportEvents", "traceConfig": {"includedCategories": self.CATEGORIES}})
+
+    def stop(self):
+        self._send("Tracing.end", {})
+        self.complete.wait(120)
+        return list(self.events)
+
+
+def print_threads(events):
+    """Milliseconds each thread spent in its tasks, busiest first, and the page's commits."""
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    busy = collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") in ("RunTask", "ThreadPool_RunTask"):
+            busy[(e["pid"], names.get((e["pid"], e["tid"]), "?"))] += e.get("dur", 0) / 1000
+    print("  busy threads (ms in tasks):")
+    for (pid, thread), ms in busy.most_common(10):
+        print(f"  {ms:8.0f} ms  {thread} (process {pid})")
+    commits = [e["dur"] / 1000 for e in events if e.get("ph") == "X" and e.get("name") == "Commit"
+               and names.get((e["pid"], e["tid"])) == "CrRendererMain" and "dur" in e]
+    slow = sorted((round(ms) for ms in commits if ms >= 5), reverse=True)
+    print(f"  the pages' frame commits: {len(commits)}, {sum(commits):.0f} ms; those over 5 ms: {slow}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dist", type=Path)
@@ -42,7 +108,10 @@ def main():
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--threads", action="store_true")
     args = parser.parse_args()
+    if args.threads:
+        args.no_profile = True
     if not (args.dist / "index.html").is_file():
         print(f"{args.dist}: no index.html (run trunk build --release first)")
         return 1
@@ -52,10 +121,13 @@ def main():
         name = "opened" + "".join(args.file.suffixes)
         (site / name).symlink_to(args.file.resolve())
         server = serve_quietly(site)
-        driver = browser("--window-size=1280,800")
+        driver = browser("--window-size=1280,800", *(["--remote-allow-origins=*"] if args.threads else []))
+        trace = BrowserTrace(driver) if args.threads else None
         try:
             for run in range(args.runs):
                 driver.get("about:blank")
+                if trace:
+                    trace.start()
                 if not args.no_profile:
                     driver.execute_cdp_cmd("Profiler.enable", {})
                     driver.execute_cdp_cmd("Profiler.setSamplingInterval", {"interval": 500})
@@ -79,6 +151,8 @@ def main():
                     ".map(r => [r.name.split('/').pop(), r.startTime, r.responseStart, r.responseEnd, r.decodedBodySize]);"
                 ):
                     print(f"  {url}: requested at {start:.0f} ms, first byte {first:.0f} ms, last {end:.0f} ms ({size / 1e6:.1f} MB)")
+                if trace:
+                    print_threads(trace.stop())
                 if not args.no_profile:
                     profile = driver.execute_cdp_cmd("Profiler.stop", {})["profile"]
                     spent = self_times(profile)
