@@ -55,7 +55,7 @@ class BrowserTrace:
         address = driver.capabilities["goog:chromeOptions"]["debuggerAddress"]
         with urllib.request.urlopen(f"http://{address}/json/version") as answer:
             self.socket = websocket.create_connection(json.load(answer)["webSocketDebuggerUrl"])
-        self.events, self.complete = [], threading.Event()
+        self.events, self.complete, self.sent = [], threading.Event(), 0
         threading.Thread(target=self._receive, daemon=True).start()
 
     def _receive(self):
@@ -72,7 +72,8 @@ class BrowserTrace:
                 self.complete.set()
 
     def _send(self, method, params):
-        self.socket.send(json.dumps({"id": len(method), "method": method, "params": params}))
+        self.sent += 1
+        self.socket.send(json.dumps({"id": self.sent, "method": method, "params": params}))
 
     def start(self):
         self.events.clear()

@@ -271,7 +271,7 @@ impl TidemarkApp {
             if self.intake.loading > 0 {
                 // Not a spinner: it asks for a frame at every refresh of the screen, and in a
                 // browser each frame is time taken from the reading, on the same thread (with
-                // software WebGL a frame's commit waited 20–90 ms). A frame a second: dots that
+                // software WebGL a frame's commit waited 20–110 ms). A frame a second: dots that
                 // move.
                 let dots = ui.input(|i| i.time) as usize % 3 + 1;
                 ui.label(format!("reading{:.<dots$}", ""));

@@ -403,11 +403,7 @@ fn allocator_column(readings: &AllocatorReadings, kind: TraceKind) -> &Values {
 
 /// What the allocator curve of `kind` draws of reading `i`.
 fn allocator_value(readings: &AllocatorReadings, kind: TraceKind, i: usize) -> u64 {
-    match kind {
-        TraceKind::Reserved => readings.reserved(i),
-        TraceKind::Peak => readings.peak(i),
-        _ => readings.allocated(i),
-    }
+    allocator_column(readings, kind).at(i)
 }
 
 /// The allocator's curves `old` (made by [`allocator_traces`] from fewer readings) extended by

@@ -165,19 +165,9 @@ impl Machine<'_> {
             }
             op::LONG1 => {
                 let n = usize::from(*bytes.get(c.p)?);
-                let at = c.p + 1;
-                let digits = bytes.get(at..at + n)?;
-                c.p = at + n;
-                // An address: its bytes and those after it read as one number, the extra ones
-                // shifted out, the sign extended from its top byte (a loop of one byte at a
-                // time was a tenth of the parse in a browser tab).
-                match bytes.get(at..).and_then(|b| b.first_chunk::<8>()) {
-                    Some(eight) if (1..=8).contains(&n) => {
-                        let unused = 64 - 8 * n as u32;
-                        Value::Int(((u64::from_le_bytes(*eight) << unused) as i64) >> unused)
-                    }
-                    _ => super::run::long(digits),
-                }
+                let v = super::run::long_at(bytes, c.p + 1, n)?;
+                c.p += 1 + n;
+                v
             }
             op::NONE => Value::None,
             op::NEWTRUE => Value::Bool(true),

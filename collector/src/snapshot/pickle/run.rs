@@ -626,6 +626,21 @@ fn opaque_of(class: Value) -> Value {
     }
 }
 
+/// [`long`] of the `n` bytes at `at` in `bytes` (`None`: fewer remain). Up to 8 of them are read
+/// as one 8-byte number where 8 bytes remain, the extra ones shifted out and the sign extended
+/// from the top byte: an entry's address and time, where a loop of a byte at a time was a tenth
+/// of the parse in a browser tab.
+pub(super) fn long_at(bytes: &[u8], at: usize, n: usize) -> Option<Value> {
+    let digits = bytes.get(at..at.checked_add(n)?)?;
+    Some(match bytes.get(at..).and_then(|b| b.first_chunk::<8>()) {
+        Some(eight) if (1..=8).contains(&n) => {
+            let unused = 64 - 8 * n as u32;
+            Value::Int(((u64::from_le_bytes(*eight) << unused) as i64) >> unused)
+        }
+        _ => long(digits),
+    })
+}
+
 /// A little-endian two's-complement integer of any length.
 pub(super) fn long(bytes: &[u8]) -> Value {
     if bytes.is_empty() {
