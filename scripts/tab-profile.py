@@ -44,7 +44,8 @@ class BrowserTrace:
     """The browser's trace (Chromium's DevTools protocol, over its own socket: Selenium does not
     hand its events over), from `start` to `stop`, which returns its events."""
 
-    CATEGORIES = ["devtools.timeline", "v8", "v8.gc", "blink", "toplevel", "disabled-by-default-devtools.timeline"]
+    CATEGORIES = ["devtools.timeline", "v8", "v8.gc", "blink", "blink.user_timing", "toplevel",
+                  "disabled-by-default-devtools.timeline"]
 
     def __init__(self, driver):
         import threading
@@ -90,16 +91,26 @@ def print_threads(events):
     """Milliseconds each thread spent in its tasks, busiest first, and the page's commits."""
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     busy = collections.Counter()
+    tasks = collections.Counter()
     for e in events:
         if e.get("ph") == "X" and e.get("name") in ("RunTask", "ThreadPool_RunTask"):
             busy[(e["pid"], names.get((e["pid"], e["tid"]), "?"))] += e.get("dur", 0) / 1000
+            tasks[(e["pid"], names.get((e["pid"], e["tid"]), "?"))] += 1
     print("  busy threads (ms in tasks):")
     for (pid, thread), ms in busy.most_common(10):
-        print(f"  {ms:8.0f} ms  {thread} (process {pid})")
-    commits = [e["dur"] / 1000 for e in events if e.get("ph") == "X" and e.get("name") == "Commit"
-               and names.get((e["pid"], e["tid"])) == "CrRendererMain" and "dur" in e]
+        print(f"  {ms:8.0f} ms  {thread} (process {pid}), {tasks[(pid, thread)]} tasks")
+    at = [(e["ts"], e["dur"] / 1000) for e in events if e.get("ph") == "X" and e.get("name") == "Commit"
+          and names.get((e["pid"], e["tid"])) == "CrRendererMain" and "dur" in e]
+    commits = [ms for _, ms in at]
     slow = sorted((round(ms) for ms in commits if ms >= 5), reverse=True)
     print(f"  the pages' frame commits: {len(commits)}, {sum(commits):.0f} ms; those over 5 ms: {slow}")
+    # When they came: before the read's end, and between it and the first frame shown.
+    mark = {e["name"]: e["ts"] for e in events if e.get("name") in ("stage:arrived", "tidemark:shown")}
+    if len(mark) == 2:
+        reading = [ms for ts, ms in at if ts < mark["stage:arrived"]]
+        judging = [ms for ts, ms in at if mark["stage:arrived"] <= ts < mark["tidemark:shown"]]
+        print(f"  commits while reading: {len(reading)}, {sum(reading):.0f} ms; "
+              f"after, before the first frame shown: {len(judging)}, {sum(judging):.0f} ms")
 
 
 def main():
