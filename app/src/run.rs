@@ -158,6 +158,40 @@ impl Arriving {
         }
     }
 
+    /// The next `len` bytes of the file, which `fill` writes: straight into what holds them once
+    /// the kind is known (a snapshot reader's window, a recording's bytes), so that a browser's
+    /// part is copied into the tab's memory once. An error ends it, as for [`Arriving::push`].
+    pub fn push_from(
+        &mut self,
+        len: usize,
+        fill: impl collector::snapshot::Fill,
+    ) -> Result<(), String> {
+        let kind = match self.reading {
+            Reading::Snapshot(_) => TabFile::Snapshot,
+            Reading::Bytes(_, kind) => kind,
+            Reading::Head(_) => {
+                let mut part = Vec::new();
+                collector::snapshot::append_filled(&mut part, len, fill);
+                return self.push(&part);
+            }
+        };
+        self.received += len as u64;
+        let total = self.received.max(self.expected.unwrap_or(0));
+        if let Some(why) = too_big_for_a_tab(&self.name, total, kind) {
+            return Err(why);
+        }
+        match &mut self.reading {
+            Reading::Snapshot(reader) => reader
+                .push_from(len, fill)
+                .map_err(|err| format!("{}: {err}", self.name)),
+            Reading::Bytes(bytes, _) => {
+                collector::snapshot::append_filled(bytes, len, fill);
+                Ok(())
+            }
+            Reading::Head(_) => Ok(()),
+        }
+    }
+
     /// The next part of the file; an error (the file's, or that it is too big) ends it.
     pub fn push(&mut self, part: &[u8]) -> Result<(), String> {
         if part.is_empty() {

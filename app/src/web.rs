@@ -248,11 +248,10 @@ async fn read_stream(
     }
 }
 
-/// The parts of a file as they are read: each copied into the tab's memory once and pushed to
+/// The parts of a file as they are read: each copied into the tab's memory once, straight into
 /// what reads it, counted, and the time that took.
 #[derive(Default)]
 struct Tally {
-    part: Vec<u8>,
     parts: u64,
     pushing_ms: f64,
 }
@@ -264,9 +263,7 @@ impl Tally {
         chunk: &js_sys::Uint8Array,
     ) -> Result<(), String> {
         let start = now_ms();
-        self.part.resize(chunk.length() as usize, 0);
-        chunk.copy_to(&mut self.part);
-        let result = arriving.push(&self.part);
+        let result = arriving.push_from(chunk.length() as usize, |room| chunk.copy_to_uninit(room));
         self.parts += 1;
         self.pushing_ms += now_ms() - start;
         result

@@ -31,7 +31,7 @@ fn main() {
     let allocations = snapshot
         .entries
         .iter()
-        .filter(|e| e.action == collector::snapshot::Action::Alloc)
+        .filter(|e| e.action() == collector::snapshot::Action::Alloc)
         .count();
     println!(
         "snapshot: {} trace entries, {allocations} allocations, {} stacks",

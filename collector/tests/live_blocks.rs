@@ -35,16 +35,16 @@ fn replay(snapshot: &Snapshot) -> Vec<Life> {
     let find =
         |latest: &Vec<((u32, u64), usize, bool)>, key| latest.iter().position(|l| l.0 == key);
     for e in snapshot.entries.iter() {
-        let key = (e.device, e.addr);
+        let key = (e.device(), e.addr);
         let life = |allocated_us, freed_us| Life {
-            device: e.device,
+            device: e.device(),
             addr: e.addr,
             size: e.size,
             stack: e.stack,
             allocated_us,
             freed_us,
         };
-        match (e.action, find(&latest, key)) {
+        match (e.action(), find(&latest, key)) {
             (Action::Alloc, found) => {
                 if let Some(at) = found {
                     if latest[at].2 {

@@ -26,13 +26,13 @@ fn replay(snapshot: &Snapshot, device: u32, mut each: impl FnMut(u32, &[Seg], &[
     let entries: Vec<&TraceEntry> = snapshot
         .entries
         .iter()
-        .filter(|e| e.device == device)
+        .filter(|e| e.device() == device)
         .collect();
     // Segments released without being made, in the order released.
     let mut made: Vec<u64> = Vec::new();
     let mut freed_first: Vec<Seg> = Vec::new();
     for e in &entries {
-        match e.action {
+        match e.action() {
             Action::SegmentAlloc | Action::SegmentMap => made.push(e.addr),
             Action::SegmentFree if !made.contains(&e.addr) => freed_first.push((e.addr, e.size)),
             _ => {}
@@ -59,11 +59,11 @@ fn replay(snapshot: &Snapshot, device: u32, mut each: impl FnMut(u32, &[Seg], &[
     // The blocks alive before the trace: those the segments hold that the trace never
     // mentions, and those it frees without allocating (as the active memory timeline has them).
     let ends =
-        |e: &TraceEntry| e.action == Action::FreeCompleted || e.action.name(snapshot) == "free";
+        |e: &TraceEntry| e.action() == Action::FreeCompleted || e.action().name(snapshot) == "free";
     let mut seen: Vec<u64> = Vec::new();
     let mut freed_before: Vec<Blk> = Vec::new();
     for e in &entries {
-        if e.action == Action::Alloc {
+        if e.action() == Action::Alloc {
             seen.push(e.addr);
         } else if ends(e) && !seen.contains(&e.addr) {
             seen.push(e.addr);
@@ -88,7 +88,7 @@ fn replay(snapshot: &Snapshot, device: u32, mut each: impl FnMut(u32, &[Seg], &[
     blocks.extend(freed_before);
     each(0, &live, &blocks);
     for (k, e) in entries.iter().enumerate() {
-        match e.action {
+        match e.action() {
             Action::Alloc => {
                 // An allocation over a block never freed ends that block.
                 blocks.retain(|b| b.0 != e.addr);
@@ -109,7 +109,7 @@ fn replay(snapshot: &Snapshot, device: u32, mut each: impl FnMut(u32, &[Seg], &[
 /// One segment entry applied to the segments alive (an unmap of part of a range leaves the
 /// rest, last).
 fn step_segments(e: &TraceEntry, live: &mut Vec<Seg>) {
-    match e.action {
+    match e.action() {
         Action::SegmentAlloc | Action::SegmentMap => live.push((e.addr, e.size)),
         Action::SegmentFree => live.retain(|s| s.0 != e.addr),
         Action::SegmentUnmap => {

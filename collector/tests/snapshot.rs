@@ -137,7 +137,7 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
                 snapshot
                     .entries
                     .iter()
-                    .all(|e| e.device != device || !changes_memory(e.action)),
+                    .all(|e| e.device() != device || !changes_memory(e.action())),
                 "{name}: no curve for device {device}"
             ),
         }
@@ -191,8 +191,8 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
         .enumerate()
         .map(|(i, e)| {
             serde_json::json!([
-                e.device,
-                e.action.name(&snapshot),
+                e.device(),
+                e.action().name(&snapshot),
                 e.addr.to_string(),
                 e.size,
                 snapshot.stream(e).to_string(),
@@ -302,7 +302,7 @@ fn real_snapshots_from_other_projects_read_as_python_reads_them() {
         .entries
         .iter()
         .rev()
-        .find(|e| e.action == Action::Alloc && e.addr == block.address)
+        .find(|e| e.action() == Action::Alloc && e.addr == block.address)
         .unwrap();
     assert_eq!(alloc.stack, block.stack);
     assert!(
@@ -327,7 +327,7 @@ fn real_snapshots_from_other_projects_read_as_python_reads_them() {
 
     let legacy = agrees_with_python(&dir.join("flexgen_oom_legacy_history.pickle"));
     assert_eq!(legacy.entries.len(), 1);
-    assert_eq!(legacy.entries[0].action, Action::Snapshot);
+    assert_eq!(legacy.entries[0].action(), Action::Snapshot);
     assert_eq!(legacy.entries[0].time_us, 0);
     // Legacy blocks: addresses from `history`, frames from its newest entry.
     assert_eq!(legacy.live_blocks_at(i64::MAX, None).len(), 460);
@@ -349,9 +349,8 @@ fn shared_objects_read_the_same_wherever_they_appear() {
     }
     // Strings are interned in the order they appear, so compare what the ids name.
     let metadata = |s: &Snapshot| -> Vec<Option<String>> {
-        s.entries
-            .iter()
-            .map(|e| e.user_metadata().map(|m| s.string(m).to_owned()))
+        (0..s.entries.len())
+            .map(|i| s.entries.user_metadata(i).map(|m| s.string(m).to_owned()))
             .collect()
     };
     type Plain = (i64, u64, u64, u64, u32, u32, String, u64);
@@ -360,9 +359,9 @@ fn shared_objects_read_the_same_wherever_they_appear() {
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let action = e.action.name(s).to_owned();
+                let action = e.action().name(s).to_owned();
                 let (t, a, z, f) = (e.time_us, e.addr, e.size, s.entries.device_free(i));
-                (t, a, z, f, e.stack, e.device, action, s.stream(e))
+                (t, a, z, f, e.stack, e.device(), action, s.stream(e))
             })
             .collect()
     };
@@ -375,11 +374,11 @@ fn shared_objects_read_the_same_wherever_they_appear() {
     assert_eq!(s.devices, 3, "devices with empty traces count");
     assert_eq!(s.annotations.len(), 3000);
     assert!(s.entries.iter().all(|e| s.stream(e) == 0x55D5_1E6F_0A00));
-    assert!(s.entries.iter().any(|e| e.action == Action::SegmentMap));
+    assert!(s.entries.iter().any(|e| e.action() == Action::SegmentMap));
     let at = s
         .entries
         .iter()
-        .position(|e| e.action == Action::Oom)
+        .position(|e| e.action() == Action::Oom)
         .unwrap();
     let oom = &s.entries[at];
     assert_eq!((oom.addr, s.entries.device_free(at)), (0, 3 << 20));
@@ -420,7 +419,7 @@ fn random_sharing_reads_as_python_reads_it() {
         let mut snapshot = agrees(path, &expected);
         // Real traces are in time order per device; the random ones are not.
         let mut entries: Vec<_> = snapshot.entries.iter().copied().collect();
-        entries.sort_by_key(|e| (e.device, e.time_us));
+        entries.sort_by_key(|e| (e.device(), e.time_us));
         snapshot.entries = entries.into();
         live_blocks_replay_the_trace(&snapshot);
     }
@@ -450,7 +449,7 @@ fn live_blocks_replay_the_trace(s: &Snapshot) {
     let readings = s
         .entries
         .iter()
-        .filter(|e| changes_memory(e.action))
+        .filter(|e| changes_memory(e.action()))
         .count();
     assert_eq!(s.reading_count(), readings);
     assert_eq!(s.to_recording().allocator.len(), readings);
@@ -460,8 +459,8 @@ fn live_blocks_replay_the_trace(s: &Snapshot) {
     let seen: BTreeSet<(u32, u64)> = s
         .entries
         .iter()
-        .filter(|e| matches!(e.action, Action::Alloc | Action::FreeCompleted))
-        .map(|e| (e.device, e.addr))
+        .filter(|e| matches!(e.action(), Action::Alloc | Action::FreeCompleted))
+        .map(|e| (e.device(), e.addr))
         .collect();
     // Some 80 times across the trace (and the end).
     let stride = times.len().div_ceil(80).max(1);
@@ -469,8 +468,8 @@ fn live_blocks_replay_the_trace(s: &Snapshot) {
         let mut live: BTreeMap<(u32, u64), (u64, Option<i64>)> = BTreeMap::new();
         let mut allocated = BTreeSet::new();
         for e in &s.entries {
-            let key = (e.device, e.addr);
-            match e.action {
+            let key = (e.device(), e.addr);
+            match e.action() {
                 Action::Alloc => {
                     allocated.insert(key);
                     if e.time_us <= t {
@@ -574,7 +573,7 @@ fn every_protocol_reads_the_same() {
     let at = s
         .entries
         .iter()
-        .position(|e| e.action == Action::Oom)
+        .position(|e| e.action() == Action::Oom)
         .unwrap();
     assert_eq!(s.entries.device_free(at), 5 << 20);
     let recording = s.to_recording();
@@ -769,10 +768,8 @@ fn other_spellings_and_missing_keys() {
     let minimal = agrees_with_python(&dir.join("minimal.pickle"));
     assert!(minimal.annotations.is_empty() && minimal.allocator_settings.is_empty());
     assert!(
-        minimal
-            .entries
-            .iter()
-            .all(|e| e.stack == 0 && e.user_metadata().is_none())
+        minimal.entries.iter().all(|e| e.stack == 0)
+            && minimal.entries.with_user_metadata().is_empty()
     );
     let empty = agrees_with_python(&dir.join("empty_trace.pickle"));
     assert_eq!(empty.devices, 1);
@@ -1142,7 +1139,7 @@ fn real_snapshots_name_their_sites_by_the_users_code() {
             .entries
             .iter()
             .find(|e| {
-                e.action == Action::Alloc
+                e.action() == Action::Alloc
                     && s.stack(e.stack).next().is_some()
                     && !s
                         .stack(e.stack)

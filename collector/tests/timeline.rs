@@ -28,16 +28,16 @@ fn replay(snapshot: &Snapshot, device: u32, mut each: impl FnMut(u32, &[Replayed
     let entries: Vec<&TraceEntry> = snapshot
         .entries
         .iter()
-        .filter(|e| e.device == device)
+        .filter(|e| e.device() == device)
         .collect();
     let ends =
-        |e: &TraceEntry| e.action == Action::FreeCompleted || e.action.name(snapshot) == "free";
+        |e: &TraceEntry| e.action() == Action::FreeCompleted || e.action().name(snapshot) == "free";
     // Which frees end a block allocated before the trace: an address neither allocated nor
     // freed before.
     let mut seen: Vec<u64> = Vec::new();
     let mut freed_first: Vec<(u64, u64)> = Vec::new();
     for e in &entries {
-        if e.action == Action::Alloc {
+        if e.action() == Action::Alloc {
             seen.push(e.addr);
         } else if ends(e) && !seen.contains(&e.addr) {
             seen.push(e.addr);
@@ -65,7 +65,7 @@ fn replay(snapshot: &Snapshot, device: u32, mut each: impl FnMut(u32, &[Replayed
     each(0, &live);
     for (k, e) in entries.iter().enumerate() {
         let step = k as u32 + 1;
-        if e.action == Action::Alloc {
+        if e.action() == Action::Alloc {
             // An address still held: that block ends here.
             live.retain(|r| r.addr != e.addr);
             live.push(Replayed {

@@ -91,8 +91,14 @@ fn a_file_arriving_in_parts_opens_as_its_bytes_do() {
         let bytes = std::fs::read(root.join(file)).unwrap_or_default();
         let whole = Run::from_bytes(file, &bytes).unwrap_or_else(|e| panic!("{e}"));
         let mut arriving = Arriving::new(file);
-        for p in bytes.chunks(part) {
-            arriving.push(p).unwrap_or_else(|e| panic!("{e}"));
+        // Parts given whole and parts written in place (a browser's), taking turns.
+        for (i, p) in bytes.chunks(part).enumerate() {
+            let pushed = if i % 2 == 0 {
+                arriving.push(p)
+            } else {
+                arriving.push_from(p.len(), |room| room.write_copy_of_slice(p))
+            };
+            pushed.unwrap_or_else(|e| panic!("{e}"));
         }
         let run = arriving.finish().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(run.recording.allocator, whole.recording.allocator, "{file}");
@@ -172,6 +178,19 @@ fn what_arrives_is_told_from_its_first_bytes() {
     let mut arriving = Arriving::expecting("big.msgpack", 300 << 20);
     assert_eq!(arriving.push(b"TIDEMARK"), Ok(()));
     let why = arriving.push(&[0; 8]).err().unwrap_or_default();
+    assert!(
+        why.starts_with("big.msgpack: this 300 MiB recording"),
+        "{why}"
+    );
+    let mut arriving = Arriving::expecting("big.msgpack", 300 << 20);
+    assert_eq!(
+        arriving.push_from(8, |room| room.write_copy_of_slice(b"TIDEMARK")),
+        Ok(())
+    );
+    let why = arriving
+        .push_from(8, |room| room.write_copy_of_slice(&[0; 8]))
+        .err()
+        .unwrap_or_default();
     assert!(
         why.starts_with("big.msgpack: this 300 MiB recording"),
         "{why}"

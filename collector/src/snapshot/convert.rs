@@ -38,23 +38,24 @@ impl Snapshot {
                 .map(|b| i128::from(b.size))
                 .sum::<i128>();
         }
-        // Summed a run of one device's entries at a time (they come device after device).
+        // Summed a run of one device's entries at a time (they come device after device), each
+        // run in 64 bits (saturating: no real run comes near), the runs in 128.
         let mut net: BTreeMap<u32, (i128, i128)> = BTreeMap::new();
-        let mut run: Option<(u32, i128, i128)> = None;
-        let mut add = |(device, a, r): (u32, i128, i128)| {
+        let mut run: Option<(u32, i64, i64)> = None;
+        let mut add = |(device, a, r): (u32, i64, i64)| {
             let n = net.entry(device).or_default();
-            n.0 += a;
-            n.1 += r;
+            n.0 += i128::from(a);
+            n.1 += i128::from(r);
         };
         for e in &self.entries {
-            if let Some((a, r)) = e.action.change(e.size) {
+            if let Some((a, r)) = e.action().change(e.size) {
                 match &mut run {
-                    Some((device, na, nr)) if *device == e.device => {
-                        *na += a;
-                        *nr += r;
+                    Some((device, na, nr)) if *device == e.device() => {
+                        *na = na.saturating_add(a);
+                        *nr = nr.saturating_add(r);
                     }
                     _ => {
-                        if let Some(done) = run.replace((e.device, a, r)) {
+                        if let Some(done) = run.replace((e.device(), a, r)) {
                             add(done);
                         }
                     }
@@ -97,26 +98,29 @@ impl Snapshot {
                 spans.push(span(a.device, start, a.time_us, a.name.clone()));
             }
         }
-        let mut current: Option<(u32, i64, u32)> = None; // device, start, metadata
-        let mut last_time = 0i64;
-        // Without metadata (most snapshots) the pass would find no span.
-        let entries = (self.entries.with_metadata() > 0).then_some(&self.entries);
-        for e in entries.into_iter().flatten() {
-            let changed = match (current, e.user_metadata()) {
-                (Some((d, _, m)), Some(n)) => d != e.device || m != n,
-                (Some(_), None) | (None, Some(_)) => true,
-                (None, None) => false,
+        // A run of entries one after another with equal metadata on one device; the entries
+        // without metadata (most, in most snapshots) end a run.
+        let mut current: Option<(u32, i64, u32, u32, i64)> = None; // device, start, metadata, last entry, its time
+        for &(i, m) in self.entries.with_user_metadata() {
+            let Some(e) = self.entries.get(i as usize) else {
+                continue;
             };
-            if changed {
-                if let Some((d, start, m)) = current.take() {
-                    spans.push(span(d, start, last_time, self.string(m).to_owned()));
+            match &mut current {
+                Some((d, _, cm, last, end))
+                    if last.checked_add(1) == Some(i) && *d == e.device() && *cm == m =>
+                {
+                    (*last, *end) = (i, e.time_us);
                 }
-                current = e.user_metadata().map(|m| (e.device, e.time_us, m));
+                _ => {
+                    let run = (e.device(), e.time_us, m, i, e.time_us);
+                    if let Some((d, start, m, _, end)) = current.replace(run) {
+                        spans.push(span(d, start, end, self.string(m).to_owned()));
+                    }
+                }
             }
-            last_time = e.time_us;
         }
-        if let Some((d, start, m)) = current {
-            spans.push(span(d, start, last_time, self.string(m).to_owned()));
+        if let Some((d, start, m, _, end)) = current {
+            spans.push(span(d, start, end, self.string(m).to_owned()));
         }
         spans.sort_by_key(|s| (s.start_us, s.device));
         spans
@@ -154,8 +158,12 @@ impl Snapshot {
         let mut recording = Recording::new(header);
         let origin = Origin { pid: 0, rank: None };
         let base = self.baselines();
-        let mut level: BTreeMap<u32, (i128, i128, i128)> =
-            base.iter().map(|(d, (a, r))| (*d, (*a, *r, *a))).collect();
+        // Allocated, reserved and peak bytes per device, in 64 bits (see `Action::change`).
+        let narrow = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
+        let mut level: BTreeMap<u32, Level> = base
+            .iter()
+            .map(|(d, (a, r))| (*d, (narrow(*a), narrow(*r), narrow(*a))))
+            .collect();
         // Exactly as many as there will be: for millions, a vector that grows by copying (or
         // is reserved for every entry) costs a browser tab hundreds of megabytes.
         recording.allocator.reserve_exact(self.reading_count());
@@ -163,46 +171,46 @@ impl Snapshot {
         // device): millions of them, each column checked once a batch.
         let mut batch = ReadingBatch::default();
         for (i, e) in self.entries.iter().enumerate() {
-            if e.action == Action::Oom {
-                let l = if batch.device == Some(e.device) {
+            if e.action() == Action::Oom {
+                let l = if batch.device == Some(e.device()) {
                     batch.level
                 } else {
-                    level.get(&e.device).copied().unwrap_or_default()
+                    level.get(&e.device()).copied().unwrap_or_default()
                 };
                 let free = self.entries.device_free(i);
                 recording.push(Record::Oom(Oom {
                     t_ns: t_ns(e.time_us),
-                    device: Some(e.device),
+                    device: Some(e.device()),
                     rank: None,
                     tried_bytes: Some(e.size),
                     capacity_bytes: None,
                     free_bytes: Some(free),
                     allocated_bytes: u64::try_from(l.0).ok(),
-                    reserved_unallocated_bytes: u64::try_from(l.1 - l.0).ok(),
+                    reserved_unallocated_bytes: u64::try_from(l.1.saturating_sub(l.0)).ok(),
                     process_bytes: None,
                     other_processes_bytes: None,
                     message: format!(
                         "out of memory on {}: tried to allocate {} bytes with {} bytes free",
-                        self.device_name(e.device),
+                        self.device_name(e.device()),
                         e.size,
                         free
                     ),
                 }));
                 continue;
             }
-            let Some((a, r)) = e.action.change(e.size) else {
+            let Some((a, r)) = e.action().change(e.size) else {
                 continue;
             };
-            if batch.device != Some(e.device) || batch.is_full() {
+            if batch.device != Some(e.device()) || batch.is_full() {
                 batch.flush(&mut recording.allocator, &mut level, origin);
-                batch.device = Some(e.device);
-                batch.level = level.get(&e.device).copied().unwrap_or_default();
+                batch.device = Some(e.device());
+                batch.level = level.get(&e.device()).copied().unwrap_or_default();
             }
             let l = &mut batch.level;
-            l.0 += a;
-            l.1 += r;
+            l.0 = l.0.saturating_add(a);
+            l.1 = l.1.saturating_add(r);
             l.2 = l.2.max(l.0);
-            let clamp = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
+            let clamp = |v: i64| v.max(0).unsigned_abs();
             let (allocated, reserved, peak) = (clamp(l.0), clamp(l.1), clamp(l.2));
             batch.push(t_ns(e.time_us), allocated, reserved, peak);
         }
@@ -247,12 +255,15 @@ impl Snapshot {
     }
 }
 
+/// A device's allocated, reserved and peak bytes.
+type Level = (i64, i64, i64);
+
 /// Allocator readings of one device waiting to go into the recording's columns together, and
 /// the device's allocated, reserved and peak bytes after them.
 #[derive(Default)]
 struct ReadingBatch {
     device: Option<u32>,
-    level: (i128, i128, i128),
+    level: Level,
     t_ns: Vec<u64>,
     columns: [Vec<u64>; 3],
     zeros: Vec<u64>,
@@ -278,7 +289,7 @@ impl ReadingBatch {
     fn flush(
         &mut self,
         readings: &mut AllocatorReadings,
-        level: &mut BTreeMap<u32, (i128, i128, i128)>,
+        level: &mut BTreeMap<u32, Level>,
         origin: Origin,
     ) {
         let Some(device) = self.device else {

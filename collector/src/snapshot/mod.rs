@@ -35,6 +35,6 @@ pub use pickle::Frame;
 pub use query::LiveIndex;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use read::SourceError;
-pub use read::{SnapshotReader, read_snapshot, read_snapshot_general};
+pub use read::{Fill, SnapshotReader, append_filled, read_snapshot, read_snapshot_general};
 pub use sites::{BEFORE_HISTORY, CPP_ONLY, SiteGroup, SiteKey, group_by_site};
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

@@ -1,7 +1,6 @@
 //! What a snapshot holds: its segments and blocks, its trace entries, annotations and the
 //! interned strings, frames and stacks they refer to.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::Frame;
@@ -53,15 +52,55 @@ pub enum Action {
     /// and later): `addr` is the allocation's, the entry's `user_metadata` the annotation.
     Annotate,
     /// An action this reader does not know: its place among the snapshot's unknown action names
-    /// (one byte, so that a trace entry stays 40 bytes).
+    /// (at most [`Action::OTHERS`] of them, so that an entry's action is one byte).
     Other(u8),
 }
 
 impl Action {
-    /// What the action changes, (allocated, reserved) in bytes, for an entry of `size` bytes;
-    /// `None` for actions that change neither.
-    pub(super) fn change(self, size: u64) -> Option<(i128, i128)> {
-        let size = i128::from(size);
+    /// How many unknown action names a snapshot may hold.
+    pub const OTHERS: usize = 246;
+
+    /// The action as one byte (a trace entry keeps it so); `Other` beyond [`Action::OTHERS`]
+    /// as the last one.
+    const fn code(self) -> u8 {
+        match self {
+            Self::Alloc => 0,
+            Self::FreeRequested => 1,
+            Self::FreeCompleted => 2,
+            Self::SegmentAlloc => 3,
+            Self::SegmentFree => 4,
+            Self::SegmentMap => 5,
+            Self::SegmentUnmap => 6,
+            Self::Snapshot => 7,
+            Self::Oom => 8,
+            Self::Annotate => 9,
+            Self::Other(i) => 10u8.saturating_add(i),
+        }
+    }
+
+    /// The action of [`Action::code`].
+    const fn of_code(code: u8) -> Self {
+        match code {
+            0 => Self::Alloc,
+            1 => Self::FreeRequested,
+            2 => Self::FreeCompleted,
+            3 => Self::SegmentAlloc,
+            4 => Self::SegmentFree,
+            5 => Self::SegmentMap,
+            6 => Self::SegmentUnmap,
+            7 => Self::Snapshot,
+            8 => Self::Oom,
+            9 => Self::Annotate,
+            i => Self::Other(i - 10),
+        }
+    }
+
+    /// What the action changes, (allocated, reserved) in bytes, for an entry of `size` bytes
+    /// (beyond `i64::MAX`, as much as a level can count); `None` for actions that change
+    /// neither. 64-bit, not wider: millions of entries are summed, and a browser tab's
+    /// WebAssembly has no wider integers (each 128-bit step there is several).
+    pub(super) fn change(self, size: u64) -> Option<(i64, i64)> {
+        let size = i64::try_from(size).unwrap_or(i64::MAX);
         match self {
             Self::Alloc => Some((size, 0)),
             Self::FreeCompleted => Some((-size, 0)),
@@ -92,8 +131,9 @@ impl Action {
     }
 }
 
-/// One entry of a device's allocator trace: 40 bytes, since a snapshot may hold millions (an
-/// out-of-memory entry's `device_free` is kept beside them: [`Entries::device_free`]).
+/// One entry of a device's allocator trace: 32 bytes, since a snapshot may hold millions (what
+/// few entries have is kept beside them: an out-of-memory entry's `device_free`
+/// ([`Entries::device_free`]), `user_metadata` ([`Entries::user_metadata`]), `compile_context`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TraceEntry {
     /// When, in microseconds since the Unix epoch (0 when the snapshot has no times).
@@ -104,19 +144,17 @@ pub struct TraceEntry {
     pub size: u64,
     /// The stack (index into the snapshot's stacks; 0 is empty).
     pub stack: u32,
-    /// The device.
-    pub device: u32,
-    /// `torch.cuda.memory._set_memory_metadata` at the time: its interned string's id + 1.
-    pub(crate) metadata: Option<NonZeroU32>,
     /// The CUDA stream: its place in [`Snapshot::streams`].
     pub(crate) stream: u16,
-    /// What happened.
-    pub action: Action,
+    /// The device (PyTorch's device index is 8 bits).
+    device: u8,
+    /// What happened: [`Action::code`].
+    action: u8,
 }
 
 impl TraceEntry {
-    /// An entry on the default stream without metadata (for snapshots built in memory: tests,
-    /// benchmarks).
+    /// An entry on the default stream (for snapshots built in memory: tests, benchmarks); a
+    /// device beyond [`TraceEntry::MAX_DEVICE`] is that one.
     pub fn new(
         action: Action,
         addr: u64,
@@ -130,21 +168,43 @@ impl TraceEntry {
             addr,
             size,
             stack,
-            device,
-            metadata: None,
             stream: 0,
-            action,
+            device: u8::try_from(device).unwrap_or(u8::MAX),
+            action: action.code(),
         }
     }
 
-    /// `torch.cuda.memory._set_memory_metadata` at the time (an interned string), if set.
-    pub fn user_metadata(&self) -> Option<u32> {
-        self.metadata.map(|m| m.get() - 1)
+    /// The highest device an entry can be on.
+    pub const MAX_DEVICE: u32 = u8::MAX as u32;
+
+    /// What happened.
+    #[inline]
+    pub fn action(&self) -> Action {
+        Action::of_code(self.action)
+    }
+
+    /// The device.
+    #[inline]
+    pub fn device(&self) -> u32 {
+        u32::from(self.device)
+    }
+
+    /// The entry on `stream` (its place in [`Snapshot::streams`]).
+    pub(crate) fn with_stream(self, stream: u16) -> Self {
+        Self { stream, ..self }
+    }
+
+    /// The entry on `device` (at most [`TraceEntry::MAX_DEVICE`]: beyond, that one).
+    pub(crate) fn on(self, device: u32) -> Self {
+        Self {
+            device: u8::try_from(device).unwrap_or(u8::MAX),
+            ..self
+        }
     }
 }
 
-// A snapshot may hold millions of trace entries: keep each at 40 bytes.
-const _: () = assert!(std::mem::size_of::<TraceEntry>() == 40);
+// A snapshot may hold millions of trace entries: keep each at 32 bytes.
+const _: () = assert!(std::mem::size_of::<TraceEntry>() == 32);
 
 /// The state of a block inside a segment when the snapshot was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,18 +279,17 @@ pub struct Entries {
     /// `compile_context` of the entries that have one (an interned string), by entry, in order:
     /// few have one, so it is not a field of every entry.
     compile_context: Vec<(u32, u32)>,
+    /// `user_metadata` of the entries that have one (an interned string), by entry, in order.
+    metadata: Vec<(u32, u32)>,
     /// The earliest and the latest time of the entries that have one, kept as they are pushed:
     /// the report, the verdict and the pictures ask for it, and millions of entries are a pass
     /// of a tenth of a second each time.
     times_us: Option<(i64, i64)>,
     /// How many entries change allocated or reserved memory (the recording's readings).
     readings: usize,
-    /// How many entries have `user_metadata` (most snapshots: none, and their phase spans need
-    /// no pass over millions of entries).
-    with_metadata: usize,
 }
 
-/// Entries per block (3 MiB).
+/// Entries per block (2 MiB).
 const ENTRY_BLOCK: usize = 1 << 16;
 
 impl Entries {
@@ -258,10 +317,10 @@ impl Entries {
                     .map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t))),
             );
         }
-        if entry.action != Action::Oom && entry.action.change(entry.size).is_some() {
+        let action = entry.action();
+        if action != Action::Oom && action.change(entry.size).is_some() {
             self.readings += 1;
         }
-        self.with_metadata += usize::from(entry.metadata.is_some());
         match self.blocks.last_mut() {
             Some(block) if block.len() < ENTRY_BLOCK => block.push(entry),
             _ => {
@@ -306,11 +365,26 @@ impl Entries {
     /// What `torch.compile` was compiling when entry `i` was recorded (`compile_context`, an
     /// interned string), if the trace says.
     pub fn compile_context(&self, i: usize) -> Option<u32> {
-        let i = u32::try_from(i).ok()?;
-        self.compile_context
-            .binary_search_by_key(&i, |&(e, _)| e)
-            .ok()
-            .map(|at| self.compile_context[at].1)
+        beside(&self.compile_context, i)
+    }
+
+    /// Gives the last entry pushed, `i`, `user_metadata` (an interned string): what
+    /// `torch.cuda.memory._set_memory_metadata` had set when it was recorded.
+    pub(crate) fn set_user_metadata(&mut self, i: usize, string: u32) {
+        if let Ok(i) = u32::try_from(i) {
+            self.metadata.push((i, string));
+        }
+    }
+
+    /// `torch.cuda.memory._set_memory_metadata` when entry `i` was recorded (an interned string),
+    /// if set.
+    pub fn user_metadata(&self, i: usize) -> Option<u32> {
+        beside(&self.metadata, i)
+    }
+
+    /// The entries that have `user_metadata`, in order: (entry, interned string).
+    pub fn with_user_metadata(&self) -> &[(u32, u32)] {
+        &self.metadata
     }
 
     /// Entry `i`.
@@ -343,11 +417,6 @@ impl Entries {
         self.readings
     }
 
-    /// How many have `user_metadata`.
-    pub fn with_metadata(&self) -> usize {
-        self.with_metadata
-    }
-
     /// In order, to give each its device (what is kept of their times, actions and sizes stays
     /// true: those are not changed).
     pub(crate) fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut TraceEntry> {
@@ -362,7 +431,17 @@ impl Entries {
         self.blocks.shrink_to_fit();
         self.device_free.shrink_to_fit();
         self.compile_context.shrink_to_fit();
+        self.metadata.shrink_to_fit();
     }
+}
+
+/// What a table beside the entries, (entry, value) in order, holds for entry `i`.
+fn beside(table: &[(u32, u32)], i: usize) -> Option<u32> {
+    let i = u32::try_from(i).ok()?;
+    table
+        .binary_search_by_key(&i, |&(e, _)| e)
+        .ok()
+        .map(|at| table[at].1)
 }
 
 impl std::ops::Index<usize> for Entries {

@@ -125,14 +125,14 @@ impl Snapshot {
         // The lifetimes made by frees that found no block open, in order.
         let mut unmatched: Vec<usize> = Vec::new();
         for e in &self.entries {
-            let key = (e.device, e.addr);
-            match e.action {
+            let key = (e.device(), e.addr);
+            match e.action() {
                 Action::Alloc => {
                     if let Some(older) = open.insert(key, lifetimes.len()) {
                         lifetimes[older].freed_us = lifetimes[older].freed_us.min(e.time_us);
                     }
                     lifetimes.push(Lifetime {
-                        device: e.device,
+                        device: e.device(),
                         stack: e.stack,
                         addr: e.addr,
                         size: e.size,
@@ -145,7 +145,7 @@ impl Snapshot {
                     None => {
                         unmatched.push(lifetimes.len());
                         lifetimes.push(Lifetime {
-                            device: e.device,
+                            device: e.device(),
                             stack: e.stack,
                             addr: e.addr,
                             size: e.size,
@@ -338,7 +338,7 @@ impl Snapshot {
         // Counted by action first: a name per entry would be an allocation per entry.
         let mut by_action: HashMap<Action, usize> = HashMap::default();
         for e in &self.entries {
-            *by_action.entry(e.action).or_insert(0) += 1;
+            *by_action.entry(e.action()).or_insert(0) += 1;
         }
         let mut counts = BTreeMap::new();
         for (action, n) in by_action {

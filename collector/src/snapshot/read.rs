@@ -2,6 +2,8 @@
 //! snapshot's shapes (a dict with `segments` and `device_traces`, or a bare list of segments) are
 //! read out of what it built.
 
+use std::mem::MaybeUninit;
+
 use super::pickle::{self, Machine, Value};
 use super::{Annotation, Block, BlockState, Entries, Segment, Snapshot, SnapshotError, TraceEntry};
 use crate::format::count;
@@ -58,6 +60,31 @@ pub(crate) enum SourceError {
 /// The parser runs once this much has arrived.
 const WINDOW: usize = 4 << 20;
 
+/// What writes `len` bytes into the room it is given, and returns them written (as
+/// `js_sys::Uint8Array::copy_to_uninit` and `<[MaybeUninit<u8>]>::write_copy_of_slice` do).
+pub trait Fill: for<'a> FnOnce(&'a mut [MaybeUninit<u8>]) -> &'a mut [u8] {}
+
+impl<F: for<'a> FnOnce(&'a mut [MaybeUninit<u8>]) -> &'a mut [u8]> Fill for F {}
+
+/// Appends `len` bytes to `bytes`, written by `fill` straight into its spare room: neither
+/// zeroed first nor copied again (hundreds of megabytes arriving in a tab).
+pub fn append_filled(bytes: &mut Vec<u8>, len: usize, fill: impl Fill) {
+    bytes.reserve(len);
+    let at = bytes.len();
+    let room = &mut bytes.spare_capacity_mut()[..len];
+    let start = room.as_ptr().cast::<u8>();
+    let written = fill(room);
+    if written.as_ptr() == start && written.len() == len {
+        // SAFETY: `written`, a `&mut [u8]` over exactly the `len` bytes after `at`, holds
+        // them initialized.
+        unsafe { bytes.set_len(at + len) };
+    } else {
+        // What `fill` wrote lies elsewhere: copied.
+        let written = written.to_vec();
+        bytes.extend_from_slice(&written);
+    }
+}
+
 impl Default for SnapshotReader {
     fn default() -> Self {
         Self::new()
@@ -85,11 +112,18 @@ impl SnapshotReader {
 
     /// Reads the next part of the pickle. An error is the file's (the reader is done then).
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        self.push_from(bytes.len(), |room| room.write_copy_of_slice(bytes))
+    }
+
+    /// Reads the next `len` bytes of the pickle, which `fill` writes straight into the reader's
+    /// window (a browser's part, copied into the tab's memory once, not into a buffer and then
+    /// again here). An error is the file's (the reader is done then).
+    pub fn push_from(&mut self, len: usize, fill: impl Fill) -> Result<(), SnapshotError> {
         if self.top.is_some() {
             return Ok(());
         }
         self.compact();
-        self.waiting.extend_from_slice(bytes);
+        append_filled(&mut self.waiting, len, fill);
         if self.waiting.len() >= self.window {
             self.run(true)?;
         }
@@ -437,6 +471,12 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
 
     let parts = machine.into_parts();
     let mut entries = parts.entries;
+    if devices > TraceEntry::MAX_DEVICE + 1 {
+        return Err(SnapshotError::Schema(format!(
+            "the snapshot has traces of {devices} devices; PyTorch numbers at most {}",
+            TraceEntry::MAX_DEVICE + 1
+        )));
+    }
     // The runs, device after device, are every entry in order: each entry gets its device.
     let mut next = 0u64;
     let in_order = device_of.is_empty()
@@ -452,7 +492,7 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
             .enumerate()
             .flat_map(|(device, &(_, len))| std::iter::repeat_n(device as u32, len as usize));
         for entry in entries.iter_mut() {
-            entry.device = devices_of_entries.next().unwrap_or(0);
+            *entry = entry.on(devices_of_entries.next().unwrap_or(0));
         }
     } else {
         // Entries listed twice, out of order or mixed with lists: the traces as they list them.
@@ -472,9 +512,12 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
         for &(e, device) in &listed {
             if let Some(entry) = entries.get(e as usize) {
                 let free = entries.device_free(e as usize);
-                traces.push_with_free(TraceEntry { device, ..*entry }, free);
+                traces.push_with_free(entry.on(device), free);
                 if let Some(context) = entries.compile_context(e as usize) {
                     traces.set_compile_context(traces.len() - 1, context);
+                }
+                if let Some(metadata) = entries.user_metadata(e as usize) {
+                    traces.set_user_metadata(traces.len() - 1, metadata);
                 }
             }
         }

@@ -263,7 +263,7 @@ impl DeviceSegments {
             let Some(e) = timeline.entry(snapshot, step) else {
                 break;
             };
-            match e.action {
+            match e.action() {
                 Action::Alloc => {
                     last_alloc.insert(e.addr, step);
                 }
@@ -280,7 +280,7 @@ impl DeviceSegments {
                         alloc: step,
                         free: NEVER,
                         stream: snapshot.stream(e),
-                        mapped: e.action == Action::SegmentMap,
+                        mapped: e.action() == Action::SegmentMap,
                     });
                 }
                 Action::SegmentFree => match live.remove(&e.addr) {

@@ -362,8 +362,8 @@ impl MemoryTimeline {
         let mut runs: Vec<(u32, usize, usize)> = Vec::new();
         for (i, e) in snapshot.entries.iter().enumerate() {
             match runs.last_mut() {
-                Some((d, _, len)) if *d == e.device => *len += 1,
-                _ => runs.push((e.device, i, 1)),
+                Some((d, _, len)) if *d == e.device() => *len += 1,
+                _ => runs.push((e.device(), i, 1)),
             }
         }
         let mut devices: Vec<u32> = runs.iter().map(|r| r.0).collect();
@@ -595,10 +595,15 @@ impl DeviceTimeline {
 
     /// The trace entry that makes `step` (1 to [`steps`](Self::steps)).
     pub fn entry<'s>(&self, snapshot: &'s Snapshot, step: u32) -> Option<&'s super::TraceEntry> {
+        snapshot.entries.get(self.index(step)?)
+    }
+
+    /// Where the trace entry that makes `step` is among the snapshot's entries.
+    fn index(&self, step: u32) -> Option<usize> {
         let k = (step as usize)
             .checked_sub(1)
             .filter(|&k| k < self.steps as usize)?;
-        snapshot.entries.get(self.first + k)
+        Some(self.first + k)
     }
 
     /// Where one band's block is, without the rest of [`block`](Self::block)'s answer (for
@@ -631,7 +636,7 @@ impl DeviceTimeline {
             .iter()
             .take_while(|&&(a, step)| a == place.addr && step < b.free)
             .filter_map(|&(_, step)| {
-                let text = snapshot.string(self.entry(snapshot, step)?.user_metadata()?);
+                let text = snapshot.string(snapshot.entries.user_metadata(self.index(step)?)?);
                 Some((step, text))
             })
             .collect()
@@ -644,8 +649,7 @@ impl DeviceTimeline {
         if b.source & PRE != 0 {
             return None;
         }
-        let e = snapshot.entries.get(b.source as usize)?;
-        Some(snapshot.string(e.user_metadata()?))
+        Some(snapshot.string(snapshot.entries.user_metadata(b.source as usize)?))
     }
 
     /// What `torch.compile` was compiling when `band`'s block was allocated

@@ -117,16 +117,16 @@ impl SnapshotVerdict {
         let mut largest_request: HashMap<u32, u64> = HashMap::default();
         let mut run: Option<(u32, u64)> = None;
         for (i, e) in entries.iter().enumerate() {
-            if !matches!(e.action, Action::Alloc | Action::Oom) {
+            if !matches!(e.action(), Action::Alloc | Action::Oom) {
                 continue;
             }
-            if e.action == Action::Oom {
+            if e.action() == Action::Oom {
                 last_oom = Some(i);
             }
             match &mut run {
-                Some((device, most)) if *device == e.device => *most = (*most).max(e.size),
+                Some((device, most)) if *device == e.device() => *most = (*most).max(e.size),
                 _ => {
-                    if let Some((device, most)) = run.replace((e.device, e.size)) {
+                    if let Some((device, most)) = run.replace((e.device(), e.size)) {
                         let r = largest_request.entry(device).or_default();
                         *r = (*r).max(most);
                     }
@@ -138,7 +138,7 @@ impl SnapshotVerdict {
             *r = (*r).max(most);
         }
         let taken_at_oom = last_oom.map(|i| OomAtSnapshot {
-            device: entries[i].device,
+            device: entries[i].device(),
             requested_bytes: entries[i].size,
             device_free_bytes: entries.device_free(i),
             time_us: entries[i].time_us,
@@ -146,7 +146,7 @@ impl SnapshotVerdict {
         let legacy_snapshot_entry = snapshot
             .entries
             .last()
-            .is_some_and(|e| e.action == Action::Snapshot);
+            .is_some_and(|e| e.action() == Action::Snapshot);
         let fragmentation: Vec<Fragmentation> = held
             .iter()
             .map(|h| {

@@ -2,7 +2,6 @@
 //! entries made compact the moment their dicts are complete, stacks interned, and the accessors
 //! the snapshot reader uses.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::{Frame, Machine, Obj, Value};
@@ -162,9 +161,7 @@ impl Machine<'_> {
                 .ok_or_else(|| wrong("time_us", v, "a 64-bit integer"))?,
         };
         let metadata = match key(K_USER_METADATA) {
-            Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => {
-                NonZeroU32::new(s.saturating_add(1))
-            }
+            Some(Value::Str(s)) if !self.strings[s as usize].is_empty() => Some(s),
             _ => None,
         };
         // What `torch.compile` was compiling (`_record_memory_history(compile_context=True)`).
@@ -190,21 +187,15 @@ impl Machine<'_> {
         };
         let stream = self.stream(at, stream)?;
         let stack = self.stack_of(at, frames)?;
-        let entry = TraceEntry {
-            time_us,
-            addr,
-            size,
-            stack,
-            device: 0,
-            metadata,
-            stream,
-            action,
-        };
+        let entry = TraceEntry::new(action, addr, size, time_us, stack, 0).with_stream(stream);
         let id = u32::try_from(self.entries.len())
             .map_err(|_| self.err(at, "too many trace entries"))?;
         self.entries.push_with_free(entry, device_free);
         if let Some(context) = compile_context {
             self.entries.set_compile_context(id as usize, context);
+        }
+        if let Some(metadata) = metadata {
+            self.entries.set_user_metadata(id as usize, metadata);
         }
         if let Some(Value::Obj(list)) = frames {
             self.replace(list, usize::MAX, Value::Stack(stack));
@@ -326,12 +317,18 @@ impl Machine<'_> {
         if let Some(i) = self.other_actions.iter().position(|&n| n == name) {
             return Ok(i as u8);
         }
-        let i = u8::try_from(self.other_actions.len()).map_err(|_| {
-            self.err(
-                at,
-                "trace entries name more than 256 different unknown actions",
-            )
-        })?;
+        let i = u8::try_from(self.other_actions.len())
+            .ok()
+            .filter(|&i| usize::from(i) < Action::OTHERS)
+            .ok_or_else(|| {
+                self.err(
+                    at,
+                    format!(
+                        "trace entries name more than {} different unknown actions",
+                        Action::OTHERS
+                    ),
+                )
+            })?;
         self.other_actions.push(name);
         Ok(i)
     }

@@ -43,7 +43,7 @@ impl DeviceTimeline {
                 break;
             };
             let step = k as u32 + 1;
-            match e.action {
+            match e.action() {
                 Action::Alloc => {
                     if let Some((at, alive)) = latest.get_mut(&e.addr)
                         && *alive

@@ -1,16 +1,11 @@
 #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
 
-use std::num::NonZeroU32;
-
 use super::*;
 use crate::snapshot::TraceEntry;
 
-/// An entry with `metadata` (an interned string) as `user_metadata`.
-fn with(action: Action, addr: u64, metadata: Option<u32>) -> TraceEntry {
-    TraceEntry {
-        metadata: metadata.and_then(|m| NonZeroU32::new(m + 1)),
-        ..TraceEntry::new(action, addr, 512, 1_000, 1, 0)
-    }
+/// An entry, and `metadata` (an interned string) as its `user_metadata`.
+fn with(action: Action, addr: u64, metadata: Option<u32>) -> (TraceEntry, Option<u32>) {
+    (TraceEntry::new(action, addr, 512, 1_000, 1, 0), metadata)
 }
 
 #[test]
@@ -40,7 +35,10 @@ fn a_block_s_metadata_and_annotations_are_its_own() {
         with(Action::Alloc, 0x100, None),
         with(Action::Annotate, 0x100, Some(3)),
     ] {
-        s.entries.push(e);
+        s.entries.push(e.0);
+        if let Some(m) = e.1 {
+            s.entries.set_user_metadata(s.entries.len() - 1, m);
+        }
     }
     let layout = MemoryTimeline::new(&s);
     let device = &layout.devices[0];
@@ -67,9 +65,9 @@ fn a_block_s_compile_context_is_the_one_its_allocation_was_recorded_in() {
     s.strings
         .push("torch/_dynamo/convert_frame.py [0/1]".into());
     s.devices = 1;
-    s.entries.push(with(Action::Alloc, 0x100, None));
+    s.entries.push(with(Action::Alloc, 0x100, None).0);
     s.entries.set_compile_context(0, 0);
-    s.entries.push(with(Action::Alloc, 0x200, None));
+    s.entries.push(with(Action::Alloc, 0x200, None).0);
     let layout = MemoryTimeline::new(&s);
     let device = &layout.devices[0];
     assert_eq!(
