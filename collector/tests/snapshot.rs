@@ -888,6 +888,14 @@ fn bad_input_gets_a_clear_error() {
             "negative_address.pickle",
             "segments[0]: blocks[1]: address is the integer -4096, not a non-negative",
         ),
+        (
+            "too_many_devices.pickle",
+            "the snapshot has traces of 257 devices; PyTorch numbers at most 256",
+        ),
+        (
+            "too_many_actions.pickle",
+            "trace entries name more than 246 different unknown actions",
+        ),
     ];
     for (file, expected) in cases {
         let err = read(&dir.join(file))
@@ -900,6 +908,29 @@ fn bad_input_gets_a_clear_error() {
         );
     }
     assert_eq!(read_snapshot(&[]).err(), Some(SnapshotError::Empty));
+}
+
+/// A trace entry keeps its device and its action in a byte each: the most a snapshot may
+/// hold of both read as Python reads them.
+#[test]
+fn the_most_devices_and_unknown_actions_read_whole() {
+    let dir = generated();
+    let devices = agrees_with_python(&dir.join("most_devices.pickle"));
+    assert_eq!(devices.devices, 256);
+    let on: Vec<u32> = devices.entries.iter().map(|e| e.device()).collect();
+    assert_eq!(on, (0..256).collect::<Vec<u32>>());
+    let actions = agrees_with_python(&dir.join("most_actions.pickle"));
+    let names: Vec<&str> = actions
+        .entries
+        .iter()
+        .map(|e| e.action().name(&actions))
+        .collect();
+    let expected: Vec<String> = (0..246).map(|i| format!("action_{i}")).collect();
+    assert_eq!(names, expected);
+    assert_eq!(
+        actions.entries.last().map(|e| e.action()),
+        Some(Action::Other(245))
+    );
 }
 
 #[test]

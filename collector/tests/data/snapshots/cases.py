@@ -407,6 +407,16 @@ def generate(directory):
     # 200,000 nested lists: the reader must not recurse.
     depth = 200_000
     (directory / "deep.pickle").write_bytes(b"\x80\x04" + b"(" * depth + b"l" * depth + b".")
+    # The most devices and unknown actions a snapshot may hold (a trace entry keeps its device
+    # and its action in a byte each), and one more of each: refused.
+    def entry_of(action):
+        return {"action": action, "addr": 4096, "size": 512, "stream": 0, "time_us": t0}
+
+    for name, devices, actions in (("most_devices", 256, 1), ("too_many_devices", 257, 1),
+                                   ("most_actions", 1, 246), ("too_many_actions", 1, 247)):
+        traces = [[entry_of(f"action_{i}") for i in range(actions)] for _ in range(devices)]
+        (directory / f"{name}.pickle").write_bytes(
+            pickle.dumps({"segments": [], "device_traces": traces}, protocol=4))
     # A snapshot with a field of the wrong type.
     bad = edge_snapshot()
     bad["device_traces"][0][1]["size"] = "big"
