@@ -336,7 +336,8 @@ def run_job(args, folder, loop, under, where=False, ab=False):
             env["BENCH_AB_PIECE"] = args.ab_piece
     command = [args.python, os.path.join(folder, "job.py")]
     if under:
-        command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"), "--"] + command
+        command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"),
+                   *args.collector_args.split(), "--"] + command
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"the {loop} job failed ({'under the collector' if under else 'alone'}):\n{done.stderr}")
@@ -484,6 +485,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--loops", default="small,many")
     parser.add_argument("--skip", default="", help="comma-separated: where,ab,throughput,edges")
+    parser.add_argument("--collector-args", default="",
+                        help="more options for the collector in the runs under it (e.g. --no-probe)")
     parser.add_argument("--instructions", action="store_true",
                         help="only count the instructions the probe adds to a typical step, under callgrind (~6 minutes)")
     parser.add_argument("--ab-piece", choices=("call", "backward", "optimizer"),
