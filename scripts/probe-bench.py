@@ -19,7 +19,10 @@ steps 16 and 24, and its first heap reads are inside). Printed: the median of ea
 Each job also reports the CPU time of its steps (all its threads) and its parent's (the
 collector's) over the same window: on a shared machine CPU time per step moves less than wall time.
 
-BENCH_FLUSH_NS=N in the environment sets the probe's batch interval (nanoseconds) in the jobs.
+BENCH_FLUSH_NS=N in the environment sets the probe's batch interval (nanoseconds) in the jobs;
+BENCH_WARMUP=N the steps before a run's steps/s is timed (default 5). `--collector-args` gives the
+collector more options in the runs under it (`--collector-args=--no-probe`: the whole runs' noise
+floor, with nothing of the probe in the job).
 
 Then, under the collector:
   - the probe off and on in the same process from step 130, in pairs of two steps each (off:
@@ -117,7 +120,7 @@ def step():
     opt.step()
 
 
-for _ in range(130 if AB or COUNT else 5):
+for _ in range(130 if AB or COUNT else int(os.environ.get("BENCH_WARMUP", "5"))):
     step()
 for cell in spent.values():
     cell[0] = cell[1] = 0
