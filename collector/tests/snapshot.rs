@@ -910,6 +910,69 @@ fn bad_input_gets_a_clear_error() {
     assert_eq!(read_snapshot(&[]).err(), Some(SnapshotError::Empty));
 }
 
+/// What the entries keep of themselves as they are read (their sums, the largest request, the
+/// last out-of-memory entry, the one device they are on) is what a pass over them finds.
+#[test]
+fn the_entries_totals_are_what_a_pass_finds() {
+    use collector::snapshot::{Entries, TraceEntry};
+    let dir = generated();
+    let mut snapshots: Vec<Snapshot> =
+        ["edge_p4.pickle", "shared_p4.pickle", "most_devices.pickle"]
+            .iter()
+            .map(|f| agrees_with_python(&dir.join(f)))
+            .collect();
+    snapshots.push(agrees_with_python(&data(
+        "snapshots/real/bcrafton_cs336_training_step.pickle",
+    )));
+    let on_one = |e: &Entries| {
+        e.iter()
+            .map(|e| e.device())
+            .min()
+            .zip(e.iter().map(|e| e.device()).max())
+    };
+    let mut built: Vec<Entries> = snapshots.iter().map(|s| s.entries.clone()).collect();
+    built.push(Entries::from(vec![
+        TraceEntry::new(Action::Alloc, 4096, 100, 1, 0, 2),
+        TraceEntry::new(Action::Oom, 0, 1 << 40, 2, 0, 2),
+        TraceEntry::new(Action::SegmentAlloc, 8192, 1 << 20, 3, 0, 2),
+        TraceEntry::new(Action::FreeCompleted, 4096, 100, 4, 0, 2),
+        TraceEntry::new(Action::Alloc, 4096, 700, 5, 0, 2),
+    ]));
+    built.push(Entries::new());
+    for (k, entries) in built.iter().enumerate() {
+        let device = match on_one(entries) {
+            Some((lo, hi)) if lo == hi => Some(lo),
+            _ => None,
+        };
+        assert_eq!(entries.only_device(), device, "entries {k}");
+        let mut net = (0i64, 0i64);
+        let (mut largest, mut last_oom) = (None, None);
+        for (i, e) in entries.iter().enumerate() {
+            let (a, r) = match e.action() {
+                Action::Alloc => (e.size as i64, 0),
+                Action::FreeCompleted => (-(e.size as i64), 0),
+                Action::SegmentAlloc | Action::SegmentMap => (0, e.size as i64),
+                Action::SegmentFree | Action::SegmentUnmap => (0, -(e.size as i64)),
+                _ => (0, 0),
+            };
+            net = (net.0 + a, net.1 + r);
+            if matches!(e.action(), Action::Alloc | Action::Oom) {
+                largest = largest.max(Some(e.size));
+            }
+            if e.action() == Action::Oom {
+                last_oom = Some(i);
+            }
+        }
+        assert_eq!(entries.net(), net, "entries {k}");
+        assert_eq!(entries.largest_request(), largest, "entries {k}");
+        assert_eq!(entries.last_oom(), last_oom, "entries {k}");
+    }
+    assert_eq!(built[2].only_device(), None, "256 devices");
+    assert_eq!(built[3].only_device(), Some(0), "the real snapshot");
+    assert_eq!(built[4].net(), (700, 1 << 20));
+    assert_eq!(built[4].last_oom(), Some(1));
+}
+
 /// A trace entry keeps its device and its action in a byte each: the most a snapshot may
 /// hold of both read as Python reads them.
 #[test]

@@ -47,7 +47,13 @@ impl Snapshot {
             n.0 += i128::from(a);
             n.1 += i128::from(r);
         };
-        for e in &self.entries {
+        // Entries all of one device (most snapshots): their sums were kept as they were read.
+        let one = self.entries.only_device();
+        if let Some(device) = one.filter(|_| self.entries.readings() > 0) {
+            let (a, r) = self.entries.net();
+            run = Some((device, a, r));
+        }
+        for e in one.is_none().then_some(&self.entries).into_iter().flatten() {
             if let Some((a, r)) = e.action().change(e.size) {
                 match &mut run {
                     Some((device, na, nr)) if *device == e.device() => {

@@ -287,6 +287,26 @@ pub struct Entries {
     times_us: Option<(i64, i64)>,
     /// How many entries change allocated or reserved memory (the recording's readings).
     readings: usize,
+    /// What the entries change in all, (allocated, reserved) bytes (saturating), the largest
+    /// request (an alloc's or an out-of-memory entry's size), the last out-of-memory entry, and
+    /// the device they are all on: kept as they are pushed, so that a snapshot of one device
+    /// (most) is judged without passes over millions of entries for them.
+    net: (i64, i64),
+    largest_request: Option<u64>,
+    last_oom: Option<usize>,
+    on: On,
+}
+
+/// Which devices the entries are on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum On {
+    /// There are none.
+    #[default]
+    Nothing,
+    /// Every one is on this device.
+    One(u32),
+    /// More than one device.
+    Many,
 }
 
 /// Entries per block (2 MiB).
@@ -318,9 +338,21 @@ impl Entries {
             );
         }
         let action = entry.action();
-        if action != Action::Oom && action.change(entry.size).is_some() {
+        if let Some((a, r)) = action.change(entry.size) {
             self.readings += 1;
+            self.net = (self.net.0.saturating_add(a), self.net.1.saturating_add(r));
         }
+        if matches!(action, Action::Alloc | Action::Oom) {
+            self.largest_request = Some(self.largest_request.unwrap_or(0).max(entry.size));
+            if action == Action::Oom {
+                self.last_oom = Some(self.len);
+            }
+        }
+        self.on = match self.on {
+            On::Nothing => On::One(entry.device()),
+            On::One(d) if d == entry.device() => On::One(d),
+            _ => On::Many,
+        };
         match self.blocks.last_mut() {
             Some(block) if block.len() < ENTRY_BLOCK => block.push(entry),
             _ => {
@@ -417,10 +449,47 @@ impl Entries {
         self.readings
     }
 
-    /// In order, to give each its device (what is kept of their times, actions and sizes stays
-    /// true: those are not changed).
-    pub(crate) fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut TraceEntry> {
-        self.blocks.iter_mut().flatten()
+    /// Gives the entries their devices, each device's trace a run of entries in order: the first
+    /// `lens[0]` device 0, the next `lens[1]` device 1, and so on. The first device's run is left
+    /// as it is (entries are read on device 0: most snapshots' every entry).
+    pub(crate) fn give_devices(&mut self, lens: &[usize]) {
+        let mut at = lens.first().copied().unwrap_or(0);
+        for (device, &len) in lens.iter().enumerate().skip(1) {
+            let device = device as u32;
+            for entry in self.blocks.iter_mut().flatten().skip(at).take(len) {
+                *entry = entry.on(device);
+            }
+            at += len;
+        }
+        let mut on = lens.iter().enumerate().filter(|&(_, &len)| len > 0);
+        self.on = match (on.next(), on.next()) {
+            (None, _) => On::Nothing,
+            (Some((device, _)), None) => On::One(device as u32),
+            _ => On::Many,
+        };
+    }
+
+    /// The device every entry is on, if they are all on one.
+    pub fn only_device(&self) -> Option<u32> {
+        match self.on {
+            On::One(device) => Some(device),
+            On::Nothing | On::Many => None,
+        }
+    }
+
+    /// What the entries change in all, (allocated, reserved) bytes (saturating).
+    pub fn net(&self) -> (i64, i64) {
+        self.net
+    }
+
+    /// The largest size asked for (by an alloc or an out-of-memory entry), if any entry asked.
+    pub fn largest_request(&self) -> Option<u64> {
+        self.largest_request
+    }
+
+    /// The last out-of-memory entry.
+    pub fn last_oom(&self) -> Option<usize> {
+        self.last_oom
     }
 
     /// Releases what the last block holds beyond its entries.

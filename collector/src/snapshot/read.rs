@@ -487,17 +487,8 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
         })
         && next == entries.len() as u64;
     if in_order {
-        // Entries are read on device 0: the first device's (most snapshots': every) entry is
-        // left as it is, not written again.
-        let first = runs.first().map_or(0, |&(_, len)| len as usize);
-        let mut devices_of_entries = runs
-            .iter()
-            .enumerate()
-            .skip(1)
-            .flat_map(|(device, &(_, len))| std::iter::repeat_n(device as u32, len as usize));
-        for entry in entries.iter_mut().skip(first) {
-            *entry = entry.on(devices_of_entries.next().unwrap_or(0));
-        }
+        let lens: Vec<usize> = runs.iter().map(|&(_, len)| len as usize).collect();
+        entries.give_devices(&lens);
     } else {
         // Entries listed twice, out of order or mixed with lists: the traces as they list them.
         let mut listed: Vec<(u32, u32)> = Vec::new();

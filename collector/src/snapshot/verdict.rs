@@ -116,7 +116,19 @@ impl SnapshotVerdict {
         let mut last_oom = None;
         let mut largest_request: HashMap<u32, u64> = HashMap::default();
         let mut run: Option<(u32, u64)> = None;
-        for (i, e) in entries.iter().enumerate() {
+        // Entries all of one device (most snapshots): both were kept as they were read.
+        let one = entries.only_device();
+        if let Some(device) = one {
+            last_oom = entries.last_oom();
+            run = entries.largest_request().map(|most| (device, most));
+        }
+        for (i, e) in one
+            .is_none()
+            .then_some(entries)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             if !matches!(e.action(), Action::Alloc | Action::Oom) {
                 continue;
             }
