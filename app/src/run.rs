@@ -86,12 +86,14 @@ pub fn too_big_for_a_tab(name: &str, len: u64, kind: TabFile) -> Option<String> 
 }
 
 /// What a browser tab holds for a snapshot of `entries` trace entries of which `readings` change
-/// allocated or reserved memory, once it is shown: the app itself, the entries (40 bytes each,
-/// plus the parse's remains) and, per reading, the recording's allocator numbers (by column, ~20
-/// bytes), the curves and their levels, and the blocks' lifetimes. Measured in Chromium: 2.12 GB
-/// for 19.5 M entries and 13 M readings (a 2.07 GB snapshot), 0.74 GB for 6 M and 4 M (636 MB);
-/// this says 2.35 and 0.79 GB. (With 48-byte entries, 60 bytes an entry here: 2.51 and 0.84 GB
-/// said for 2.28 and 0.79 measured.)
+/// allocated or reserved memory, once it is shown: the app itself, the entries (40 bytes each
+/// when this was calibrated, plus the parse's remains) and, per reading, the recording's
+/// allocator numbers (by column, ~20 bytes), the curves and their levels, and the blocks'
+/// lifetimes. Measured in Chromium then: 2.12 GB for 19.5 M entries and 13 M readings (a 2.07 GB
+/// snapshot), 0.74 GB for 6 M and 4 M (636 MB); this says 2.35 and 0.79 GB. (With 48-byte
+/// entries, 60 bytes an entry here: 2.51 and 0.84 GB said for 2.28 and 0.79 measured.) Since
+/// entries take 32 bytes and the judging copies less, the same files take 1.52 and 0.56 GB: this
+/// errs on the safe side by more.
 pub fn tab_memory_for_snapshot(entries: usize, readings: usize) -> u64 {
     100_000_000 + entries as u64 * 52 + readings as u64 * 95
 }
