@@ -890,7 +890,7 @@ fn bad_input_gets_a_clear_error() {
         ),
         (
             "too_many_devices.pickle",
-            "the snapshot has traces of 257 devices; PyTorch numbers at most 256",
+            "the snapshot has traces of 257 devices; at most 256 are read",
         ),
         (
             "too_many_actions.pickle",

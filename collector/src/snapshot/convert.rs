@@ -105,8 +105,9 @@ impl Snapshot {
             }
         }
         // A run of entries one after another with equal metadata on one device; the entries
-        // without metadata (most, in most snapshots) end a run.
-        let mut current: Option<(u32, i64, u32, u32, i64)> = None; // device, start, metadata, last entry, its time
+        // without metadata (most, in most snapshots) end a run. The run: its device, start and
+        // metadata, its last entry and that one's time.
+        let mut current: Option<(u32, i64, u32, u32, i64)> = None;
         for &(i, m) in self.entries.with_user_metadata() {
             let Some(e) = self.entries.get(i as usize) else {
                 continue;

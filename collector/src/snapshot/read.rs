@@ -473,7 +473,7 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
     let mut entries = parts.entries;
     if devices > TraceEntry::MAX_DEVICE + 1 {
         return Err(SnapshotError::Schema(format!(
-            "the snapshot has traces of {devices} devices; PyTorch numbers at most {}",
+            "the snapshot has traces of {devices} devices; at most {} are read (PyTorch's device index is 8 bits)",
             TraceEntry::MAX_DEVICE + 1
         )));
     }
