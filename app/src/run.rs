@@ -160,6 +160,11 @@ impl Arriving {
         }
     }
 
+    /// The next part of the file; an error (the file's, or that it is too big) ends it.
+    pub fn push(&mut self, part: &[u8]) -> Result<(), String> {
+        self.push_from(part.len(), |room| room.write_copy_of_slice(part))
+    }
+
     /// The next `len` bytes of the file, which `fill` writes: straight into what holds them once
     /// the kind is known (a snapshot reader's window, a recording's bytes), so that a browser's
     /// part is copied into the tab's memory once. An error ends it, as for [`Arriving::push`].
@@ -168,16 +173,47 @@ impl Arriving {
         len: usize,
         fill: impl collector::snapshot::Fill,
     ) -> Result<(), String> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.received += len as u64;
+        let Reading::Head(head) = &mut self.reading else {
+            return self.take(len, fill);
+        };
+        // The first bytes are gathered until they tell what the file is.
+        collector::snapshot::append_filled(head, len, fill);
+        if head.len() < collector::open::KIND_BYTES {
+            return Ok(());
+        }
+        let head = std::mem::take(head);
+        self.reading = match Kind::of(&head) {
+            Kind::Snapshot => {
+                Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
+            }
+            Kind::Recording => Reading::Bytes(Vec::new(), TabFile::Recording),
+            // A profiler trace or timeline (gzipped or not) is held whole, then read as it
+            // streams from those bytes.
+            Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
+                Reading::Bytes(Vec::new(), TabFile::Trace)
+            }
+            _ => {
+                let why = collector::open::FormatError::Unknown {
+                    found: collector::open::describe(&head),
+                };
+                return Err(format!("{}: {why}", self.name));
+            }
+        };
+        self.take(head.len(), |room| room.write_copy_of_slice(&head))
+    }
+
+    /// Hands `len` bytes, which `fill` writes, to what reads the file (its kind known), unless
+    /// the file is now too big for a tab.
+    fn take(&mut self, len: usize, fill: impl collector::snapshot::Fill) -> Result<(), String> {
         let kind = match self.reading {
             Reading::Snapshot(_) => TabFile::Snapshot,
             Reading::Bytes(_, kind) => kind,
-            Reading::Head(_) => {
-                let mut part = Vec::new();
-                collector::snapshot::append_filled(&mut part, len, fill);
-                return self.push(&part);
-            }
+            Reading::Head(_) => TabFile::Any,
         };
-        self.received += len as u64;
         let total = self.received.max(self.expected.unwrap_or(0));
         if let Some(why) = too_big_for_a_tab(&self.name, total, kind) {
             return Err(why);
@@ -188,66 +224,6 @@ impl Arriving {
                 .map_err(|err| format!("{}: {err}", self.name)),
             Reading::Bytes(bytes, _) => {
                 collector::snapshot::append_filled(bytes, len, fill);
-                Ok(())
-            }
-            Reading::Head(_) => Ok(()),
-        }
-    }
-
-    /// The next part of the file; an error (the file's, or that it is too big) ends it.
-    pub fn push(&mut self, part: &[u8]) -> Result<(), String> {
-        if part.is_empty() {
-            return Ok(());
-        }
-        self.received += part.len() as u64;
-        let head = match &mut self.reading {
-            Reading::Head(head) => {
-                head.extend_from_slice(part);
-                if head.len() < collector::open::KIND_BYTES {
-                    return Ok(());
-                }
-                Some(std::mem::take(head))
-            }
-            _ => None,
-        };
-        let part = match &head {
-            Some(head) => {
-                self.reading = match Kind::of(head) {
-                    Kind::Snapshot => {
-                        Reading::Snapshot(Box::new(collector::snapshot::SnapshotReader::new()))
-                    }
-                    Kind::Recording => Reading::Bytes(Vec::new(), TabFile::Recording),
-                    // A profiler trace or timeline (gzipped or not) is held whole, then read as
-                    // it streams from those bytes.
-                    Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
-                        Reading::Bytes(Vec::new(), TabFile::Trace)
-                    }
-                    _ => {
-                        let why = collector::open::FormatError::Unknown {
-                            found: collector::open::describe(head),
-                        };
-                        return Err(format!("{}: {why}", self.name));
-                    }
-                };
-                head.as_slice()
-            }
-            None => part,
-        };
-        let kind = match self.reading {
-            Reading::Snapshot(_) => TabFile::Snapshot,
-            Reading::Bytes(_, kind) => kind,
-            Reading::Head(_) => TabFile::Any,
-        };
-        let len = self.received.max(self.expected.unwrap_or(0));
-        if let Some(why) = too_big_for_a_tab(&self.name, len, kind) {
-            return Err(why);
-        }
-        match &mut self.reading {
-            Reading::Snapshot(reader) => reader
-                .push(part)
-                .map_err(|err| format!("{}: {err}", self.name)),
-            Reading::Bytes(bytes, _) => {
-                bytes.extend_from_slice(part);
                 Ok(())
             }
             Reading::Head(_) => Ok(()),
