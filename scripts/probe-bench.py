@@ -24,6 +24,15 @@ BENCH_WARMUP=N the steps before a run's steps/s is timed (default 5). `--collect
 collector more options in the runs under it (`--collector-args=--no-probe`: the whole runs' noise
 floor, with nothing of the probe in the job).
 
+`--side-by-side` also runs the two at once, each on a CPU of its own (`taskset`; the collector
+shares its job's), `--runs` rounds with the CPUs swapped each round, both timing the same
+wall-clock window from 6 s after their start: what the machine does meanwhile falls on both.
+Printed: the median of the rounds' ratios, and per second of the window. With them,
+BENCH_OFF=1 takes the probe's hooks out from step 130 on (its modules, thread and the collector
+stay: what the probe costs besides its hooks), BENCH_EVERY=N puts them back for one step in N
+from step 130 (what observing a sample of short steps would cost), BENCH_TYPICAL=1 leaves out what comes within a share
+of the job's time (censuses, categories, host reads, saved tensors: what every step does).
+
 Then, under the collector:
   - the probe off and on in the same process from step 130, in pairs of two steps each (off:
     the root model's hooks, the backward wrapper and the optimizer hooks taken out; the second
@@ -51,6 +60,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 JOB = r'''
 import os, statistics, sys, time
@@ -63,6 +73,8 @@ LOOP = os.environ["BENCH_LOOP"]
 SECONDS = float(os.environ["BENCH_SECONDS"])
 WHERE = os.environ.get("BENCH_WHERE") == "1"
 AB = os.environ.get("BENCH_AB") == "1"
+OFF = os.environ.get("BENCH_OFF") == "1" and "tidemark" in sys.modules  # the probe's hooks taken out from step 130 on (what stays: its thread, its modules)
+EVERY = int(os.environ.get("BENCH_EVERY", "0")) if "tidemark" in sys.modules else 0  # hooks on 1 step in N from 130
 COUNT = os.environ.get("BENCH_COUNT", "")  # under callgrind: the probe "on" (a typical step) or "off"
 
 if LOOP == "small":
@@ -120,12 +132,19 @@ def step():
     opt.step()
 
 
-for _ in range(130 if AB or COUNT else int(os.environ.get("BENCH_WARMUP", "5"))):
+if os.environ.get("BENCH_TYPICAL") == "1" and "tidemark" in sys.modules:
+    # Only what every step does: no censuses, categories, host reads or saved tensors.
+    import tidemark
+    tidemark._steps._census_on = False
+    tidemark._steps._CATEGORY_SHARE = tidemark._host.heap.share = tidemark._host.rss.share = 1e-12
+    tidemark._steps._CATEGORY_GRACE_NS = tidemark._host.READ_GRACE_NS = 0
+    sys.modules["tidemark._auto"]._SAVES_EVERY = 10 ** 9
+for _ in range(130 if AB or COUNT or OFF or EVERY else int(os.environ.get("BENCH_WARMUP", "5"))):
     step()
 for cell in spent.values():
     cell[0] = cell[1] = 0
 
-if AB or COUNT:
+if AB or COUNT or OFF or EVERY:
     # The probe switched off and on in the same process, step by step in pairs (which goes first
     # drawn at random), so that both halves of a pair see the same machine: off = the root
     # model's hooks (or its call, where the probe observes it by its call), the backward wrapper
@@ -164,6 +183,21 @@ if AB or COUNT:
         if piece in ("", "backward"):
             torch.autograd.backward = wrapped_backward if on else plain_backward
 
+    if OFF:
+        probe(False)
+    if EVERY:
+        # What observing one step in N would cost: the hooks put back for one step in N.
+        probe(False)
+        every_step, counter = step, [0]
+
+        def step():
+            counter[0] += 1
+            on = counter[0] % EVERY == 0
+            if on:
+                probe(True)
+            every_step()
+            if on:
+                probe(False)
     if COUNT:
         # Instructions, under callgrind (the probe's cost on any machine, however busy): 100 steps
         # from step 140 counted, the probe off, or on with only what every step does (no
@@ -232,16 +266,22 @@ def parent_cpu_s():
         return 0.0
 
 
+START_AT = float(os.environ.get("BENCH_START_AT", "0"))  # side by side: both time one window
+while time.time() < START_AT:
+    step()
 steps = 0
 start, cpu, parent = time.perf_counter(), time.process_time(), parent_cpu_s()
+blocks = [0] * int(SECONDS)  # steps ended in each second of the window
 while True:
     step()
     steps += 1
     elapsed = time.perf_counter() - start
     if elapsed >= SECONDS:
         break
+    blocks[int(elapsed)] += 1
 cpu, parent = time.process_time() - cpu, parent_cpu_s() - parent
 print(f"steps/s {steps / elapsed:.3f} {steps} {cpu / steps * 1e6:.1f} {parent / steps * 1e6:.1f}")
+print("blocks " + " ".join(map(str, blocks)))
 if WHERE:
     step_us = elapsed / steps * 1e6
     print(f"step {step_us:.1f}")
@@ -329,6 +369,16 @@ print("reads " + " ".join(f"{done}/{edges}" for done, edges in reads))
 '''
 
 
+def job_command(args, folder, loop, under, cpu=None):
+    command = [args.python, os.path.join(folder, "job.py")]
+    if under:
+        command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"),
+                   *args.collector_args.split(), "--"] + command
+    if cpu is not None:
+        command = ["taskset", "-c", str(cpu)] + command
+    return command
+
+
 def run_job(args, folder, loop, under, where=False, ab=False):
     env = dict(os.environ, BENCH_LOOP=loop, BENCH_SECONDS=str(args.seconds), OMP_NUM_THREADS="1")
     if where:
@@ -337,11 +387,7 @@ def run_job(args, folder, loop, under, where=False, ab=False):
         env["BENCH_AB"] = "1"
         if args.ab_piece:
             env["BENCH_AB_PIECE"] = args.ab_piece
-    command = [args.python, os.path.join(folder, "job.py")]
-    if under:
-        command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"),
-                   *args.collector_args.split(), "--"] + command
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    done = subprocess.run(job_command(args, folder, loop, under), env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"the {loop} job failed ({'under the collector' if under else 'alone'}):\n{done.stderr}")
     return done.stdout
@@ -377,6 +423,40 @@ def throughput(args, folder, loop):
           f"ratio {u / a:.4f} ({(u / a - 1) * 100:+.2f} %); CPU a step: alone {a_cpu:.0f} µs, under the "
           f"collector {u_cpu:.0f} µs in the job ({(u_cpu / a_cpu - 1) * 100:+.2f} %) + {collector_cpu:.0f} µs "
           "in the collector", flush=True)
+
+
+def side_by_side(args, folder, loop):
+    """Both at once, each on a CPU of its own (the collector with its job), swapped every round:
+    the machine's load at that moment (neighbours in the shared caches, a slower quarter hour)
+    falls on both alike, which alternated runs cannot give. Both time the same wall-clock window,
+    from a moment set after their imports and first steps."""
+    ratios, per_second = [], []
+    for i in range(args.runs):
+        start_at = time.time() + 6.0
+        env = dict(os.environ, BENCH_LOOP=loop, BENCH_SECONDS=str(args.seconds), OMP_NUM_THREADS="1",
+                   BENCH_START_AT=str(start_at))
+        running = {under: subprocess.Popen(job_command(args, folder, loop, under, cpu=(i + under) % 2), env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for under in (False, True)}
+        values = {}
+        for under, process in running.items():
+            out, err = process.communicate()
+            if process.returncode != 0:
+                sys.exit(f"the {loop} job failed ({'under the collector' if under else 'alone'}):\n{err}")
+            values[under] = steps_per_s(out), [int(n) for line in out.splitlines() if line.startswith("blocks ")
+                                                for n in line.split()[1:]]
+        per_second.append([u / a if a else 1.0 for a, u in zip(values[False][1], values[True][1])])
+        values = {under: value[0] for under, value in values.items()}
+        ratios.append(values[True][0] / values[False][0])
+        print(f"  {loop} round {i + 1} (alone on CPU {i % 2}): alone {values[False][0]:.1f} steps/s, under the "
+              f"collector {values[True][0]:.1f} steps/s: {(ratios[-1] - 1) * 100:+.2f} %", flush=True)
+    ratios.sort()
+    n = len(ratios)
+    print(f"{loop}: side by side, {n} rounds: under the collector / alone, median {(statistics.median(ratios) - 1) * 100:+.2f} % "
+          f"(quartiles {(ratios[n // 4] - 1) * 100:+.2f} … {(ratios[3 * n // 4] - 1) * 100:+.2f} %)", flush=True)
+    columns = list(zip(*per_second))
+    print(f"{loop}: each second of the window, the median over the rounds: "
+          + " ".join(f"{(statistics.median(c) - 1) * 100:+.1f}" for c in columns) + " %", flush=True)
 
 
 def ab(args, folder, loop):
@@ -494,6 +574,8 @@ def main():
                         help="only count the instructions the probe adds to a typical step, under callgrind (~6 minutes)")
     parser.add_argument("--ab-piece", choices=("call", "backward", "optimizer"),
                         help="the pairs switch only this piece of the probe (the rest stays on)")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="also run alone and under the collector at once, a CPU each, --runs rounds")
     args = parser.parse_args()
     args.collector = os.path.abspath(args.collector)
     skip = set(filter(None, args.skip.split(",")))
@@ -510,6 +592,8 @@ def main():
                 ab(args, folder, loop)
             if "throughput" not in skip:
                 throughput(args, folder, loop)
+            if args.side_by_side:
+                side_by_side(args, folder, loop)
         if "edges" not in skip and not args.instructions:
             edges(args, folder)
 
