@@ -30,15 +30,19 @@ wall-clock window from 6 s after their start: what the machine does meanwhile fa
 Printed: the median of the rounds' ratios, and per second of the window. With them,
 BENCH_OFF=1 takes the probe's hooks out from step 130 on (its modules, thread and the collector
 stay: what the probe costs besides its hooks), BENCH_EVERY=N puts them back for one step in N
-from step 130 (what observing a sample of short steps would cost), BENCH_TYPICAL=1 leaves out what comes within a share
+from step 130 (what observing a sample of short steps would cost), BENCH_COLLECTOR_APART=1 puts the
+collector on the other CPU (its job stays on its own), BENCH_BATCH_LINES=N sets the lines of a
+full batch, BENCH_TYPICAL=1 leaves out what comes within a share
 of the job's time (censuses, categories, host reads, saved tensors: what every step does).
 
 Then, under the collector:
   - the probe off and on in the same process from step 130, in pairs of two steps each (off:
     the root model's hooks, the backward wrapper and the optimizer hooks taken out; the second
     step of each timed, after one of its kind), the median of the pairs' differences over the
-    median step, wall and CPU: the steady-state cost, with both halves of a pair on the same
-    machine (whole runs differ by ±10 % here: process to process, not probe to probe);
+    median step, wall and CPU: the typical step's cost, with both halves of a pair on the same
+    machine (whole runs differ by ±10 % here: process to process, not probe to probe), and the
+    mean of the differences (what comes once in many steps included; a pair with a full garbage
+    collection left out);
     `--ab-piece call|backward|optimizer` switches only that piece (the call around the root
     model with its step starts; the backward wrapper; the optimizer hooks, which end the step);
   - the isolated edge: `tidemark.begin` 1.5 ms apart (the gap spent computing), 2,000 of them,
@@ -95,6 +99,8 @@ else:
 x = torch.randn(32, 64)
 if os.environ.get("BENCH_FLUSH_NS") and "tidemark" in sys.modules:  # under the collector:
     sys.modules["tidemark"]._FLUSH_NS = int(os.environ["BENCH_FLUSH_NS"])  # the batch interval
+if os.environ.get("BENCH_BATCH_LINES") and "tidemark" in sys.modules:
+    sys.modules["tidemark"]._BATCH_LINES = int(os.environ["BENCH_BATCH_LINES"])  # a full batch
 
 spent = {}
 if WHERE:
@@ -236,6 +242,7 @@ if AB:
     clocks = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
     costs = {kind: [] for kind in clocks}  # on − off, ns, a pair each
     steps_ns = {kind: [] for kind in clocks}  # the off steps
+    longest = {kind: [] for kind in clocks}  # the longer of each pair's two steps
     deadline = time.perf_counter() + SECONDS
     while time.perf_counter() < deadline:
         taken = {}
@@ -249,10 +256,16 @@ if AB:
         for i, kind in enumerate(clocks):
             costs[kind].append(taken[True][i] - taken[False][i])
             steps_ns[kind].append(taken[False][i])
+            longest[kind].append(max(taken[True][i], taken[False][i]))
     for kind, values in costs.items():
+        base = statistics.median(steps_ns[kind])
+        # The mean takes in what comes once in many steps (a batch sent, host reads, categories,
+        # censuses), which the median leaves out; pairs with a step over 3× the median (a full
+        # garbage collection: ~50 ms, on either side at random) are left out of it.
+        kept = [v for v, most in zip(values, longest[kind]) if most <= 3 * base]
         values.sort()
-        n, base = len(values), statistics.median(steps_ns[kind])
-        print(f"ab {kind} {statistics.median(values) / base:.5f} {values[n // 4] / base:.5f} {values[3 * n // 4] / base:.5f} {n} {statistics.median(values) / 1000:.2f} {base / 1000:.1f}")
+        n = len(values)
+        print(f"ab {kind} {statistics.median(values) / base:.5f} {values[n // 4] / base:.5f} {values[3 * n // 4] / base:.5f} {n} {statistics.median(values) / 1000:.2f} {base / 1000:.1f} {statistics.fmean(kept) / base:.5f} {n - len(kept)}")
     sys.exit(0)
 
 
@@ -375,7 +388,12 @@ def job_command(args, folder, loop, under, cpu=None):
         command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"),
                    *args.collector_args.split(), "--"] + command
     if cpu is not None:
-        command = ["taskset", "-c", str(cpu)] + command
+        if under and os.environ.get("BENCH_COLLECTOR_APART") == "1":
+            # The collector on the other CPU, its job on this one.
+            command = ["taskset", "-c", str(1 - cpu)] + command[:command.index("--") + 1] + [
+                "taskset", "-c", str(cpu)] + command[command.index("--") + 1:]
+        else:
+            command = ["taskset", "-c", str(cpu)] + command
     return command
 
 
@@ -461,12 +479,14 @@ def side_by_side(args, folder, loop):
 
 def ab(args, folder, loop):
     for line in run_job(args, folder, loop, True, ab=True).splitlines():
-        _, kind, median, low, high, pairs, cost_us, step_us = line.split()
-        median, low, high = float(median), float(low), float(high)
+        _, kind, median, low, high, pairs, cost_us, step_us, mean, left_out = line.split()
+        median, low, high, mean = float(median), float(low), float(high), float(mean)
         what = "wall time" if kind == "wall" else "the job's CPU time"
         print(f"{loop}: in one process under the collector from step 130, the probe off and on, pairs of steps "
               f"({pairs} pairs over {args.seconds:.0f} s), {what}: the probe adds {cost_us} µs to a {step_us} µs step = "
-              f"{median * 100:+.2f} % (median of the pairs; quartiles {low * 100:+.1f} … {high * 100:+.1f} %)", flush=True)
+              f"{median * 100:+.2f} % (median of the pairs; quartiles {low * 100:+.1f} … {high * 100:+.1f} %); "
+              f"mean {mean * 100:+.2f} % (with what comes once in many steps; {left_out} pairs with a step over "
+              "3× the median left out)", flush=True)
 
 
 def edges(args, folder):
