@@ -151,6 +151,13 @@ impl TidemarkApp {
 
     /// Draws the whole app into `ui`.
     pub fn show(&mut self, ui: &mut egui::Ui) {
+        #[cfg(target_arch = "wasm32")]
+        for open in &mut self.runs {
+            if open.announced == crate::run::Announced::Painted {
+                open.announced = crate::run::Announced::Told;
+                crate::web::announce(&open.name, open.run.as_ref().err());
+            }
+        }
         self.receive();
         self.intake.take_dropped_files(ui.ctx());
         if let Some(image) = self.picture.take() {
@@ -209,12 +216,13 @@ impl TidemarkApp {
         drop_hint(ui.ctx());
         #[cfg(target_arch = "wasm32")]
         // A followed file still waiting for its first bytes is neither shown nor failed yet.
+        // Told at the next frame's start, once this one was painted (`Announced`).
         if let Some(open) = self.runs.get_mut(self.current)
-            && !open.announced
+            && open.announced == crate::run::Announced::Not
             && !(open.run.is_err() && open.follow.as_ref().is_some_and(|f| !f.is_done()))
         {
-            open.announced = true;
-            crate::web::announce(&open.name, open.run.as_ref().err());
+            open.announced = crate::run::Announced::Painted;
+            ui.ctx().request_repaint();
         }
     }
 

@@ -499,7 +499,21 @@ pub struct OpenRun {
     pub(crate) follow: Option<crate::follow::Follow>,
     /// Whether the page was told that this file is shown (see `web::announce`).
     #[cfg(target_arch = "wasm32")]
-    pub(crate) announced: bool,
+    pub(crate) announced: Announced,
+}
+
+/// Where telling the page that a file is shown stands: it is told at the start of the frame after
+/// the one that first laid it out, once that one was painted and the browser had a frame to show
+/// it (the first paint of a big run takes a tenth of a second with software WebGL).
+#[cfg(target_arch = "wasm32")]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announced {
+    /// Not laid out yet.
+    Not,
+    /// Laid out and painted in the frame before: told at the next frame's start.
+    Painted,
+    /// Told.
+    Told,
 }
 
 impl OpenRun {
@@ -513,7 +527,7 @@ impl OpenRun {
             flame: crate::flame::FlameState::default(),
             follow: None,
             #[cfg(target_arch = "wasm32")]
-            announced: false,
+            announced: Announced::Not,
         }
     }
 

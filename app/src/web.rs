@@ -492,10 +492,11 @@ impl Drop for Inbox {
     }
 }
 
-/// Tells the page that the file `name` is shown, its first frame drawn, or that it failed to
-/// open: a performance mark `tidemark:shown` or `tidemark:failed` whose detail is the name or
-/// the error, then a mark `wasm-memory` whose detail is the bytes of the tab's wasm memory. The
-/// browser test waits for these; a profiler shows them on the page's timeline.
+/// Tells the page that the file `name` is shown, its first frame painted (told at the start of
+/// the frame after it, see `run::Announced`), or that it failed to open: a performance mark
+/// `tidemark:shown` or `tidemark:failed` whose detail is the name or the error, then a mark
+/// `wasm-memory` whose detail is the bytes of the tab's wasm memory. The browser test waits for
+/// these; a profiler shows them on the page's timeline.
 pub fn announce(name: &str, error: Option<&String>) {
     let (mark, detail) = match error {
         None => ("tidemark:shown", name),
