@@ -387,6 +387,11 @@ def job_command(args, folder, loop, under, cpu=None):
     if under:
         command = [args.collector, "--out", os.path.join(folder, f"{loop}.msgpack"),
                    *args.collector_args.split(), "--"] + command
+    nice = os.environ.get("BENCH_COLLECTOR_NICE")
+    if under and nice:
+        # The collector at this niceness, its job at the job's own.
+        split = command.index("--") + 1
+        command = ["nice", "-n", nice] + command[:split] + ["nice", "-n", str(-int(nice))] + command[split:]
     if cpu is not None:
         if under and os.environ.get("BENCH_COLLECTOR_APART") == "1":
             # The collector on the other CPU, its job on this one.

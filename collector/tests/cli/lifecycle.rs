@@ -279,3 +279,56 @@ fn without_proc_host_memory_is_said_missing_and_the_job_runs() {
     );
     assert_eq!(recording.exits[0].code, Some(3));
 }
+
+/// The collector's threads run behind the job: niceness 10 above the collector's own (at most
+/// 19), while the job keeps the collector's. Read by the job from `/proc` (its parent's threads,
+/// once all of them started and set theirs).
+#[test]
+fn the_collectors_threads_are_nicer_than_the_job() {
+    let job = Job::new(
+        r#"
+import os, time
+
+def threads():
+    out = {}
+    for tid in os.listdir(f"/proc/{os.getppid()}/task"):
+        try:
+            with open(f"/proc/{os.getppid()}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        out[name] = int(stat[stat.rindex(")") + 2:].split()[16])
+    return out
+
+mine = os.getpriority(os.PRIO_PROCESS, 0)
+behind = min(mine + 10, 19)
+wanted = {"host-sampler", "probe-listener", "recorder", "signals"}
+deadline = time.monotonic() + 20
+seen = threads()
+while time.monotonic() < deadline and not (
+    wanted <= set(seen) and all(nice == behind for name, nice in seen.items() if name != "collector")
+):
+    time.sleep(0.02)
+    seen = threads()
+print("job", mine)
+for name, nice in sorted(seen.items()):
+    print(name, nice)
+"#,
+    );
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let nice: std::collections::BTreeMap<&str, i32> = stdout
+        .lines()
+        .filter_map(|line| line.rsplit_once(' '))
+        .map(|(name, nice)| (name, nice.parse().unwrap()))
+        .collect();
+    let base = nice["job"];
+    let behind = (base + 10).min(19);
+    for name in ["host-sampler", "probe-listener", "recorder", "signals"] {
+        assert_eq!(nice.get(name), Some(&behind), "{name}: {stdout}");
+    }
+    // The collector's main thread, which started the job, keeps the job's niceness.
+    assert_eq!(nice.get("collector"), Some(&base), "{stdout}");
+}
