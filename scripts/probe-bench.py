@@ -31,7 +31,8 @@ Printed: the median of the rounds' ratios, and per second of the window. With th
 BENCH_OFF=1 takes the probe's hooks out from step 130 on (its modules, thread and the collector
 stay: what the probe costs besides its hooks), BENCH_EVERY=N puts them back for one step in N
 from step 130 (what observing a sample of short steps would cost), BENCH_COLLECTOR_APART=1 puts the
-collector on the other CPU (its job stays on its own), BENCH_BATCH_LINES=N sets the lines of a
+collector on the other CPU (its job stays on its own), BENCH_COLLECTOR_NICE=N starts the collector
+at niceness N (its threads at N + 10) and its job back at the caller's, BENCH_BATCH_LINES=N sets the lines of a
 full batch, BENCH_TYPICAL=1 leaves out what comes within a share
 of the job's time (censuses, categories, host reads, saved tensors: what every step does).
 
