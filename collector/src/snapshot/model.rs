@@ -453,13 +453,15 @@ impl Entries {
     /// `lens[0]` device 0, the next `lens[1]` device 1, and so on. The first device's run is left
     /// as it is (entries are read on device 0: most snapshots' every entry).
     pub(crate) fn give_devices(&mut self, lens: &[usize]) {
-        let mut at = lens.first().copied().unwrap_or(0);
-        for (device, &len) in lens.iter().enumerate().skip(1) {
-            let device = device as u32;
-            for entry in self.blocks.iter_mut().flatten().skip(at).take(len) {
-                *entry = entry.on(device);
-            }
-            at += len;
+        let first = lens.first().copied().unwrap_or(0);
+        let devices = lens
+            .iter()
+            .enumerate()
+            .skip(1)
+            .flat_map(|(device, &len)| std::iter::repeat_n(device as u32, len));
+        // One pass over the entries after the first run, however many devices there are.
+        for (entry, device) in self.blocks.iter_mut().flatten().skip(first).zip(devices) {
+            *entry = entry.on(device);
         }
         let mut on = lens.iter().enumerate().filter(|&(_, &len)| len > 0);
         self.on = match (on.next(), on.next()) {
