@@ -586,10 +586,7 @@ pub fn spawn_listener(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("probe-listener".to_owned())
-        .spawn(move || {
-            super::session::behind_the_job();
-            channel.listen(clock, &stop, &tx, &edge_seen)
-        })
+        .spawn(move || channel.listen(clock, &stop, &tx, &edge_seen))
 }
 
 #[cfg(test)]

@@ -359,29 +359,10 @@ pub fn run(args: Options) -> ExitCode {
     ExitCode::from(exit_code)
 }
 
-/// Puts the calling thread behind the job on a busy CPU: its niceness 10 above the collector's
-/// (at most 19), which the job keeps. Where the collector's threads share a CPU with the job
-/// (a small machine, or every core taken by a job and its data loaders), their wakes preempt
-/// the job, and that cost it more than their own time (0.3–0.4 % of a CPU): a loop of 4 ms
-/// steps sharing one CPU with the collector ran 2.5 % slower under it, 1.0 % with this and
-/// 3.2 % with niceness 19 (where the probe's batches wait), medians of ten rounds in turns; over
-/// all the runs the gain was about 0.6 % (BENCHMARKS.md, "Side by side"). A thread 10 steps
-/// nicer still gets about a tenth of a CPU it shares with one busy thread.
-pub(crate) fn behind_the_job() {
-    // SAFETY: `nice` takes an integer and changes the calling thread's scheduling only (Linux
-    // keeps the niceness per thread); it touches no memory of the program. Where it fails the
-    // thread runs as it was.
-    let _ = unsafe { nix::libc::nice(10) };
-}
-
 fn spawn_named<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<JoinHandle<T>> {
-    let f = move || {
-        behind_the_job();
-        f()
-    };
     match std::thread::Builder::new().name(name.to_owned()).spawn(f) {
         Ok(handle) => Some(handle),
         Err(err) => {
