@@ -17,6 +17,7 @@ const GOLDEN_V1_1: &str = "tests/data/golden_v1_1.msgpack";
 const GOLDEN_V1_2: &str = "tests/data/golden_v1_2.msgpack";
 const GOLDEN_V1_3: &str = "tests/data/golden_v1_3.msgpack";
 const GOLDEN_V1_4: &str = "tests/data/golden_v1_4.msgpack";
+const GOLDEN_V1_5: &str = "tests/data/golden_v1_5.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -307,17 +308,42 @@ fn golden_v1_4() -> (Header, Vec<Record>) {
     (header, records)
 }
 
+/// Format 1.5: the 1.4 contents and two spans of steps whose phases the probe did not observe,
+/// one of numbered steps and one of a single step without a number.
+fn golden_v1_5() -> (Header, Vec<Record>) {
+    let (mut header, mut records) = golden_v1_4();
+    header.format_minor = 5;
+    let origin = Origin {
+        pid: 4242,
+        rank: Some(0),
+    };
+    for (since_ns, t_ns, first_step, steps) in [
+        (60_000_000, 140_000_000, Some(2), 3),
+        (150_000_000, 180_000_000, None, 1),
+    ] {
+        records.push(Record::Unobserved(collector::recording::Unobserved {
+            t_ns,
+            origin,
+            since_ns,
+            first_step,
+            steps,
+        }));
+    }
+    (header, records)
+}
+
 /// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
 fn write_golden_files() {
     type Contents = fn() -> (Header, Vec<Record>);
-    let files: [(&str, Contents); 5] = [
+    let files: [(&str, Contents); 6] = [
         (GOLDEN_V1, golden_v1),
         (GOLDEN_V1_1, golden_v1_1),
         (GOLDEN_V1_2, golden_v1_2),
         (GOLDEN_V1_3, golden_v1_3),
         (GOLDEN_V1_4, golden_v1_4),
+        (GOLDEN_V1_5, golden_v1_5),
     ];
     for (name, contents) in files {
         let path = data_path(name);
@@ -397,6 +423,28 @@ fn golden_v1_4_reads_back_exactly_with_what_backwards_freed() {
     // Older readers' view: the 1.3 file has none.
     let v1_3 = read_file(&data_path(GOLDEN_V1_3)).unwrap();
     assert!(v1_3.saved_freed.is_empty());
+}
+
+#[test]
+fn golden_v1_5_reads_back_exactly_with_unobserved_steps() {
+    let recording = reads_back_exactly(GOLDEN_V1_5, golden_v1_5, 5);
+    // By hand.
+    assert_eq!(recording.unobserved.len(), 2);
+    let span = &recording.unobserved[0];
+    assert_eq!((span.since_ns, span.t_ns), (60_000_000, 140_000_000));
+    assert_eq!((span.first_step, span.steps), (Some(2), 3));
+    assert_eq!(span.origin.rank, Some(0));
+    assert_eq!(
+        (
+            recording.unobserved[1].first_step,
+            recording.unobserved[1].steps
+        ),
+        (None, 1)
+    );
+    assert_eq!(recording.saved_freed.len(), 2);
+    // Older readers' view: the 1.4 file has none.
+    let v1_4 = read_file(&data_path(GOLDEN_V1_4)).unwrap();
+    assert!(v1_4.unobserved.is_empty());
 }
 
 #[test]

@@ -23,8 +23,21 @@ on a sample of steps (``_SAVES_EVERY``): while such a forward runs, a saved-tens
 each saved storage (weakly); when the backward ends, the storages it freed are summed and sent
 (``tm2 B``). A backward frees the forward's activations and makes gradients; without this number
 the analysis could not tell a backward that keeps what it made from a forward that kept its own.
+
+Which steps are observed (``_decide_observed``, at each optimizer step's end): every one, unless
+``TIDEMARK_OBSERVE_ONE_IN`` says otherwise. With ``N`` (≥ 2) or ``auto``: every step of the first
+``_OBSERVE_FIRST``, every one that measures saved tensors, and of the others one in N; ``auto``
+chooses N such that observing takes at most ``_OBSERVED_SHARE`` of the job's time (a step of
+48 ms or more: every one). Observing a step costs about ``_OBSERVED_STEP_NS`` (its edges, their lines,
+the collector taking them, sharing the job's CPU), which a loop of 4 ms steps would feel at every
+step. Evals are observed always. On a step that is not observed the call around a root, the
+backward wrapper and the optimizer hooks return after one check, keeping only the begin time:
+where that phase raises (an out-of-memory error), its two edges are sent then, so that the error
+is put in its phase. Each run of steps not observed is sent (``tm2 U``) when observing resumes,
+and at exit.
 """
 import importlib.abc
+import math
 import sys
 import threading
 import time
@@ -48,8 +61,35 @@ _observed = {}          # id -> (weak reference to a model observed by its call,
                         # root is open: a compiled model not found as a root)
 _is_compiling = None    # torch.compiler.is_dynamo_compiling (is_compiling), once torch is loaded
 
+_OBSERVE_FIRST = 100        # the first steps are all observed (a short job is judged with them all) …
+_OBSERVED_SHARE = 0.0025    # … then observing may take this share of the job's time …
+_OBSERVED_STEP_NS = 120_000  # … at what observing a step costs (a loop of 4 ms steps: 1 in 12)
+_OBSERVE_EVERY_MOST = 100   # (at least one step in this many)
+_observing = True           # whether this step's phases are observed
+_one_in = 1                 # TIDEMARK_OBSERVE_ONE_IN: one step in this many (1: all; 0: `auto`)
+_steps_ended = 0            # optimizer steps seen
+_step_ended_ns = None       # when the last one ended
+_countdown = 0              # steps not observed before the next one that is
+_unobserved = None          # [since_ns, first step, steps]: the run of steps not observed now
+_not_observed = [0]         # steps not observed, in all
+_silent_optimizer = [None]  # (begin time, step) of an optimizer step that is not observed, running
+
 
 def install_when_torch_is_imported():
+    global _one_in
+    import atexit
+    import os
+
+    one_in = os.environ.get("TIDEMARK_OBSERVE_ONE_IN", "1").strip()
+    if one_in == "auto":
+        _one_in = 0
+    elif one_in.isdigit() and int(one_in) > 0:
+        _one_in = int(one_in)
+    else:
+        print(f"tidemark: TIDEMARK_OBSERVE_ONE_IN={one_in!r} is neither a whole number ≥ 1 nor auto: "
+              "observing every step", file=sys.stderr)
+
+    atexit.register(_at_exit)  # (before the batch's last flush: exit handlers run last in, first out)
     if "torch" in sys.modules:
         _install(sys.modules["torch"])
     else:
@@ -162,6 +202,16 @@ def _as_backward(run):
     the forwards' saved tensors."""
 
     def in_phase(*args, **kwargs):
+        if not _observing:
+            began = _monotonic_ns()
+            _in_backward[0] += 1
+            try:
+                return run(*args, **kwargs)
+            except BaseException:
+                _late_phase("backward", began)
+                raise
+            finally:
+                _in_backward[0] -= 1
         if tidemark._sock is not None:  # (tidemark.begin, one call less: it runs at every step)
             tidemark._edge("b", "backward")
         saved = _saved_before_backward() if _saved else None
@@ -315,7 +365,8 @@ def _root_pre(module, args):
     """A root model's call begins: forward, or eval when gradients are off, in inference mode or
     when the model is in eval mode. A step starts with its first training forward (an eval
     between steps does not count: the gradients of the step before may still be there). (Every
-    step's hot path: the mode and the sample of steps written out.)"""
+    step's hot path: the mode and the sample of steps written out.) Returns the begin time of a
+    forward that is not observed (``_observing``), for its edges if it raises; else None."""
     global _measured_step
     try:
         torch = tidemark._torch
@@ -323,6 +374,8 @@ def _root_pre(module, args):
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not module.training:
             name = "eval"
         else:
+            if not _observing:
+                return _monotonic_ns()
             name = "forward"
             if step != _measured_step:
                 _measured_step = step
@@ -373,13 +426,24 @@ def _hook(module):
         module.register_forward_hook(_hook_post)
 
 
+_hooked_silent = {}  # (id(module), thread) -> the begin time of a hooked forward not observed
+
+
 def _hook_pre(module, args):
     if not _is_compiling():
-        _root_pre(module, args)
+        silent = _root_pre(module, args)
+        if silent is not None:
+            _hooked_silent[(id(module), _get_ident())] = silent
 
 
 def _hook_post(module, args, output):
     if not _is_compiling():
+        if _hooked_silent:
+            silent = _hooked_silent.pop((id(module), _get_ident()), None)
+            # A hook that is always called runs inside the module's exception handler when its
+            # forward raised.
+            if silent is not None and sys.exc_info()[0] is not None:
+                _late_phase("forward", silent)
         _root_post(module, args, output)
 
 
@@ -418,9 +482,13 @@ def _observe_call(module, root=True):
         run = module._call_impl if compiled is None else compiled
         if compiling():
             return run(*args, **kwargs)
-        pre(module, args)
+        silent = pre(module, args)
         try:
             return run(*args, **kwargs)
+        except BaseException:
+            if silent is not None:  # a forward not observed raised: its edges now
+                _late_phase("forward", silent)
+            raise
         finally:
             post(module, args, None)
 
@@ -436,11 +504,11 @@ def _compiled_pre(module, args):
     of a model is not)."""
     try:
         if _in_forward() or not _is_model(module):
-            return
+            return None
         _roots[id(module)] = module
     except Exception:
-        return
-    _root_pre(module, args)
+        return None
+    return _root_pre(module, args)
 
 
 def _compiles_observed(module_class):
@@ -502,6 +570,9 @@ _optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one loo
 
 
 def _optimizer_pre(opt, args, kwargs):
+    if not _observing:
+        _silent_optimizer[0] = (_monotonic_ns(), tidemark._step)
+        return
     if tidemark._sock is not None:
         tidemark._edge("b", "optimizer")
     try:
@@ -515,15 +586,114 @@ def _optimizer_pre(opt, args, kwargs):
 
 def _optimizer_post(opt, args, kwargs):
     try:
-        if tidemark._sock is not None:
+        if not _observing:
+            _silent_optimizer[0] = None
+        elif tidemark._sock is not None:
             tidemark._edge("e", "optimizer")
         tidemark._at_step_end()
         if not tidemark._manual_step:
-            step = tidemark._step = (tidemark._step or 0) + 1
+            tidemark._step = (tidemark._step or 0) + 1
+        now = _monotonic_ns()
+        if _decide_observed(now) and not tidemark._manual_step:
             # What the new step's edges read of the host, decided as its number changes: its
-            # first edge then takes the short way like the others (``tidemark._edge``).
-            tidemark._decide_host(step, _monotonic_ns())
+            # first edge then takes the short way like the others (``tidemark._edge``). (A step
+            # that is not observed decides at its first edge, if it has one: an eval.)
+            tidemark._decide_host(tidemark._step, now)
         if _discovering:
             _stop_discovering()
+    except Exception:
+        pass
+
+
+def _decide_observed(now):
+    """At an optimizer step's end: whether the next step is observed (see the module's doc), and
+    the run of steps not observed sent as it ends. Returns whether it is."""
+    global _observing, _steps_ended, _step_ended_ns, _countdown, _unobserved
+    took = None if _step_ended_ns is None else now - _step_ended_ns
+    _step_ended_ns = now
+    _steps_ended += 1
+    step = tidemark._step
+    if (
+        _one_in == 1
+        or _steps_ended < _OBSERVE_FIRST
+        or took is None
+        or (step is not None and step % _SAVES_EVERY == 0)
+        or tidemark._sock is None
+    ):
+        observe = True
+        _countdown = 0
+    elif _countdown > 0:
+        _countdown -= 1
+        observe = False
+    elif _observing:
+        # An observed step ended: this many steps after it are not.
+        every = _one_in or math.ceil(_OBSERVED_STEP_NS / (_OBSERVED_SHARE * max(took, 1)))
+        skip = min(every, _OBSERVE_EVERY_MOST) - 1
+        observe = skip == 0
+        _countdown = max(skip - 1, 0)
+    else:
+        observe = True
+    if observe:
+        if _unobserved is not None:
+            _send_unobserved(now)
+    else:
+        _not_observed[0] += 1
+        if _unobserved is None:
+            _unobserved = [now, None if tidemark._manual_step else step, 1]
+        else:
+            _unobserved[2] += 1
+    _observing = observe
+    return observe
+
+
+def _send_unobserved(now):
+    """Sends the run of steps not observed that ends now."""
+    global _unobserved
+    since, first, steps = _unobserved
+    _unobserved = None
+    if tidemark._sock is not None:
+        first = "-" if first is None else first
+        tidemark._add(f"{tidemark._PROTOCOL} U {now} {tidemark._pid} {tidemark._rank} {first} {steps} {since}", now)
+
+
+def _late_phase(name, began):
+    """A phase that was not observed raised (an out-of-memory error): its edges now, the begin
+    at the time it began (without numbers), so that the error is put in its phase and step."""
+    try:
+        if tidemark._sock is None:
+            return
+        step = tidemark._step
+        tidemark._add(f"{tidemark._PROTOCOL} P {began} {tidemark._pid} {tidemark._rank} "
+                      f"{'-' if step is None else step} b {tidemark._NO_NUMBERS} - - {name}", began)
+        tidemark._edge("e", name)
+    except Exception:
+        pass
+
+
+def _unobserved_at_error():
+    """At an out-of-memory error (the allocator's observer) and at exit: an optimizer step that is
+    not observed and has not ended gets its edges, and at exit the run of steps not observed is
+    sent."""
+    silent = _silent_optimizer[0]
+    if silent is not None:
+        _silent_optimizer[0] = None
+        _late_phase("optimizer", silent[0])
+
+
+def _at_exit():
+    """At exit: an optimizer step cut short, the last run of steps not observed, and a note of
+    how many were."""
+    try:
+        _unobserved_at_error()
+        if _unobserved is not None:
+            _send_unobserved(_monotonic_ns())
+        skipped = _not_observed[0]
+        if skipped and tidemark._sock is not None:
+            steps = _steps_ended + 1
+            later = steps - _OBSERVE_FIRST
+            text = (f"the probe observed the phases of {steps - skipped} of {steps} steps (all of the "
+                    f"first {_OBSERVE_FIRST}, then about one in {round(later / max(later - skipped, 1))} "
+                    f"and every eval: observing a step costs about {_OBSERVED_STEP_NS / 1e6:.2f} ms)")
+            tidemark._send_now(f"{tidemark._PROTOCOL} N {_monotonic_ns()} {tidemark._pid} {tidemark._rank} {text}".encode())
     except Exception:
         pass

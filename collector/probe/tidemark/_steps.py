@@ -210,13 +210,12 @@ def _cuda_is_up(torch):
 
 
 def _start_history(torch):
-    """Once CUDA is up: watch for out-of-memory errors (a census and, with `collector --history`,
-    a snapshot there), and with `--history` record the allocator's history with Python stacks and
-    dump a snapshot at exit. Never raises into the job."""
+    """Once CUDA is up: watch for out-of-memory errors (a census, the edges of an optimizer step
+    that is not observed and, with `collector --history`, a snapshot there), and with
+    `--history` record the allocator's history with Python stacks and dump a snapshot at exit.
+    Never raises into the job."""
     global _history_started
     _history_started = True
-    if not _history and not _census_on:
-        return
     if _history:
         try:
             torch.cuda.memory._record_memory_history(max_entries=_history, stacks="python")
@@ -236,6 +235,12 @@ def _start_history(torch):
 
 def _on_out_of_memory(device, alloc, device_alloc, device_free):
     """Called by PyTorch's allocator when it is about to raise an out-of-memory error."""
+    try:
+        from . import _auto
+
+        _auto._unobserved_at_error()  # an optimizer step not observed: its edges
+    except Exception:
+        pass
     _dump_snapshot("oom")
     _census_at_oom()
 

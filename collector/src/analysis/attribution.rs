@@ -314,6 +314,22 @@ pub fn saved_freed(
         .collect()
 }
 
+/// The spans (from, to; sorted) of the steps whose phases the probe did not observe, in the
+/// process of `occurrences`: a loop of short steps is observed on a sample of its steps.
+pub fn unobserved(recording: &Recording, occurrences: &[Occurrence]) -> Vec<(u64, u64)> {
+    let Some(pid) = occurrences.first().map(|o| o.pid) else {
+        return Vec::new();
+    };
+    let mut spans: Vec<(u64, u64)> = recording
+        .unobserved
+        .iter()
+        .filter(|u| u.origin.pid == pid)
+        .map(|u| (u.since_ns, u.t_ns))
+        .collect();
+    spans.sort_unstable();
+    spans
+}
+
 /// A backward frees what the forwards before it saved for it (their activations) while it
 /// makes the gradients. Counted where it happens, that free hides what the backward made and
 /// kept (a hook's list of gradients) behind the forward's activations it gave back, and the
@@ -409,14 +425,28 @@ fn credit_optimizer_temporaries(occurrences: &[Occurrence], levels: &mut [Option
 
 /// Of the growth from the first phase's begin to the last one's end, the share that happened
 /// between phases (from one phase's end to the next one's begin); `None` without growth. The
-/// sum telescopes, so noise in the levels cancels out.
-fn between_share(levels: &[Option<Levels>]) -> Option<f64> {
+/// sum telescopes, so noise in the levels cancels out. A gap across steps whose phases the probe
+/// did not observe (`unobserved`: sorted spans, from – to) is left out: what grew there grew in
+/// phases nobody saw.
+fn between_share(
+    occurrences: &[Occurrence],
+    levels: &[Option<Levels>],
+    unobserved: &[(u64, u64)],
+) -> Option<f64> {
+    let across_unobserved = |end_ns: u64, begin_ns: u64| {
+        let first = unobserved.partition_point(|&(_, to)| to < end_ns);
+        unobserved
+            .get(first)
+            .is_some_and(|&(from, _)| from <= begin_ns)
+    };
     // Over the occurrences that were read, and the gaps between neighbours that both were (an
     // occurrence left unread, as when the C heap is read only now and then, is no gap).
     let inside: f64 = levels.iter().flatten().map(|l| l.end - l.begin).sum();
     let between: f64 = levels
         .windows(2)
-        .filter_map(|w| Some(w[1]?.begin - w[0]?.end))
+        .zip(occurrences.windows(2))
+        .filter(|(_, o)| !across_unobserved(o[0].end_ns, o[1].begin_ns))
+        .filter_map(|(w, _)| Some(w[1]?.begin - w[0]?.end))
         .sum();
     let total = inside + between;
     (total > 0.0).then(|| between / total)
@@ -449,7 +479,8 @@ pub struct Accounts {
 }
 
 /// Attribution per phase, from the allocator numbers at the edges when there are any, else from
-/// `fallback` (a sorted series: host or device memory sampled at the edges).
+/// `fallback` (a sorted series: host or device memory sampled at the edges). `unobserved`: the
+/// spans of steps whose phases the probe did not observe (from [`unobserved`]).
 pub fn stats(
     occurrences: &[Occurrence],
     starts: &[StepStart],
@@ -457,6 +488,7 @@ pub fn stats(
     fallback: Option<Attributed<'_>>,
     freed_gradients: &BTreeMap<u64, f64>,
     saved_freed: &[Option<f64>],
+    unobserved: &[(u64, u64)],
 ) -> Accounts {
     let mut cursors = (0, 0);
     let levels: Vec<Option<Levels>> = occurrences
@@ -476,7 +508,7 @@ pub fn stats(
         &freed_in_steps,
     );
     let retained = retained(occurrences, starts, &credited);
-    let between = between_share(&credited);
+    let between = between_share(occurrences, &credited, unobserved);
     #[derive(Default)]
     struct Acc {
         net: Vec<f64>,

@@ -270,6 +270,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
                 None
             },
         ),
+        &attribution::unobserved(recording, &occurrences),
     );
     let has_phases = !phase_stats.is_empty();
     let mut analysis = Analysis {

@@ -13,7 +13,9 @@
 //! <json>` for a census of who holds the live tensors, and `tm2 N <t_ns> <pid> <rank> <text…>`
 //! for a remark (the probe skipped the C heap or resident memory at some edges, and why), and `tm2 B <t_ns> <pid> <rank>
 //! <step|-> <device|-> <bytes>` for what a backward that just ended freed of what the forwards
-//! saved for it, per device (`-` is the host).
+//! saved for it, per device (`-` is the host), and `tm2 U <t_ns> <pid> <rank> <first_step|->
+//! <steps> <since_ns>` for a run of steps whose phases the probe did not observe (it observes
+//! only a sample of short steps), sent when it observes a step again and at exit.
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -25,7 +27,7 @@ use std::sync::mpsc::Sender;
 
 use collector::recording::{
     AllocatorSample, Categories, Census, Edge, Note, Origin, Phase, PhaseEdge, Record, SavedFreed,
-    SnapshotFile,
+    SnapshotFile, Unobserved,
 };
 use nix::sys::socket::{
     AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, bind, recvmsg,
@@ -241,6 +243,9 @@ impl Channel {
                     Some(Message::SavedFreed(freed)) => {
                         let _ = tx.send(Msg::Record(Record::SavedFreed(freed)));
                     }
+                    Some(Message::Unobserved(unobserved)) => {
+                        let _ = tx.send(Msg::Record(Record::Unobserved(unobserved)));
+                    }
                     Some(Message::Categories(categories)) => {
                         let _ = tx.send(Msg::Record(Record::Categories(categories)));
                     }
@@ -301,6 +306,8 @@ pub enum Message {
     Census(Box<Census>),
     /// What a backward freed of what the forwards saved for it.
     SavedFreed(SavedFreed),
+    /// Steps whose phases the probe did not observe.
+    Unobserved(Unobserved),
 }
 
 /// Parses one datagram; `None` when it is malformed.
@@ -413,6 +420,23 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                     device,
                     bytes,
                 }))
+        }
+        "U" => {
+            let (t_ns, origin) = sender(&mut fields)?;
+            let first_step = optional(fields.next()?)?;
+            let steps: u64 = fields.next()?.parse().ok()?;
+            let since_ns = fields.next()?.trim_end_matches(['\n', '\r']).parse().ok()?;
+            // The start of the span, on the same clock as `t_ns`.
+            let since_ns = clock.since_start_ns(since_ns);
+            (fields.next().is_none() && steps >= 1 && since_ns <= t_ns).then_some(
+                Message::Unobserved(Unobserved {
+                    t_ns,
+                    origin,
+                    since_ns,
+                    first_step,
+                    steps,
+                }),
+            )
         }
         "H" => {
             let (t_ns, origin) = sender(&mut fields)?;

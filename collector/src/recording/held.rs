@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{
     AllocatorReadings, Categories, Census, Chunk, Column, Dropped, End, Exit, Header, Note, Oom,
-    PhaseEdges, Record, SavedFreed, SeriesKey, SnapshotFile, Values, codec, wire,
+    PhaseEdges, Record, SavedFreed, SeriesKey, SnapshotFile, Unobserved, Values, codec, wire,
 };
 
 /// One sampled series, all of it: the times at which it was measured and what it was.
@@ -86,6 +86,8 @@ pub struct Recording {
     pub censuses: Vec<Census>,
     /// What backwards freed of what the forwards saved for them, where measured.
     pub saved_freed: Vec<SavedFreed>,
+    /// Spans of steps whose phases the probe did not observe.
+    pub unobserved: Vec<Unobserved>,
     /// The end record; `None` when the recording is incomplete.
     pub end: Option<End>,
     /// What the reader noticed: an incomplete file, skipped records.
@@ -109,6 +111,7 @@ impl Recording {
             categories: Vec::new(),
             censuses: Vec::new(),
             saved_freed: Vec::new(),
+            unobserved: Vec::new(),
             end: None,
             warnings: Vec::new(),
             series_index: BTreeMap::new(),
@@ -131,6 +134,7 @@ impl Recording {
             Record::Categories(categories) => self.categories.push(categories),
             Record::Census(census) => self.censuses.push(census),
             Record::SavedFreed(freed) => self.saved_freed.push(freed),
+            Record::Unobserved(unobserved) => self.unobserved.push(unobserved),
             Record::End(end) => self.end = Some(end),
         }
     }

@@ -192,7 +192,8 @@ pub fn write_to<W: std::io::Write>(out: W, recording: &Recording) -> std::io::Re
                 .iter()
                 .cloned()
                 .map(Record::SavedFreed),
-        );
+        )
+        .chain(recording.unobserved.iter().cloned().map(Record::Unobserved));
     for record in rest {
         writer.write(&record)?;
     }

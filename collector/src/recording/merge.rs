@@ -178,6 +178,13 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
                 c.t_ns = shift(c.t_ns);
                 c
             }));
+        merged
+            .unobserved
+            .extend(recording.unobserved.into_iter().map(|mut u| {
+                u.t_ns = shift(u.t_ns);
+                u.since_ns = shift(u.since_ns);
+                u
+            }));
         merged.warnings.extend(
             recording
                 .warnings
@@ -208,6 +215,7 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
     merged.allocator = std::mem::take(&mut merged.allocator).sorted_by_time();
     merged.ooms.sort_by_key(|o| o.t_ns);
     merged.exits.sort_by_key(|x| x.t_ns);
+    merged.unobserved.sort_by_key(|u| u.t_ns);
     Merged {
         recording: merged,
         hosts,

@@ -25,7 +25,7 @@ pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
     AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
     FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record,
-    SavedFreed, SeriesKey, SeriesKind, SnapshotFile,
+    SavedFreed, SeriesKey, SeriesKind, SnapshotFile, Unobserved,
 };
 pub(crate) use read::describe_start;
 pub use read::{ReadError, Reader};

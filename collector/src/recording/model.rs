@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 4;
+pub const FORMAT_MINOR: u32 = 5;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -427,6 +427,27 @@ pub struct SavedFreed {
     pub bytes: u64,
 }
 
+/// Steps whose phases the probe did not observe (since 1.5): a run of consecutive steps between
+/// two that it did. The probe observes every step of the first 100, every step that measures
+/// saved tensors, every long step and every eval; of the short steps after those only one in N.
+/// Sent when the probe observes a step again, and at exit. The time across the span is not
+/// between phases: the job ran steps there that the probe did not see.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unobserved {
+    /// Nanoseconds after the start when observing resumed: the end of the span.
+    pub t_ns: u64,
+    /// Who sent it.
+    #[serde(flatten)]
+    pub origin: Origin,
+    /// Nanoseconds after the start when the span began: the end of the last observed step.
+    pub since_ns: u64,
+    /// The number of the first step not observed, when the steps are numbered.
+    #[serde(default)]
+    pub first_step: Option<u64>,
+    /// How many steps went unobserved (at least one).
+    pub steps: u64,
+}
+
 /// Live tensors grouped by who holds them, counted by the probe at a step's start, at the end
 /// or at an out-of-memory error (since 1.2).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -653,6 +674,8 @@ pub enum Record {
     Census(Census),
     /// What a backward freed of what the forwards saved for it (since 1.4).
     SavedFreed(SavedFreed),
+    /// Steps whose phases the probe did not observe (since 1.5).
+    Unobserved(Unobserved),
     /// The end of the recording.
     End(End),
 }

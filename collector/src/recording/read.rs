@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use super::model::SeriesKey;
 use super::model::{
     AllocatorSample, Categories, Census, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note,
-    Oom, PhaseEdge, Record, SavedFreed, SnapshotFile,
+    Oom, PhaseEdge, Record, SavedFreed, SnapshotFile, Unobserved,
 };
 use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 
@@ -229,6 +229,9 @@ impl<'a> Reader<'a> {
                 kind::CENSUS => Record::Census(decode::<Census>(body).map_err(corrupt)?),
                 kind::SAVED_FREED => {
                     Record::SavedFreed(decode::<SavedFreed>(body).map_err(corrupt)?)
+                }
+                kind::UNOBSERVED => {
+                    Record::Unobserved(decode::<Unobserved>(body).map_err(corrupt)?)
                 }
                 kind::END => {
                     self.ended = true;

@@ -23,6 +23,7 @@ pub mod kind {
     pub const CATEGORIES: &str = "categories";
     pub const CENSUS: &str = "census";
     pub const SAVED_FREED: &str = "saved_freed";
+    pub const UNOBSERVED: &str = "unobserved";
     pub const ALLOCATORS: &str = "allocators";
     pub const PHASES: &str = "phases";
     pub const END: &str = "end";

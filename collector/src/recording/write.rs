@@ -72,6 +72,7 @@ impl<W: Write> Writer<W> {
             Record::Categories(categories) => self.write_body(kind::CATEGORIES, categories),
             Record::Census(census) => self.write_body(kind::CENSUS, census),
             Record::SavedFreed(freed) => self.write_body(kind::SAVED_FREED, freed),
+            Record::Unobserved(unobserved) => self.write_body(kind::UNOBSERVED, unobserved),
             Record::End(end) => self.write_body(kind::END, end),
         }
     }

@@ -6,7 +6,7 @@
 //! tensors are) as allocated bytes, so the probe sends allocator numbers at every edge.
 
 use collector::analysis::{Analysis, FindingKind, analyze};
-use collector::recording::Phase;
+use collector::recording::{Phase, Recording};
 
 use crate::{Job, stderr};
 
@@ -40,12 +40,18 @@ enum Kept {
 
 /// The findings of one run of `train.py ORDER LEAK`, on the allocator's path or not.
 fn run(order: &str, leak: &str, allocator: bool) -> Analysis {
+    analyze(&record(order, leak, allocator, &[]))
+}
+
+/// The recording of one run of `train.py ORDER LEAK`, with `env` set.
+fn record(order: &str, leak: &str, allocator: bool, env: &[(&str, &str)]) -> Recording {
     let job = Job::new(include_str!("../data/loops/train.py")).with_scripted_cuda();
     let output = job
         .command(&[])
         .args([order, leak])
         .env("OMP_NUM_THREADS", "1")
         .env("LOOPS_SCRIPTED_GPU", if allocator { "1" } else { "0" })
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -59,7 +65,7 @@ fn run(order: &str, leak: &str, allocator: bool) -> Analysis {
         !allocator,
         "{order} {leak}: allocator numbers"
     );
-    analyze(&recording)
+    recording
 }
 
 /// What is wrong with the verdict on a run of `train.py ORDER …`, if anything. On the
@@ -239,6 +245,58 @@ fn batches_kept_by_the_loop_are_kept_between_phases_in_any_order() {
             holder: Kept::By("batches"),
         }),
     );
+}
+
+/// With `TIDEMARK_OBSERVE_ONE_IN=N` a loop of many short steps is observed on a sample of them
+/// (all of the first 100, then one in N): the steps not observed are said, what grew across them
+/// is not read as grown between the phases (here more than half of a leak's growth), and the
+/// leak is judged as when every step is observed. Without it every step is observed. (The cases
+/// here are the ones judged right at 300 steps with every step observed too: on the host the C
+/// heap is read on only some of the steps after the first 100, and the others are not yet.)
+#[test]
+fn a_long_loop_observed_on_a_sample_of_its_steps_says_so_and_is_judged_the_same() {
+    let cases = [
+        ("top", "none", None),
+        ("top", "forward_hook", Some((Phase::Forward, "kept"))),
+        ("between", "eval_logits", Some((Phase::Eval, "all_logits"))),
+    ];
+    let mut failures = Vec::new();
+    for (order, leak, expected) in cases {
+        let env = [("LOOPS_STEPS", "300"), ("TIDEMARK_OBSERVE_ONE_IN", "8")];
+        let recording = record(order, leak, false, &env);
+        // Steps 100 to 299, seven in eight of them not observed (the saved tensors' steps 128,
+        // 192 and 256 are).
+        let steps: u64 = recording.unobserved.iter().map(|u| u.steps).sum();
+        let expected_steps = (300 - 100) * 7 / 8;
+        if steps.abs_diff(expected_steps) > 6 {
+            failures.push(format!(
+                "{order} {leak}: {steps} steps said not observed, not about {expected_steps}"
+            ));
+        }
+        if !recording
+            .notes
+            .iter()
+            .any(|n| n.text.starts_with("the probe observed the phases of"))
+        {
+            failures.push(format!("{order} {leak}: no note of the steps observed"));
+        }
+        let analysis = analyze(&recording);
+        let expected = expected.map(|(phase, holder)| Leak {
+            phase: Some(phase),
+            holder: Kept::By(holder),
+        });
+        if let Some(why) = wrong(order, expected.as_ref(), &analysis, false) {
+            failures.push(format!("{order} {leak}: {why}"));
+        }
+    }
+    let every = record("top", "none", false, &[("LOOPS_STEPS", "300")]);
+    if !every.unobserved.is_empty() {
+        failures.push(format!(
+            "without TIDEMARK_OBSERVE_ONE_IN: {} spans not observed",
+            every.unobserved.len()
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// A loop that updates its weights itself (no optimizer, so the probe never advances the step):

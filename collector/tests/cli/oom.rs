@@ -534,3 +534,72 @@ die("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU
     assert_eq!(String::from_utf8_lossy(&output.stdout), "[]\n");
     assert!(plain.recording().snapshots.is_empty());
 }
+
+/// With `TIDEMARK_OBSERVE_ONE_IN` the probe observes a sample of a long loop's steps; an
+/// out-of-memory error in a step it does not observe is still put in its step and its phase:
+/// the phase that raised sends its edges then (the forward and the backward as the error leaves
+/// them, the optimizer step at exit). Real torch on CPU; the error is raised by the job's own hook
+/// in step 130 (steps 129 to 131 are not observed).
+#[test]
+fn an_oom_in_a_step_not_observed_is_put_in_its_step_and_phase() {
+    let script = r#"
+import sys
+import torch
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+WHERE = sys.argv[1]
+model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 32)
+step = [0]
+MESSAGE = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which 512.00 MiB is free."
+
+def die(*_):
+    if step[0] == 130:
+        raise torch.OutOfMemoryError(MESSAGE)
+
+if WHERE == "forward":
+    model[1].register_forward_pre_hook(die)
+elif WHERE == "backward":
+    model[2].weight.register_hook(lambda grad: die())
+else:
+    optimizer.register_step_pre_hook(die)
+for i in range(140):
+    step[0] = i
+    optimizer.zero_grad()
+    model(x).square().mean().backward()
+    optimizer.step()
+"#;
+    for phase in [Phase::Forward, Phase::Backward, Phase::Optimizer] {
+        let job = Job::new(script);
+        let output = job
+            .command(&[])
+            .arg(phase.as_str())
+            .env("TIDEMARK_OBSERVE_ONE_IN", "4")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+        let recording = job.recording();
+        // Sent at exit: steps 129 and 130, the one that died.
+        assert!(
+            recording
+                .unobserved
+                .iter()
+                .any(|u| u.first_step == Some(129) && u.steps == 2),
+            "{phase}: {:?}",
+            recording.unobserved
+        );
+        let analysis = analyze(&recording);
+        let oom = analysis
+            .ooms
+            .first()
+            .unwrap_or_else(|| panic!("{phase}: no OOM: {}", stderr(&output)));
+        assert_eq!(
+            (oom.step, oom.phase.as_ref()),
+            (Some(130), Some(&phase)),
+            "{}",
+            stderr(&output)
+        );
+    }
+}

@@ -70,6 +70,55 @@ fn parses_what_a_backward_freed() {
 }
 
 #[test]
+fn parses_steps_the_probe_did_not_observe() {
+    let clock = Clock::start();
+    let now = super::super::clock::monotonic_ns();
+    let (since, t) = (now + 5_000_000_000, now + 6_000_000_000);
+    let line = format!("tm2 U {t} 42 1 17 3 {since}");
+    let Some(Message::Unobserved(span)) = parse(line.as_bytes(), clock) else {
+        panic!("an unobserved message: {line}");
+    };
+    // Both times are the sender's monotonic clock, made times after the start alike.
+    assert_eq!(
+        (span.since_ns, span.t_ns),
+        (clock.since_start_ns(since), clock.since_start_ns(t))
+    );
+    assert_eq!(span.t_ns - span.since_ns, 1_000_000_000);
+    assert!(span.since_ns >= 4_000_000_000);
+    assert_eq!((span.first_step, span.steps), (Some(17), 3));
+    assert_eq!((span.origin.pid, span.origin.rank), (42, Some(1)));
+    let line = format!("tm2 U {t} 42 - - 1 {since}\n");
+    let Some(Message::Unobserved(unnumbered)) = parse(line.as_bytes(), clock) else {
+        panic!("an unobserved message without step numbers: {line}");
+    };
+    assert_eq!(
+        (
+            unnumbered.first_step,
+            unnumbered.steps,
+            unnumbered.origin.rank
+        ),
+        (None, 1, None)
+    );
+    // No steps, a missing field, an extra field, a span that ends before it starts.
+    assert_eq!(
+        parse(format!("tm2 U {t} 42 1 17 0 {since}").as_bytes(), clock),
+        None
+    );
+    assert_eq!(
+        parse(format!("tm2 U {t} 42 1 17 3").as_bytes(), clock),
+        None
+    );
+    assert_eq!(
+        parse(format!("tm2 U {t} 42 1 17 3 {since} 9").as_bytes(), clock),
+        None
+    );
+    assert_eq!(
+        parse(format!("tm2 U {since} 42 1 17 3 {t}").as_bytes(), clock),
+        None
+    );
+}
+
+#[test]
 fn parses_categories_and_censuses() {
     let clock = Clock::start();
     let Some(Message::Categories(c)) = parse(b"tm2 C 5 42 1 17 0 100 20 30 900 40,5", clock) else {

@@ -41,7 +41,9 @@ if os.environ.get("LOOPS_SCRIPTED_GPU") == "1":
     scripted_cuda.install(torch)
 
 ORDER, LEAK = sys.argv[1], sys.argv[2]
-STEPS = 60  # enough for the leak's shape to show in both halves of the run
+# Enough for the leak's shape to show in both halves of the run (LOOPS_STEPS: more, so that the
+# probe observes only a sample of them).
+STEPS = int(os.environ.get("LOOPS_STEPS", "60"))
 torch.manual_seed(0)
 torch.set_num_threads(1)
 
