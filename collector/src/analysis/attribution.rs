@@ -120,8 +120,8 @@ fn steps_of(
     out
 }
 
-/// `freed_gradients` says, by step number, how many bytes of gradients were freed just before
-/// that step started (`zero_grad(set_to_none=True)` at the top of the loop, from the probe's
+/// `freed_gradients` says, by step number where it was measured, how many bytes of gradients were
+/// freed just before that step started (`zero_grad(set_to_none=True)` at the top of the loop, from the probe's
 /// categories). Those were made by the step before's backward: they count as given back at that
 /// backward's end (the levels from there to the step's end are read as if they were freed
 /// then), not as giving back what a later phase (an eval after the optimizer step, a list the
@@ -139,11 +139,13 @@ fn credit_gradients_freed_between_steps(
         let next_credited = credited_before_backward
             .get(&(step + 1))
             .map_or(0.0, |&(_, first)| first);
+        // Where the categories were not read at that step (after the first steps they are
+        // read within a share of the time), the last reading before it: a loop frees the same
+        // gradients at every step's start.
         let freed = (starts
             .get(step + 1)
-            .and_then(|s| freed_gradients.get(&s.step))
-            .copied()
-            .unwrap_or(0.0)
+            .and_then(|s| freed_gradients.range(..=s.step).next_back())
+            .map_or(0.0, |(_, &freed)| freed)
             - next_credited)
             .max(0.0);
         let Some(b) = range
@@ -423,32 +425,54 @@ fn credit_optimizer_temporaries(occurrences: &[Occurrence], levels: &mut [Option
     }
 }
 
-/// Of the growth from the first phase's begin to the last one's end, the share that happened
-/// between phases (from one phase's end to the next one's begin); `None` without growth. The
-/// sum telescopes, so noise in the levels cancels out. A gap across steps whose phases the probe
-/// did not observe (`unobserved`: sorted spans, from – to) is left out: what grew there grew in
-/// phases nobody saw.
+/// Of the growth over the steps read whole, the share that happened between phases (from one
+/// phase's end to the next one's begin); `None` without growth. A step counts when every one of
+/// its occurrences was read and so was the next step's first (the last step: up to its last
+/// occurrence's end), with no steps the probe did not observe (`unobserved`: sorted spans, from –
+/// to) in between: its growth, from its first begin to the next step's, is then exactly what its
+/// phases and its gaps made. Where only some steps are read (the C heap after the first steps,
+/// a sample of steps observed), what a phase made and a gap outside the steps read gave back (the
+/// gradients a backward made, freed at the next step's top) would otherwise count once, on one
+/// side only.
 fn between_share(
     occurrences: &[Occurrence],
+    starts: &[StepStart],
     levels: &[Option<Levels>],
     unobserved: &[(u64, u64)],
 ) -> Option<f64> {
-    let across_unobserved = |end_ns: u64, begin_ns: u64| {
-        let first = unobserved.partition_point(|&(_, to)| to < end_ns);
+    let across_unobserved = |from_ns: u64, to_ns: u64| {
+        let first = unobserved.partition_point(|&(_, to)| to < from_ns);
         unobserved
             .get(first)
-            .is_some_and(|&(from, _)| from <= begin_ns)
+            .is_some_and(|&(from, _)| from <= to_ns)
     };
-    // Over the occurrences that were read, and the gaps between neighbours that both were (an
-    // occurrence left unread, as when the C heap is read only now and then, is no gap).
-    let inside: f64 = levels.iter().flatten().map(|l| l.end - l.begin).sum();
-    let between: f64 = levels
-        .windows(2)
-        .zip(occurrences.windows(2))
-        .filter(|(_, o)| !across_unobserved(o[0].end_ns, o[1].begin_ns))
-        .filter_map(|(w, _)| Some(w[1]?.begin - w[0]?.end))
-        .sum();
-    let total = inside + between;
+    let (mut between, mut total) = (0.0, 0.0);
+    for (_, range) in steps_of(occurrences, starts) {
+        let Some(read) = levels[range.clone()]
+            .iter()
+            .copied()
+            .collect::<Option<Vec<Levels>>>()
+        else {
+            continue;
+        };
+        let (Some(first), Some(last)) = (read.first(), read.last()) else {
+            continue;
+        };
+        let (end_level, end_ns) = match occurrences.get(range.end) {
+            Some(next) => match levels[range.end] {
+                Some(l) => (l.begin, next.begin_ns),
+                None => continue,
+            },
+            None => (last.end, occurrences[range.end - 1].end_ns),
+        };
+        if across_unobserved(occurrences[range.start].begin_ns, end_ns) {
+            continue;
+        }
+        let growth = end_level - first.begin;
+        let inside: f64 = read.iter().map(|l| l.end - l.begin).sum();
+        total += growth;
+        between += growth - inside;
+    }
     (total > 0.0).then(|| between / total)
 }
 
@@ -508,7 +532,7 @@ pub fn stats(
         &freed_in_steps,
     );
     let retained = retained(occurrences, starts, &credited);
-    let between = between_share(occurrences, &credited, unobserved);
+    let between = between_share(occurrences, starts, &credited, unobserved);
     #[derive(Default)]
     struct Acc {
         net: Vec<f64>,

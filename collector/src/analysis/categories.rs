@@ -117,9 +117,9 @@ pub(super) fn category_trend(values: &[(f64, u64)]) -> CategoryTrend {
     }
 }
 
-/// By step: the gradient bytes freed between the end of the step before and this step's start
-/// (`zero_grad(set_to_none=True)`), on the first device (`on_device`, when the model has
-/// parameters there) or on the host.
+/// By step, where the categories were read: the gradient bytes freed between the end of the step
+/// before and this step's start (`zero_grad(set_to_none=True)`; 0 where none were), on the first
+/// device (`on_device`, when the model has parameters there) or on the host.
 pub(super) fn freed_gradients(
     recording: &Recording,
     pid: Option<u32>,
@@ -152,7 +152,6 @@ pub(super) fn freed_gradients(
             let before = c.gradients_at_last_end?;
             Some((c.step?, before.saturating_sub(c.gradients) as f64))
         })
-        .filter(|&(_, freed)| freed > 0.0)
         .collect()
 }
 
