@@ -662,9 +662,8 @@ def _late_phase(name, began):
     try:
         if tidemark._sock is None:
             return
-        step = tidemark._step
-        tidemark._add(f"{tidemark._PROTOCOL} P {began} {tidemark._pid} {tidemark._rank} "
-                      f"{'-' if step is None else step} b {tidemark._NO_NUMBERS} - - {name}", began)
+        # An edge's entry as ``tidemark._read_edge`` makes it, with nothing read.
+        tidemark._add((began, tidemark._step, "b", None, None, None, name), began)
         tidemark._edge("e", name)
     except Exception:
         pass

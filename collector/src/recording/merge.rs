@@ -179,6 +179,12 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
                 c
             }));
         merged
+            .saved_freed
+            .extend(recording.saved_freed.into_iter().map(|mut f| {
+                f.t_ns = shift(f.t_ns);
+                f
+            }));
+        merged
             .unobserved
             .extend(recording.unobserved.into_iter().map(|mut u| {
                 u.t_ns = shift(u.t_ns);
@@ -215,10 +221,68 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
     merged.allocator = std::mem::take(&mut merged.allocator).sorted_by_time();
     merged.ooms.sort_by_key(|o| o.t_ns);
     merged.exits.sort_by_key(|x| x.t_ns);
+    merged.saved_freed.sort_by_key(|f| f.t_ns);
     merged.unobserved.sort_by_key(|u| u.t_ns);
     Merged {
         recording: merged,
         hosts,
         left_out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
+
+    use super::*;
+    use crate::recording::{Header, Origin, SavedFreed, Unobserved};
+
+    /// Every node's records of what backwards freed and of the steps not observed are kept,
+    /// on the merged clock.
+    #[test]
+    fn what_backwards_freed_and_the_steps_not_observed_survive_a_merge() {
+        let node = |host: &str, start_unix_ns: u64, pid: u32| {
+            let command = vec!["python".to_owned(), "train.py".to_owned()];
+            let mut recording =
+                Recording::new(Header::new(start_unix_ns, host.to_owned(), command));
+            let origin = Origin {
+                pid,
+                rank: Some(pid),
+            };
+            recording.push(Record::SavedFreed(SavedFreed {
+                t_ns: 5_000,
+                origin,
+                step: Some(3),
+                device: Some(0),
+                bytes: 64 << 20,
+            }));
+            recording.push(Record::Unobserved(Unobserved {
+                t_ns: 9_000,
+                origin,
+                since_ns: 7_000,
+                first_step: Some(100),
+                steps: 7,
+            }));
+            recording
+        };
+        let start = 1_764_400_000_000_000_000;
+        let merged = merge(vec![
+            node("node-a", start, 0),
+            node("node-b", start + 1_000_000, 1),
+        ]);
+        assert!(merged.left_out.is_empty(), "{:?}", merged.left_out);
+        let run = merged.recording;
+        let freed: Vec<(u64, u32)> = run
+            .saved_freed
+            .iter()
+            .map(|f| (f.t_ns, f.origin.pid))
+            .collect();
+        assert_eq!(freed, vec![(5_000, 0), (1_005_000, 1)]);
+        let spans: Vec<(u64, u64, u32)> = run
+            .unobserved
+            .iter()
+            .map(|u| (u.since_ns, u.t_ns, u.origin.pid))
+            .collect();
+        assert_eq!(spans, vec![(7_000, 9_000, 0), (1_007_000, 1_009_000, 1)]);
     }
 }
