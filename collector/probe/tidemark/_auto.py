@@ -71,8 +71,8 @@ _steps_ended = 0            # optimizer steps seen
 _step_ended_ns = None       # when the last one ended
 _countdown = 0              # steps not observed before the next one that is
 _unobserved = None          # [since_ns, first step, steps]: the run of steps not observed now
-_not_observed = [0]         # steps not observed, in all
-_silent_optimizer = [None]  # (begin time, step) of an optimizer step that is not observed, running
+_not_observed = 0           # steps not observed, in all
+_silent_optimizer = None    # the begin time of an optimizer step that is not observed, running
 
 
 def install_when_torch_is_imported():
@@ -570,8 +570,9 @@ _optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one loo
 
 
 def _optimizer_pre(opt, args, kwargs):
+    global _silent_optimizer
     if not _observing:
-        _silent_optimizer[0] = (_monotonic_ns(), tidemark._step)
+        _silent_optimizer = _monotonic_ns()
         return
     if tidemark._sock is not None:
         tidemark._edge("b", "optimizer")
@@ -585,16 +586,17 @@ def _optimizer_pre(opt, args, kwargs):
 
 
 def _optimizer_post(opt, args, kwargs):
+    global _silent_optimizer
     try:
         if not _observing:
-            _silent_optimizer[0] = None
+            _silent_optimizer = None
         elif tidemark._sock is not None:
             tidemark._edge("e", "optimizer")
         tidemark._at_step_end()
         if not tidemark._manual_step:
             tidemark._step = (tidemark._step or 0) + 1
         now = _monotonic_ns()
-        if _decide_observed(now) and not tidemark._manual_step:
+        if (_one_in == 1 or _decide_observed(now)) and not tidemark._manual_step:
             # What the new step's edges read of the host, decided as its number changes: its
             # first edge then takes the short way like the others (``tidemark._edge``). (A step
             # that is not observed decides at its first edge, if it has one: an eval.)
@@ -606,16 +608,16 @@ def _optimizer_post(opt, args, kwargs):
 
 
 def _decide_observed(now):
-    """At an optimizer step's end: whether the next step is observed (see the module's doc), and
-    the run of steps not observed sent as it ends. Returns whether it is."""
-    global _observing, _steps_ended, _step_ended_ns, _countdown, _unobserved
+    """At an optimizer step's end, where a sample of steps is observed (``_one_in`` is not 1):
+    whether the next step is observed (see the module's doc), and the run of steps not observed
+    sent as it ends. Returns whether it is."""
+    global _observing, _steps_ended, _step_ended_ns, _countdown, _unobserved, _not_observed
     took = None if _step_ended_ns is None else now - _step_ended_ns
     _step_ended_ns = now
     _steps_ended += 1
     step = tidemark._step
     if (
-        _one_in == 1
-        or _steps_ended < _OBSERVE_FIRST
+        _steps_ended < _OBSERVE_FIRST
         or took is None
         or (step is not None and step % _SAVES_EVERY == 0)
         or tidemark._sock is None
@@ -637,7 +639,7 @@ def _decide_observed(now):
         if _unobserved is not None:
             _send_unobserved(now)
     else:
-        _not_observed[0] += 1
+        _not_observed += 1
         if _unobserved is None:
             _unobserved = [now, None if tidemark._manual_step else step, 1]
         else:
@@ -671,12 +673,12 @@ def _late_phase(name, began):
 
 def _unobserved_at_error():
     """At an out-of-memory error (the allocator's observer) and at exit: an optimizer step that is
-    not observed and has not ended gets its edges, and at exit the run of steps not observed is
-    sent."""
-    silent = _silent_optimizer[0]
-    if silent is not None:
-        _silent_optimizer[0] = None
-        _late_phase("optimizer", silent[0])
+    not observed and has not ended gets its edges."""
+    global _silent_optimizer
+    began = _silent_optimizer
+    if began is not None:
+        _silent_optimizer = None
+        _late_phase("optimizer", began)
 
 
 def _at_exit():
@@ -686,13 +688,13 @@ def _at_exit():
         _unobserved_at_error()
         if _unobserved is not None:
             _send_unobserved(_monotonic_ns())
-        skipped = _not_observed[0]
+        skipped = _not_observed
         if skipped and tidemark._sock is not None:
             steps = _steps_ended + 1
             later = steps - _OBSERVE_FIRST
             text = (f"the probe observed the phases of {steps - skipped} of {steps} steps (all of the "
-                    f"first {_OBSERVE_FIRST}, then about one in {round(later / max(later - skipped, 1))} "
-                    f"and every eval: observing a step costs about {_OBSERVED_STEP_NS / 1e6:.2f} ms)")
+                    f"first {_OBSERVE_FIRST}, then about one in {round(later / max(later - skipped, 1))}, "
+                    "and every eval: TIDEMARK_OBSERVE_ONE_IN)")
             tidemark._send_now(f"{tidemark._PROTOCOL} N {_monotonic_ns()} {tidemark._pid} {tidemark._rank} {text}".encode())
     except Exception:
         pass

@@ -120,12 +120,12 @@ fn steps_of(
     out
 }
 
-/// `freed_gradients` says, by step number where it was measured, how many bytes of gradients were
-/// freed just before that step started (`zero_grad(set_to_none=True)` at the top of the loop, from the probe's
-/// categories). Those were made by the step before's backward: they count as given back at that
-/// backward's end (the levels from there to the step's end are read as if they were freed
-/// then), not as giving back what a later phase (an eval after the optimizer step, a list the
-/// loop appends to before clearing them) kept. What of them the next step freed itself before
+/// `freed_gradients` says, by step number where it was measured, how many bytes of gradients
+/// were freed just before that step started (`zero_grad(set_to_none=True)` at the top of the
+/// loop, from the probe's categories). Those were made by the step before's backward: they count
+/// as given back at that backward's end (the levels from there to the step's end are read as if
+/// they were freed then), not as giving back what a later phase (an eval after the optimizer
+/// step, a list the loop appends to before clearing them) kept. What of them the next step freed itself before
 /// its first backward (a closure that clears them after its step began:
 /// `credited_before_backward`, by step index) is credited there, not twice.
 fn credit_gradients_freed_between_steps(

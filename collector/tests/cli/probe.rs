@@ -357,6 +357,51 @@ with tidemark.phase("mine"):
     assert_eq!(names, ["mine", "mine"]);
 }
 
+/// `TIDEMARK_OBSERVE_ONE_IN` that is neither a whole number ≥ 1 nor `auto` is named on stderr,
+/// and every step is observed; the job runs as it would.
+#[test]
+fn a_bad_observe_one_in_is_named_and_every_step_is_observed() {
+    let job = Job::new(
+        r#"
+import torch
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(130):
+    optimizer.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+"#,
+    );
+    for bad in ["0", "every"] {
+        let output = job
+            .command(&[])
+            .env("TIDEMARK_OBSERVE_ONE_IN", bad)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{bad}: {}", stderr(&output));
+        let said = format!("tidemark: TIDEMARK_OBSERVE_ONE_IN='{bad}' is neither a whole number");
+        assert!(
+            stderr(&output).contains(&said),
+            "{bad}: {}",
+            stderr(&output)
+        );
+        let recording = job.recording();
+        assert!(
+            recording.unobserved.is_empty(),
+            "{bad}: {:?}",
+            recording.unobserved
+        );
+        let forwards = recording
+            .phases
+            .iter()
+            .filter(|e| {
+                e.phase.as_str() == "forward" && e.edge == collector::recording::Edge::Begin
+            })
+            .count();
+        assert_eq!(forwards, 130, "{bad}");
+    }
+}
+
 /// Forked children, `subprocess` and `multiprocessing` spawn all reach the collector.
 #[test]
 fn the_probe_works_in_forked_spawned_and_subprocess_children() {
