@@ -642,10 +642,15 @@ fn an_oom_whose_message_lacks_the_others_memory_takes_it_from_nvml() {
 }
 
 /// `steps` steps of a forward that keeps 2 MiB and a backward that allocates and frees 4 MiB of
-/// gradients, on the host; resident memory only rises, and in backward (fresh pages for what
-/// the forward kept). The probe read the C heap at edge `n` (counted from 1) of step `s` where
+/// gradients, on the host; resident memory only rises (`rss_per_step` MiB a step: at least the
+/// 2 MiB kept, more where the heap leaves holes), and in backward (fresh pages for what the
+/// forward kept). The probe read the C heap at edge `n` (counted from 1) of step `s` where
 /// `heap_read(s, n)`; the collector sampled resident memory at every edge.
-fn forward_keeps_on_the_host(steps: u64, heap_read: impl Fn(u64, u64) -> bool) -> Recording {
+fn forward_keeps_on_the_host(
+    steps: u64,
+    rss_per_step: u64,
+    heap_read: impl Fn(u64, u64) -> bool,
+) -> Recording {
     use collector::recording::{Edge, Origin, Phase, Record};
     let origin = Origin { pid: 7, rank: None };
     let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
@@ -663,7 +668,7 @@ fn forward_keeps_on_the_host(steps: u64, heap_read: impl Fn(u64, u64) -> bool) -
         {
             let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
             let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
-            let rss = 300 * MIB + step * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
+            let rss = 300 * MIB + step * rss_per_step * MIB + if k == 3 { 2 * MIB } else { 0 };
             let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(step), origin);
             n += 1;
             e.host_heap = heap_read(step, n).then_some(heap);
@@ -691,7 +696,7 @@ fn forward_keeps_on_the_host(steps: u64, heap_read: impl Fn(u64, u64) -> bool) -
 #[test]
 fn a_heap_read_at_most_edges_still_attributes_the_phases() {
     // One edge in five without the heap (the probe's budget).
-    let recording = forward_keeps_on_the_host(60, |_, n| !n.is_multiple_of(5));
+    let recording = forward_keeps_on_the_host(60, 2, |_, n| !n.is_multiple_of(5));
     let analysis = analyze(&recording);
     assert_eq!(
         analysis.attribution,
@@ -1285,7 +1290,7 @@ fn what_the_loop_keeps_where_it_frees_the_gradients_is_kept_between_the_phases()
 /// as growth between the phases.
 #[test]
 fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
-    let recording = forward_keeps_on_the_host(400, |step, _| step < 20 || step % 25 == 0);
+    let recording = forward_keeps_on_the_host(400, 2, |step, _| step < 20 || step % 25 == 0);
     let analysis = analyze(&recording);
     assert_eq!(
         analysis.attribution,
@@ -1299,6 +1304,44 @@ fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
         analysis.between_phases.is_none_or(|b| b < 0.1),
         "{:?}",
         analysis.between_phases
+    );
+}
+
+/// A host job longer than the C heap's share lets it be read for: the heap read at every edge of
+/// the first 100 steps only, resident memory at all 300 (its share is larger), growing 3 MiB a
+/// step for the 2 MiB kept (the heap's holes). Over their whole series resident memory grows
+/// more than four times what the heap does, but over the same steps it does not: the growth is
+/// inside malloc, and the heap attributes the phases (resident memory, which stays up where the
+/// backward frees, put a loop's leaks in backward or between the phases).
+#[test]
+fn a_heap_read_over_fewer_steps_than_resident_memory_is_compared_over_the_same_steps() {
+    let recording = forward_keeps_on_the_host(300, 3, |step, _| step < 100);
+    let analysis = analyze(&recording);
+    assert_eq!(
+        analysis.attribution,
+        Some(collector::analysis::Attribution::HostHeap),
+        "{:?}",
+        analysis.attribution_note
+    );
+    let (phase, retained) = leak_phase(&analysis);
+    assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
+    // Growth outside malloc is still told over the same steps: the heap flat while resident
+    // memory rises.
+    let mut outside = forward_keeps_on_the_host(300, 3, |step, _| step < 100);
+    outside.phases = {
+        let mut phases = collector::recording::PhaseEdges::default();
+        for mut e in outside.phases.iter() {
+            e.host_heap = e.host_heap.map(|_| 100 * MIB);
+            phases.push(e);
+        }
+        phases
+    };
+    let analysis = analyze(&outside);
+    assert_eq!(
+        analysis.attribution,
+        Some(collector::analysis::Attribution::HostRssAtEdges),
+        "{:?}",
+        analysis.attribution_note
     );
 }
 

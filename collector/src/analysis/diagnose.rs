@@ -394,9 +394,24 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
     };
     let rss = series_of(|e| e.host_rss, 0);
     let heap = series_of(|e| e.host_heap, 1);
-    let growth = |s: &Series| match (s.values.first(), s.values.last()) {
-        (Some(a), Some(b)) => b as f64 - a as f64,
-        _ => 0.0,
+    // The two grow compared over the same span, the edges where both were read: each is read
+    // within its own share, so past the first steps one may be read over fewer of them than the
+    // other (a loop of short steps: the C heap over its first 100 steps, resident memory over
+    // all), and a growth over more steps is not a growth outside malloc.
+    let both = || {
+        edges
+            .iter()
+            .filter_map(|e| Some((e.t_ns, e.host_heap?, e.host_rss?)))
+    };
+    let (heap_growth, rss_growth) = match (
+        both().min_by_key(|&(t, _, _)| t),
+        both().max_by_key(|&(t, _, _)| t),
+    ) {
+        (Some((_, heap_a, rss_a)), Some((_, heap_b, rss_b))) => (
+            heap_b as f64 - heap_a as f64,
+            rss_b as f64 - rss_a as f64,
+        ),
+        _ => (0.0, 0.0),
     };
     // Where a reading was taken at fewer than 95 % of the edges, the attribution says so.
     let partial = |what: &str, series: &Series| {
@@ -409,16 +424,14 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         })
     };
     match (heap, rss) {
-        (Some(heap), Some(rss))
-            if growth(&rss) > 16.0 * MIB && growth(&heap) < growth(&rss) / 4.0 =>
-        {
+        (Some(_), Some(rss)) if rss_growth > 16.0 * MIB && heap_growth < rss_growth / 4.0 => {
             Some(HostAtEdges {
                 attribution: Attribution::HostRssAtEdges,
                 note: Some(joined(
                     format!(
                         "the C heap grew {} while resident memory grew {}: the growth is outside malloc (mmap, or Python's small-object arenas), so phases are attributed with resident memory",
-                        format_bytes(growth(&heap)),
-                        format_bytes(growth(&rss))
+                        format_bytes(heap_growth),
+                        format_bytes(rss_growth)
                     ),
                     partial("resident memory", &rss),
                 )),
