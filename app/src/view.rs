@@ -107,6 +107,10 @@ pub struct RunView {
     pub phases: Vec<Phase>,
     /// Phase occurrences, by begin time (the analysis' own).
     pub occurrences: std::sync::Arc<Vec<Occurrence>>,
+    /// The spans of steps whose phases the probe did not observe (a long loop of short steps is
+    /// observed on a sample), sorted: drawn so that a stretch without bands is not read as time
+    /// outside the phases.
+    pub unobserved: Vec<(u64, u64)>,
     /// Time ↔ step.
     pub steps: StepAxis,
     /// OOMs, exit, lost messages.
@@ -233,6 +237,7 @@ impl RunView {
             basis_trace,
             phases,
             occurrences: std::sync::Arc::clone(&analysis.occurrences),
+            unobserved: collector::analysis::unobserved(recording, &analysis.occurrences),
             steps: StepAxis::new(analysis),
             events: collector::plot::events(recording, analysis),
             retained: Vec::new(),

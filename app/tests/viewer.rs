@@ -743,6 +743,33 @@ fn categories_are_stacked_under_the_curves_and_toggle() {
     );
 }
 
+/// The steps whose phases the probe did not observe (a sample of a long loop's short steps is)
+/// are drawn behind the phase bands, with their legend entry, and go with the bands.
+#[test]
+fn steps_not_observed_are_drawn_behind_the_phase_bands() {
+    const UNOBSERVED: &str = "steps not observed (a sample of short steps is)";
+    let mut app = TidemarkApp::empty();
+    app.open_path(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../collector/tests/data/golden_v1_5.msgpack"),
+    );
+    let mut harness = harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    assert_eq!(
+        run.view.unobserved,
+        [(60_000_000, 140_000_000), (150_000_000, 180_000_000)]
+    );
+    assert!(harness.query_all_by_label(UNOBSERVED).next().is_some());
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, "phase bands")
+        .next()
+        .unwrap()
+        .click();
+    harness.run();
+    assert!(harness.query_all_by_label(UNOBSERVED).next().is_none());
+}
+
 #[test]
 fn the_verdict_is_drawn_on_the_timeline_with_a_caption() {
     let mut harness = harness(TidemarkApp::default());

@@ -206,6 +206,9 @@ pub(super) fn verdict(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, dark
     }
 }
 
+/// The legend's name for the steps whose phases the probe did not observe.
+pub(crate) const UNOBSERVED: &str = "steps not observed (a sample of short steps is)";
+
 pub(super) fn phase_bands(
     pui: &mut PlotUi<'_>,
     view: &RunView,
@@ -215,6 +218,15 @@ pub(super) fn phase_bands(
     width: usize,
 ) {
     // Columns of 4 pixels: narrower bands cannot be told apart anyway.
+    for (from, to) in collector::plot::spans_in(&view.unobserved, t0, t1, width / 4) {
+        let (xa, xb) = (map.x(from), map.x(to));
+        pui.polygon(
+            Polygon::new(UNOBSERVED, vec![[xa, y0], [xa, y1], [xb, y1], [xb, y0]])
+                .fill_color(crate::style::UNOBSERVED)
+                .stroke(egui::Stroke::new(0.0, crate::style::UNOBSERVED))
+                .allow_hover(false),
+        );
+    }
     let bands = collector::plot::phase_bands(&view.occurrences, t0, t1, width / 4);
     for band in bands {
         let phase = band.phase;

@@ -24,11 +24,11 @@ each saved storage (weakly); when the backward ends, the storages it freed are s
 (``tm2 B``). A backward frees the forward's activations and makes gradients; without this number
 the analysis could not tell a backward that keeps what it made from a forward that kept its own.
 
-Which steps are observed (``_decide_observed``, at each optimizer step's end): every one, unless
-``TIDEMARK_OBSERVE_ONE_IN`` says otherwise. With ``N`` (≥ 2) or ``auto``: every step of the first
-``_OBSERVE_FIRST``, every one that measures saved tensors, and of the others one in N; ``auto``
-chooses N such that observing takes at most ``_OBSERVED_SHARE`` of the job's time (a step of
-48 ms or more: every one). Observing a step costs about ``_OBSERVED_STEP_NS`` (its edges, their lines,
+Which steps are observed (``_decide_observed``, at each optimizer step's end): ``TIDEMARK_OBSERVE_ONE_IN``
+says, ``auto`` unless the job's environment has it (``1``: every step). With ``N`` (≥ 2) or ``auto``:
+every step of the first ``_OBSERVE_FIRST``, every one that measures saved tensors, and of the others
+one in N; ``auto`` chooses N such that observing takes at most ``_OBSERVED_SHARE`` of the job's time
+(a step of 48 ms or more: every one). Observing a step costs about ``_OBSERVED_STEP_NS`` (its edges, their lines,
 the collector taking them, sharing the job's CPU), which a loop of 4 ms steps would feel at every
 step. Evals are observed always. On a step that is not observed the call around a root, the
 backward wrapper and the optimizer hooks return after one check, keeping only the begin time:
@@ -71,6 +71,7 @@ _steps_ended = 0            # optimizer steps seen
 _step_ended_ns = None       # when the last one ended
 _countdown = 0              # steps not observed before the next one that is
 _unobserved = None          # [since_ns, first step, steps]: the run of steps not observed now
+_step_began = False         # whether the step decided last began (a forward or an optimizer step)
 _not_observed = 0           # steps not observed, in all
 _silent_optimizer = None    # the begin time of an optimizer step that is not observed, running
 
@@ -80,12 +81,13 @@ def install_when_torch_is_imported():
     import atexit
     import os
 
-    one_in = os.environ.get("TIDEMARK_OBSERVE_ONE_IN", "1").strip()
+    one_in = os.environ.get("TIDEMARK_OBSERVE_ONE_IN", "auto").strip()
     if one_in == "auto":
         _one_in = 0
     elif one_in.isdigit() and int(one_in) > 0:
         _one_in = int(one_in)
     else:
+        _one_in = 1
         print(f"tidemark: TIDEMARK_OBSERVE_ONE_IN={one_in!r} is neither a whole number ≥ 1 nor auto: "
               "observing every step", file=sys.stderr)
 
@@ -367,13 +369,14 @@ def _root_pre(module, args):
     between steps does not count: the gradients of the step before may still be there). (Every
     step's hot path: the mode and the sample of steps written out.) Returns the begin time of a
     forward that is not observed (``_observing``), for its edges if it raises; else None."""
-    global _measured_step
+    global _measured_step, _step_began
     try:
         torch = tidemark._torch
         step = tidemark._step
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not module.training:
             name = "eval"
         else:
+            _step_began = True
             if not _observing:
                 return _monotonic_ns()
             name = "forward"
@@ -570,7 +573,8 @@ _optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one loo
 
 
 def _optimizer_pre(opt, args, kwargs):
-    global _silent_optimizer
+    global _silent_optimizer, _step_began
+    _step_began = True
     if not _observing:
         _silent_optimizer = _monotonic_ns()
         return
@@ -611,7 +615,8 @@ def _decide_observed(now):
     """At an optimizer step's end, where a sample of steps is observed (``_one_in`` is not 1):
     whether the next step is observed (see the module's doc), and the run of steps not observed
     sent as it ends. Returns whether it is."""
-    global _observing, _steps_ended, _step_ended_ns, _countdown, _unobserved, _not_observed
+    global _observing, _steps_ended, _step_ended_ns, _countdown, _unobserved, _not_observed, _step_began
+    _step_began = False
     took = None if _step_ended_ns is None else now - _step_ended_ns
     _step_ended_ns = now
     _steps_ended += 1
@@ -686,15 +691,19 @@ def _at_exit():
     how many were."""
     try:
         _unobserved_at_error()
+        # The step decided last is counted only if it began (a loop ends after a step's end).
+        began = int(_step_began)
         if _unobserved is not None:
-            _send_unobserved(_monotonic_ns())
-        skipped = _not_observed
+            _unobserved[2] += began - 1
+            if _unobserved[2] > 0:
+                _send_unobserved(_monotonic_ns())
+        skipped = _not_observed + (0 if _observing else began - 1)
         if skipped and tidemark._sock is not None:
-            steps = _steps_ended + 1
+            steps = _steps_ended + began
             later = steps - _OBSERVE_FIRST
             text = (f"the probe observed the phases of {steps - skipped} of {steps} steps (all of the "
                     f"first {_OBSERVE_FIRST}, then about one in {round(later / max(later - skipped, 1))}, "
-                    "and every eval: TIDEMARK_OBSERVE_ONE_IN)")
+                    "and every eval; every step with TIDEMARK_OBSERVE_ONE_IN=1 or collector --observe-every-step)")
             tidemark._send_now(f"{tidemark._PROTOCOL} N {_monotonic_ns()} {tidemark._pid} {tidemark._rank} {text}".encode())
     except Exception:
         pass

@@ -407,10 +407,9 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         both().min_by_key(|&(t, _, _)| t),
         both().max_by_key(|&(t, _, _)| t),
     ) {
-        (Some((_, heap_a, rss_a)), Some((_, heap_b, rss_b))) => (
-            heap_b as f64 - heap_a as f64,
-            rss_b as f64 - rss_a as f64,
-        ),
+        (Some((_, heap_a, rss_a)), Some((_, heap_b, rss_b))) => {
+            (heap_b as f64 - heap_a as f64, rss_b as f64 - rss_a as f64)
+        }
         _ => (0.0, 0.0),
     };
     // Where a reading was taken at fewer than 95 % of the edges, the attribution says so.

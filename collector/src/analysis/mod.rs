@@ -19,7 +19,7 @@ mod ranks;
 mod rules;
 mod trend;
 
-pub use self::attribution::PhaseStats;
+pub use self::attribution::{PhaseStats, unobserved};
 pub use self::categories::{CategoryStats, CategoryTrend};
 pub use self::diagnose::{ALPHA, GROWTH_FLOOR_BYTES, MIN_STEPS, analyze};
 pub(crate) use self::diagnose::{

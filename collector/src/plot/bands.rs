@@ -105,9 +105,45 @@ fn push<'a>(bands: &mut Vec<Band<'a>>, phase: &'a Phase, begin_ns: u64, end_ns: 
     }
 }
 
+/// The stretches of `spans` (from, to; sorted: the steps the probe did not observe) between `t0`
+/// and `t1`, cut to them, on a plot `columns` wide: those less than a column apart joined, so that
+/// a long loop observed one step in eight is one stretch with the observed steps' bands in it,
+/// not a band a step.
+pub fn spans_in(spans: &[(u64, u64)], t0: u64, t1: u64, columns: usize) -> Vec<(u64, u64)> {
+    let column = t1.saturating_sub(t0) / columns.max(1) as u64;
+    let first = spans.partition_point(|&(_, to)| to < t0);
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(from, to) in spans[first..].iter().take_while(|&&(from, _)| from <= t1) {
+        let (from, to) = (from.max(t0), to.min(t1));
+        match out.last_mut() {
+            Some(last) if from <= last.1.saturating_add(column) => last.1 = last.1.max(to),
+            _ => out.push((from, to)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Spans a column or less apart become one; farther ones stay apart; all are cut to the range.
+    #[test]
+    fn spans_less_than_a_column_apart_are_joined_and_cut_to_the_range() {
+        let spans = [(0, 90), (100, 190), (200, 290), (600, 700), (950, 1200)];
+        // 1000 ns on 100 columns: 10 ns a column.
+        assert_eq!(
+            spans_in(&spans, 50, 1000, 95),
+            [(50, 290), (600, 700), (950, 1000)]
+        );
+        // Wider columns (100 ns): the gap of 310 ns still shows, the ones of 10 ns do not.
+        assert_eq!(
+            spans_in(&spans, 0, 1000, 10),
+            [(0, 290), (600, 700), (950, 1000)]
+        );
+        assert_eq!(spans_in(&spans, 300, 590, 10), []);
+        assert_eq!(spans_in(&[], 0, 1000, 10), []);
+    }
 
     fn occurrence(phase: Phase, begin_ns: u64, end_ns: u64) -> Occurrence {
         Occurrence {

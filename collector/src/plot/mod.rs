@@ -8,7 +8,7 @@ mod curves;
 mod events;
 pub mod lod;
 
-pub use bands::{Band, phase_bands, running_at};
+pub use bands::{Band, phase_bands, running_at, spans_in};
 pub use curves::{Trace, TraceKind, grow, traces, traces_for_one_picture};
 pub use events::{Event, EventKind, events};
 pub use lod::{Levels, LodSeries, Shown};

@@ -560,6 +560,7 @@ pub fn job_environment(
     auto_phases: bool,
     keep_peaks: bool,
     census: Option<f64>,
+    every_step: bool,
     history: Option<(u64, &std::path::Path)>,
 ) -> Vec<(String, std::ffi::OsString)> {
     let mut pythonpath = channel.probe_dir().into_os_string();
@@ -567,7 +568,7 @@ pub fn job_environment(
         pythonpath.push(":");
         pythonpath.push(existing);
     }
-    vec![
+    let mut env = vec![
         ("PYTHONPATH".to_owned(), pythonpath),
         (
             "TIDEMARK_SOCKET".to_owned(),
@@ -597,7 +598,12 @@ pub fn job_environment(
             "TIDEMARK_SNAPSHOTS".to_owned(),
             history.map_or_else(Default::default, |(_, base)| base.as_os_str().to_owned()),
         ),
-    ]
+    ];
+    // Otherwise the job's own `TIDEMARK_OBSERVE_ONE_IN`, if any, else the probe's `auto`.
+    if every_step {
+        env.push(("TIDEMARK_OBSERVE_ONE_IN".to_owned(), "1".into()));
+    }
+    env
 }
 
 /// Runs the listener on its own thread.

@@ -47,6 +47,8 @@ pub struct Options {
     pub no_census: bool,
     /// How long a census at a step start may take, in seconds (four times this at the end).
     pub census_limit_s: f64,
+    /// Observe the phases of every step, not a sample of a loop's short steps.
+    pub observe_every_step: bool,
     /// Record PyTorch's allocator history (this many entries) and dump snapshots.
     pub history: Option<u64>,
     /// Between flushes of the recording to disk, in milliseconds.
@@ -173,6 +175,7 @@ pub fn run(args: Options) -> ExitCode {
                         !args.no_auto_phases,
                         args.keep_peaks,
                         (!args.no_census).then_some(args.census_limit_s),
+                        args.observe_every_step,
                         history,
                     )
                 })

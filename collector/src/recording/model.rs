@@ -428,8 +428,8 @@ pub struct SavedFreed {
 }
 
 /// Steps whose phases the probe did not observe (since 1.5): a run of consecutive steps between
-/// two that it did. With `TIDEMARK_OBSERVE_ONE_IN` (N, or `auto`) in the job's environment the
-/// probe observes every step of the first 100, every step that measures saved tensors and every
+/// two that it did. As `TIDEMARK_OBSERVE_ONE_IN` says (N, or `auto`, the default; 1: every step)
+/// the probe observes every step of the first 100, every step that measures saved tensors and every
 /// eval, and of the other steps only one in N. Sent when the probe observes a step again, and at
 /// exit. The time across the span is not between phases: the job ran steps there that the probe
 /// did not see.

@@ -402,6 +402,59 @@ for _ in range(130):
     }
 }
 
+/// A loop of short steps is observed on a sample of its steps by default (`auto`: these steps
+/// take well under a millisecond, so one in many past the first 100), and the report says so;
+/// `--observe-every-step` observes them all.
+#[test]
+fn a_loop_of_short_steps_is_observed_on_a_sample_unless_asked_for_every_step() {
+    let job = Job::new(
+        r#"
+import torch
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(400):
+    optimizer.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+"#,
+    );
+    let forwards = |recording: &collector::recording::Recording| {
+        recording
+            .phases
+            .iter()
+            .filter(|e| {
+                e.phase.as_str() == "forward" && e.edge == collector::recording::Edge::Begin
+            })
+            .count()
+    };
+    let output = job.run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    let unobserved: u64 = recording.unobserved.iter().map(|u| u.steps).sum();
+    let observed = forwards(&recording);
+    // The first 100, the saved tensors' steps (128, 192, …) and at least one in 100 of the rest.
+    assert!(
+        (103..=150).contains(&observed) && observed as u64 + unobserved == 400,
+        "{observed} observed, {unobserved} not"
+    );
+    let report = crate::report(&job.out());
+    assert!(
+        report.contains(&format!(
+            "the probe observed the phases of {observed} of 400 steps"
+        )),
+        "{report}"
+    );
+    let output = job.run(&["--observe-every-step"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let recording = job.recording();
+    assert!(
+        recording.unobserved.is_empty(),
+        "{:?}",
+        recording.unobserved
+    );
+    assert_eq!(forwards(&recording), 400);
+}
+
 /// Forked children, `subprocess` and `multiprocessing` spawn all reach the collector.
 #[test]
 fn the_probe_works_in_forked_spawned_and_subprocess_children() {
