@@ -46,10 +46,12 @@ for kind, body in unpacker:
               f"top holder {top.get('name')} {top.get('bytes', 0) >> 20} MiB on {top.get('device')}, "
               f"unreached {body['unreached_tensors']} tensors")
 PY
-echo "=== the probe's cost on a GPU job (steps/s of the same job: alone, under the collector, with --history; twice, alternated)"
+echo "=== the probe's cost on a GPU job (steps/s of the same job: alone, under the collector (a sample of short steps observed past the first 100), with every step observed, with --history; twice, alternated)"
 for round in 1 2; do
     echo "alone: $("$python" collector/gpu-check/train.py --steps 300 | grep steps/s)"
     echo "collector: $(./target/release/collector --out "$out/plain.msgpack" -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s)"
+    ./target/release/collector report "$out/plain.msgpack" | grep "observed the phases" || echo "  (every step observed)"
+    echo "collector --observe-every-step: $(./target/release/collector --out "$out/every.msgpack" --observe-every-step -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s)"
     echo "collector --history: $(./target/release/collector --out "$out/history.msgpack" --history -- "$python" collector/gpu-check/train.py --steps 300 | grep steps/s)"
 done
 

@@ -230,7 +230,20 @@ pub fn timeline_svg(
 
         // The phases, the leaking one emphasised.
         let leak_phase = analysis.problem_phase().map(|p| p.as_str().to_owned());
-        // Columns of 4 pixels, as the viewer's: narrower bands cannot be told apart.
+        // Columns of 4 pixels, as the viewer's: narrower bands cannot be told apart. Under them,
+        // the steps the probe did not observe (a sample of a long loop's short steps is), so
+        // that a stretch without bands is not read as time outside the phases.
+        let unobserved = collector::analysis::unobserved(recording, &analysis.occurrences);
+        for (from, to) in plot::spans_in(&unobserved, 0, end_ns, COLUMNS / 4) {
+            let (a, b) = (from as f64 / 1e9, to as f64 / 1e9);
+            let style = RGBColor(0x80, 0x80, 0x80).mix(0.12).filled();
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(a, 0.0), (b, y_max)],
+                    style,
+                )))
+                .map_err(err)?;
+        }
         for band in plot::phase_bands(&analysis.occurrences, 0, end_ns, COLUMNS / 4) {
             let phase = band.phase.as_str();
             let (a, b) = (band.begin_ns as f64 / 1e9, band.end_ns as f64 / 1e9);

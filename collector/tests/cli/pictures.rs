@@ -94,6 +94,29 @@ fn the_svg_shows_the_baseline_the_trend_and_the_caption() {
     assert!(names.iter().filter(|n| *n == "rect").count() > 20);
 }
 
+/// The steps the probe did not observe are drawn under the phase bands, in a grey no phase
+/// has; a recording without such steps has none.
+#[test]
+fn steps_not_observed_are_drawn_under_the_phase_bands() {
+    let dir = tempfile::tempdir().unwrap();
+    let grey = "#808080";
+    let svg_of = |file: &Path| {
+        let svg = dir.path().join("plot.svg");
+        let output = report(file, &["--svg".as_ref(), svg.as_os_str()]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::read_to_string(&svg).unwrap().to_ascii_lowercase()
+    };
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden_v1_5.msgpack");
+    let xml = svg_of(&golden);
+    assert!(xml.contains(grey), "{xml}");
+    let xml = svg_of(&corpus("eval_keeps_predictions.msgpack"));
+    assert!(!xml.contains(grey));
+}
+
 /// The byte axis is ticked at round binary values, as the viewer's grid is (0, 32 MiB, 64 MiB …,
 /// not 47.7 MiB or 19.1 MiB): evenly, a power of two apart, each tick a multiple of that.
 #[test]
