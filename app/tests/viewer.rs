@@ -24,6 +24,15 @@ fn golden() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../collector/tests/data/golden_v1.msgpack")
 }
 
+/// Clicks the toolbar's checkbox `label` (it comes before the legend's entry of the same name).
+fn click_checkbox(harness: &mut Harness<'static, TidemarkApp>, label: &str) {
+    harness
+        .query_all_by_role_and_label(Role::CheckBox, label)
+        .next()
+        .unwrap()
+        .click();
+}
+
 fn harness(app: TidemarkApp) -> Harness<'static, TidemarkApp> {
     Harness::builder()
         .with_size(egui::vec2(1280.0, 800.0))
@@ -69,24 +78,14 @@ fn curves_toggle_and_the_axis_switches_to_steps() {
     let mut harness = harness(TidemarkApp::default());
     harness.run();
     assert!(harness.state().runs()[0].timeline.is_shown(TraceKind::Host));
-    // The toolbar's checkbox comes before the legend's entry of the same name.
-    harness
-        .query_all_by_role_and_label(Role::CheckBox, "host memory")
-        .next()
-        .unwrap()
-        .click();
+    click_checkbox(&mut harness, "host memory");
     harness.run();
     assert!(!harness.state().runs()[0].timeline.is_shown(TraceKind::Host));
     assert_eq!(harness.state().runs()[0].timeline.x_axis, XAxis::Time);
     harness.get_by_label("steps").click();
     harness.run();
     assert_eq!(harness.state().runs()[0].timeline.x_axis, XAxis::Steps);
-    // The toolbar's checkbox comes before the legend's entry of the same name.
-    harness
-        .query_all_by_role_and_label(Role::CheckBox, "phase bands")
-        .next()
-        .unwrap()
-        .click();
+    click_checkbox(&mut harness, "phase bands");
     harness.run();
     assert!(!harness.state().runs()[0].timeline.phase_bands);
 }
@@ -713,26 +712,29 @@ fn nodes_dropped_together_or_their_folder_open_as_one_run() {
     assert_eq!(apart.state().runs().len(), 2);
 }
 
-#[test]
-fn categories_are_stacked_under_the_curves_and_toggle() {
+/// One of the collector's test recordings (`collector/tests/data`), opened and drawn.
+fn opened_in_a_window(name: &str) -> Harness<'static, TidemarkApp> {
     let mut app = TidemarkApp::empty();
     app.open_path(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../collector/tests/data/golden_v1_2.msgpack"),
+            .join("../collector/tests/data")
+            .join(name),
     );
     let mut harness = harness(app);
     harness.run();
+    harness
+}
+
+#[test]
+fn categories_are_stacked_under_the_curves_and_toggle() {
+    let mut harness = opened_in_a_window("golden_v1_2.msgpack");
     let run = harness.state().runs()[0].run.as_ref().unwrap();
     assert_eq!(run.view.categories.len(), 2, "cuda:0 and the host");
     // Each layer of the stack has its legend entry.
     for name in ["parameters", "+ gradients", "+ optimizer state"] {
         assert!(harness.query_all_by_label(name).next().is_some(), "{name}");
     }
-    harness
-        .query_all_by_role_and_label(Role::CheckBox, "categories")
-        .next()
-        .unwrap()
-        .click();
+    click_checkbox(&mut harness, "categories");
     harness.run();
     assert!(!harness.state().runs()[0].timeline.categories);
     assert!(
@@ -748,24 +750,14 @@ fn categories_are_stacked_under_the_curves_and_toggle() {
 #[test]
 fn steps_not_observed_are_drawn_behind_the_phase_bands() {
     const UNOBSERVED: &str = "steps not observed (a sample of short steps is)";
-    let mut app = TidemarkApp::empty();
-    app.open_path(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../collector/tests/data/golden_v1_5.msgpack"),
-    );
-    let mut harness = harness(app);
-    harness.run();
+    let mut harness = opened_in_a_window("golden_v1_5.msgpack");
     let run = harness.state().runs()[0].run.as_ref().unwrap();
     assert_eq!(
         run.view.unobserved,
         [(60_000_000, 140_000_000), (150_000_000, 180_000_000)]
     );
     assert!(harness.query_all_by_label(UNOBSERVED).next().is_some());
-    harness
-        .query_all_by_role_and_label(Role::CheckBox, "phase bands")
-        .next()
-        .unwrap()
-        .click();
+    click_checkbox(&mut harness, "phase bands");
     harness.run();
     assert!(harness.query_all_by_label(UNOBSERVED).next().is_none());
 }
@@ -785,11 +777,7 @@ fn the_verdict_is_drawn_on_the_timeline_with_a_caption() {
         Some(collector::recording::Phase::Eval)
     );
     assert!(run.view.verdict.baseline.len() >= 50);
-    harness
-        .query_all_by_role_and_label(Role::CheckBox, "verdict")
-        .next()
-        .unwrap()
-        .click();
+    click_checkbox(&mut harness, "verdict");
     harness.run();
     assert!(!harness.state().runs()[0].timeline.verdict);
     assert!(harness.query_all_by_label("step baseline").next().is_none());
@@ -857,11 +845,7 @@ fn small_multiples_show_one_timeline_per_rank_on_one_scale() {
     app.open_path(&path);
     let mut harness = harness(app);
     harness.run();
-    harness
-        .query_all_by_role_and_label(Role::CheckBox, "per rank")
-        .next()
-        .unwrap()
-        .click();
+    click_checkbox(&mut harness, "per rank");
     harness.run();
     assert!(harness.state().runs()[0].timeline.per_rank);
     for rank in 0..4 {
@@ -977,11 +961,7 @@ fn a_folder_of_per_rank_snapshots_opens_as_one_run() {
             .starts_with("Imbalance: rank 1 peaks at 23.2 GiB")
     );
     // One small timeline per rank with a trace.
-    harness
-        .query_all_by_role_and_label(Role::CheckBox, "per rank")
-        .next()
-        .unwrap()
-        .click();
+    click_checkbox(&mut harness, "per rank");
     harness.run();
     assert!(harness.state().runs()[0].timeline.per_rank);
     for rank in [0, 2] {

@@ -783,6 +783,19 @@ fn heap_steps_with_rss(
     recording
 }
 
+/// That the phases were attributed `with` that memory, else what the attribution's note said.
+fn assert_attributed(
+    analysis: &collector::analysis::Analysis,
+    with: collector::analysis::Attribution,
+) {
+    assert_eq!(
+        analysis.attribution,
+        Some(with),
+        "{:?}",
+        analysis.attribution_note
+    );
+}
+
 /// The phase the leak is put in, and what each phase retains per occurrence, in MiB.
 fn leak_phase(analysis: &collector::analysis::Analysis) -> (Option<Phase>, Vec<(Phase, f64)>) {
     let leak = analysis
@@ -1292,12 +1305,7 @@ fn what_the_loop_keeps_where_it_frees_the_gradients_is_kept_between_the_phases()
 fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
     let recording = forward_keeps_on_the_host(400, 2, |step, _| step < 20 || step % 25 == 0);
     let analysis = analyze(&recording);
-    assert_eq!(
-        analysis.attribution,
-        Some(collector::analysis::Attribution::HostHeap),
-        "{:?}",
-        analysis.attribution_note
-    );
+    assert_attributed(&analysis, collector::analysis::Attribution::HostHeap);
     let (phase, retained) = leak_phase(&analysis);
     assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
     assert!(
@@ -1317,12 +1325,7 @@ fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
 fn a_heap_read_over_fewer_steps_than_resident_memory_is_compared_over_the_same_steps() {
     let recording = forward_keeps_on_the_host(300, 3, |step, _| step < 100);
     let analysis = analyze(&recording);
-    assert_eq!(
-        analysis.attribution,
-        Some(collector::analysis::Attribution::HostHeap),
-        "{:?}",
-        analysis.attribution_note
-    );
+    assert_attributed(&analysis, collector::analysis::Attribution::HostHeap);
     let (phase, retained) = leak_phase(&analysis);
     assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
     // Growth outside malloc is still told over the same steps: the heap flat while resident
@@ -1337,12 +1340,7 @@ fn a_heap_read_over_fewer_steps_than_resident_memory_is_compared_over_the_same_s
         phases
     };
     let analysis = analyze(&outside);
-    assert_eq!(
-        analysis.attribution,
-        Some(collector::analysis::Attribution::HostRssAtEdges),
-        "{:?}",
-        analysis.attribution_note
-    );
+    assert_attributed(&analysis, collector::analysis::Attribution::HostRssAtEdges);
 }
 
 /// Two moments of a recording (the viewer's right-clicks A and B): what each phase did between

@@ -357,21 +357,26 @@ with tidemark.phase("mine"):
     assert_eq!(names, ["mine", "mine"]);
 }
 
-/// `TIDEMARK_OBSERVE_ONE_IN` that is neither a whole number ≥ 1 nor `auto` is named on stderr,
-/// and every step is observed; the job runs as it would.
-#[test]
-fn a_bad_observe_one_in_is_named_and_every_step_is_observed() {
-    let job = Job::new(
+/// A loop of `steps` steps of well under a millisecond each.
+fn short_steps(steps: u32) -> Job {
+    Job::new(&format!(
         r#"
 import torch
 model = torch.nn.Linear(4, 4)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-for _ in range(130):
+for _ in range({steps}):
     optimizer.zero_grad()
     model(torch.randn(2, 4)).sum().backward()
     optimizer.step()
-"#,
-    );
+"#
+    ))
+}
+
+/// `TIDEMARK_OBSERVE_ONE_IN` that is neither a whole number ≥ 1 nor `auto` is named on stderr,
+/// and every step is observed; the job runs as it would.
+#[test]
+fn a_bad_observe_one_in_is_named_and_every_step_is_observed() {
+    let job = short_steps(130);
     for bad in ["0", "every"] {
         let output = job
             .command(&[])
@@ -391,14 +396,7 @@ for _ in range(130):
             "{bad}: {:?}",
             recording.unobserved
         );
-        let forwards = recording
-            .phases
-            .iter()
-            .filter(|e| {
-                e.phase.as_str() == "forward" && e.edge == collector::recording::Edge::Begin
-            })
-            .count();
-        assert_eq!(forwards, 130, "{bad}");
+        assert_eq!(begins(&recording, &Phase::Forward).len(), 130, "{bad}");
     }
 }
 
@@ -407,26 +405,9 @@ for _ in range(130):
 /// `--observe-every-step` observes them all.
 #[test]
 fn a_loop_of_short_steps_is_observed_on_a_sample_unless_asked_for_every_step() {
-    let job = Job::new(
-        r#"
-import torch
-model = torch.nn.Linear(4, 4)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-for _ in range(400):
-    optimizer.zero_grad()
-    model(torch.randn(2, 4)).sum().backward()
-    optimizer.step()
-"#,
-    );
-    let forwards = |recording: &collector::recording::Recording| {
-        recording
-            .phases
-            .iter()
-            .filter(|e| {
-                e.phase.as_str() == "forward" && e.edge == collector::recording::Edge::Begin
-            })
-            .count()
-    };
+    let job = short_steps(400);
+    let forwards =
+        |recording: &collector::recording::Recording| begins(recording, &Phase::Forward).len();
     let output = job.run(&[]);
     assert!(output.status.success(), "{}", stderr(&output));
     let recording = job.recording();
