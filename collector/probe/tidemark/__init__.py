@@ -307,9 +307,15 @@ def _flusher():
             _flush_pending()
 
 
+_allocator_read_ns = 0  # what reading them took since the last step's end (``_auto`` weighs it)
+
+
 def _allocator_numbers(torch, edge):
     """Device and allocator numbers, read once CUDA is initialised (``_edge`` asks; this never
-    initialises it), as the edge's line has them; ``None`` when they cannot be read."""
+    initialises it), as the edge's line has them; ``None`` when they cannot be read. What the
+    reading took is added up (``_allocator_read_ns``): a GPU's statistics cost more than the edge."""
+    global _allocator_read_ns
+    start = _monotonic_ns()
     try:
         if not _steps._history_started:
             _steps._start_history(torch)
@@ -326,6 +332,8 @@ def _allocator_numbers(torch, edge):
         return numbers
     except Exception:
         return None
+    finally:
+        _allocator_read_ns += _monotonic_ns() - start
 
 
 

@@ -28,9 +28,10 @@ Which steps are observed (``_decide_observed``, at each optimizer step's end): `
 says, ``auto`` unless the job's environment has it (``1``: every step). With ``N`` (≥ 2) or ``auto``:
 every step of the first ``_OBSERVE_FIRST``, every one that measures saved tensors, and of the others
 one in N; ``auto`` chooses N such that observing takes at most ``_OBSERVED_SHARE`` of the job's time
-(a step of 48 ms or more: every one). Observing a step costs about ``_OBSERVED_STEP_NS`` (its edges, their lines,
-the collector taking them, sharing the job's CPU), which a loop of 4 ms steps would feel at every
-step. Evals are observed always. On a step that is not observed the call around a root, the
+(a step of 48 ms or more on the host: every one). Observing a step costs about ``_OBSERVED_STEP_NS``
+(its edges, their lines, the collector taking them, sharing the job's CPU), which a loop of 4 ms
+steps would feel at every step, plus what reading the allocator's numbers took at its edges (a
+GPU's statistics, measured at each observed step). Evals are observed always. On a step that is not observed the call around a root, the
 backward wrapper and the optimizer hooks return after one check, keeping only the begin time:
 where that phase raises (an out-of-memory error), its two edges are sent then, so that the error
 is put in its phase. Each run of steps not observed is sent (``tm2 U``) when observing resumes,
@@ -617,6 +618,10 @@ def _decide_observed(now):
     sent as it ends. Returns whether it is."""
     global _observing, _steps_ended, _step_ended_ns, _countdown, _unobserved, _not_observed, _step_began
     _step_began = False
+    # What the allocator's numbers took at the edges since the last step's end (on a GPU, more
+    # than the rest of observing a step).
+    read_ns = tidemark._allocator_read_ns
+    tidemark._allocator_read_ns = 0
     took = None if _step_ended_ns is None else now - _step_ended_ns
     _step_ended_ns = now
     _steps_ended += 1
@@ -634,7 +639,7 @@ def _decide_observed(now):
         observe = False
     elif _observing:
         # An observed step ended: this many steps after it are not.
-        every = _one_in or math.ceil(_OBSERVED_STEP_NS / (_OBSERVED_SHARE * max(took, 1)))
+        every = _one_in or math.ceil((_OBSERVED_STEP_NS + read_ns) / (_OBSERVED_SHARE * max(took, 1)))
         skip = min(every, _OBSERVE_EVERY_MOST) - 1
         observe = skip == 0
         _countdown = max(skip - 1, 0)

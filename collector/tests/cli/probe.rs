@@ -436,6 +436,51 @@ fn a_loop_of_short_steps_is_observed_on_a_sample_unless_asked_for_every_step() {
     assert_eq!(forwards(&recording), 400);
 }
 
+/// On the allocator's path `auto` weighs what reading the allocator's numbers takes at an
+/// observed step's edges (a GPU's statistics cost more than the rest of an edge): the same
+/// loop of 20 ms steps is observed one step in a few where they read fast, and at the fewest
+/// (one in 100 past the first 100 steps and the saved tensors' steps) where each read takes 2 ms.
+#[test]
+fn auto_observes_fewer_steps_where_the_allocators_numbers_are_slow_to_read() {
+    let job = Job::new(
+        r#"
+import time
+import torch
+import scripted_cuda
+scripted_cuda.install(torch)
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(400):
+    optimizer.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    time.sleep(0.02)
+"#,
+    )
+    .with_scripted_cuda();
+    let observed = |read_s: &str| {
+        let output = job
+            .command(&["--no-census"])
+            .env("SCRIPTED_CUDA_READ_S", read_s)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        let recording = job.recording();
+        assert!(!recording.allocator.is_empty(), "no allocator numbers");
+        begins(&recording, &Phase::Forward).len() - 100
+    };
+    let (fast, slow) = (observed("0"), observed("0.002"));
+    // Slow: 3 of the 300 later steps, the saved tensors' 5 and the one after each run.
+    assert!(
+        slow <= 14,
+        "{slow} of the later steps observed with slow reads"
+    );
+    assert!(
+        fast >= 2 * slow,
+        "{fast} with fast reads, {slow} with slow ones"
+    );
+}
+
 /// Forked children, `subprocess` and `multiprocessing` spawn all reach the collector.
 #[test]
 fn the_probe_works_in_forked_spawned_and_subprocess_children() {

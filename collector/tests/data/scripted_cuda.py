@@ -5,6 +5,8 @@ GPU job, and they follow the job's real tensors. The tests write this file next 
 imports it.
 """
 import ctypes
+import os
+import time
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -20,8 +22,12 @@ class _Mallinfo2(ctypes.Structure):
 def install(torch):
     mallinfo2 = ctypes.CDLL(None).mallinfo2
     mallinfo2.restype = _Mallinfo2
+    # SCRIPTED_CUDA_READ_S: how long reading the statistics takes (a GPU's are slower to read).
+    read_s = float(os.environ.get("SCRIPTED_CUDA_READ_S", "0"))
 
     def stats(device=None):
+        if read_s:
+            time.sleep(read_s)
         info = mallinfo2()
         in_use = info.uordblks + info.hblkhd
         return {
