@@ -33,9 +33,14 @@ pub const OOM: Color32 = rgb(palette::EVENT_ON_SCREEN);
 pub const DROPPED: Color32 = rgb(palette::EVENT_ON_SCREEN);
 /// A snapshot's leak suspects, marked where their live blocks were allocated.
 pub const SUSPECT: Color32 = rgb(palette::SUSPECT);
-/// Behind the steps whose phases the probe did not observe: a faint neutral grey, under the
-/// phases' bands (no phase's hue).
-pub const UNOBSERVED: Color32 = Color32::from_rgba_premultiplied(20, 20, 20, 20);
+/// Behind the steps whose phases the probe did not observe: the palette's grey, faint, under the
+/// phases' bands.
+pub const UNOBSERVED: Color32 = Color32::from_rgba_premultiplied(
+    palette::UNOBSERVED.0 / 8,
+    palette::UNOBSERVED.1 / 8,
+    palette::UNOBSERVED.2 / 8,
+    0x20,
+);
 /// The OK colour of a verdict.
 pub const OK_GREEN: Color32 = GREEN;
 

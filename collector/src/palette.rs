@@ -33,6 +33,9 @@ pub const EVENT: Rgb = Rgb(0x40, 0x40, 0x40);
 /// Events on screen, readable on the dark and the light theme (neutral: no hue).
 pub const EVENT_ON_SCREEN: Rgb = Rgb(0xa8, 0xa8, 0xa8);
 
+/// Under the phase bands, the steps whose phases the probe did not observe: a neutral grey (no
+/// phase's hue), drawn faint.
+pub const UNOBSERVED: Rgb = Rgb(0x80, 0x80, 0x80);
 /// A snapshot's leak suspects, marked where their live blocks were allocated (deep magenta;
 /// one suspect from the next told apart by the marker's shape).
 pub const SUSPECT: Rgb = Rgb(0x80, 0x00, 0xb0);

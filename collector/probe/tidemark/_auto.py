@@ -24,15 +24,16 @@ each saved storage (weakly); when the backward ends, the storages it freed are s
 (``tm2 B``). A backward frees the forward's activations and makes gradients; without this number
 the analysis could not tell a backward that keeps what it made from a forward that kept its own.
 
-Which steps are observed (``_decide_observed``, at each optimizer step's end): ``TIDEMARK_OBSERVE_ONE_IN``
-says, ``auto`` unless the job's environment has it (``1``: every step). With ``N`` (≥ 2) or ``auto``:
-every step of the first ``_OBSERVE_FIRST``, every one that measures saved tensors, and of the others
-one in N; ``auto`` chooses N such that observing takes at most ``_OBSERVED_SHARE`` of the job's time
-(a step of 48 ms or more on the host: every one). Observing a step costs about ``_OBSERVED_STEP_NS``
-(its edges, their lines, the collector taking them, sharing the job's CPU), which a loop of 4 ms
-steps would feel at every step, plus what reading the allocator's numbers took at its edges (a
-GPU's statistics, measured at each observed step). Evals are observed always. On a step that is not observed the call around a root, the
-backward wrapper and the optimizer hooks return after one check, keeping only the begin time:
+Which steps are observed (``_decide_observed``, at each optimizer step's end): as
+``TIDEMARK_OBSERVE_ONE_IN`` says, ``auto`` where the job's environment does not have it (``1``:
+every step). With ``N`` (≥ 2) or ``auto``: every step of the first ``_OBSERVE_FIRST``, every one that
+measures saved tensors, and of the others one in N; ``auto`` chooses N such that observing takes at
+most ``_OBSERVED_SHARE`` of the job's time (a step of 48 ms or more on the host: every one).
+Observing a step costs about ``_OBSERVED_STEP_NS`` (its edges, their lines, the collector taking
+them, sharing the job's CPU), which a loop of 4 ms steps would feel at every step, plus what reading
+the allocator's numbers took at its edges (a GPU's statistics, measured at each observed step).
+Evals are observed always. On a step that is not observed the call around a root, the backward
+wrapper and the optimizer hooks return after one check, keeping only the begin time:
 where that phase raises (an out-of-memory error), its two edges are sent then, so that the error
 is put in its phase. Each run of steps not observed is sent (``tm2 U``) when observing resumes,
 and at exit.

@@ -236,7 +236,7 @@ pub fn timeline_svg(
         let unobserved = collector::analysis::unobserved(recording, &analysis.occurrences);
         for (from, to) in plot::spans_in(&unobserved, 0, end_ns, COLUMNS / 4) {
             let (a, b) = (from as f64 / 1e9, to as f64 / 1e9);
-            let style = RGBColor(0x80, 0x80, 0x80).mix(0.12).filled();
+            let style = color(palette::UNOBSERVED).mix(0.12).filled();
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [(a, 0.0), (b, y_max)],
