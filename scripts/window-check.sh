@@ -13,8 +13,10 @@ rm -f "$shot"
 
 runtime=$(mktemp -d)
 chmod 700 "$runtime"
-display=:$((90 + RANDOM % 9))
-Xvfb "$display" -screen 0 1280x800x24 -nolisten tcp >"$out/xvfb.log" 2>&1 &
+# Xvfb picks a free display itself and writes its number once it accepts connections
+# (a fixed or random number can be taken by another X server on a shared machine).
+displayfile="$runtime/display"
+Xvfb -displayfd 3 -screen 0 1280x800x24 -nolisten tcp 3>"$displayfile" >"$out/xvfb.log" 2>&1 &
 xvfb=$!
 app_pid=
 cleanup() {
@@ -24,10 +26,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for _ in $(seq 50); do
-  DISPLAY=$display xdpyinfo >/dev/null 2>&1 && break
+xvfb_failed() { cat "$out/xvfb.log"; echo "Xvfb $1"; exit 1; }
+for _ in $(seq 300); do
+  [ -s "$displayfile" ] && break
+  kill -0 "$xvfb" 2>/dev/null || xvfb_failed "exited before it opened a display"
   sleep 0.1
 done
+[ -s "$displayfile" ] || xvfb_failed "opened no display in 30 s"
+display=:$(tr -dc 0-9 <"$displayfile")
+DISPLAY=$display xdpyinfo >/dev/null 2>&1 || xvfb_failed "display $display refuses connections"
+echo "Xvfb on display $display"
 
 # Software rendering: wgpu picks lavapipe (Vulkan) or llvmpipe (GL) from mesa.
 DISPLAY=$display XDG_RUNTIME_DIR=$runtime WAYLAND_DISPLAY= "$app" >"$out/window-app.log" 2>&1 &
