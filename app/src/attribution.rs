@@ -47,7 +47,14 @@ pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &
             ui.end_row();
             for stats in &analysis.phases {
                 ui.colored_label(phase_color(&stats.phase, 255), stats.phase.as_str());
-                ui.label(stats.occurrences.to_string());
+                let count = ui.label(stats.count_text());
+                if stats.observed > stats.occurrences {
+                    count.on_hover_text(format!(
+                        "{} observed; the memory was read at both edges of {} of them (the \
+                         others are not in the statistics)",
+                        stats.observed, stats.occurrences
+                    ));
+                }
                 ui.label(mean_spread(stats.net_mean_bytes, stats.net_std_bytes));
                 ui.label(mean_spread(
                     stats.watermark_mean_bytes,

@@ -745,6 +745,34 @@ fn categories_are_stacked_under_the_curves_and_toggle() {
     );
 }
 
+/// A host job's C heap read over its first steps only: the phase table says how many of the
+/// occurrences observed it measured, and hovered, why the others are not in it.
+#[test]
+fn the_phase_table_counts_the_occurrences_measured_of_those_observed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.msgpack");
+    let recording = tidemark_tests::forward_keeps_on_the_host(300, 3, |step, _| step < 100);
+    collector::recording::write_file(&path, &recording).unwrap();
+    let mut app = TidemarkApp::empty();
+    app.open_path(&path);
+    app.tab = Tab::Phases;
+    let mut harness = harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    let forward = run
+        .analysis
+        .phases
+        .iter()
+        .find(|p| p.phase == collector::recording::Phase::Forward)
+        .unwrap();
+    // Forward's and backward's rows.
+    let count = format!("{} of 300", forward.occurrences);
+    assert_eq!(harness.query_all_by_label(&count).count(), 2);
+    harness.query_all_by_label(&count).next().unwrap().hover();
+    harness.run();
+    harness.get_by_label_contains("300 observed; the memory was read at both edges of");
+}
+
 /// The steps whose phases the probe did not observe (a sample of a long loop's short steps is)
 /// are drawn behind the phase bands, with their legend entry, and go with the bands.
 #[test]

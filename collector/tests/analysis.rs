@@ -641,54 +641,6 @@ fn an_oom_whose_message_lacks_the_others_memory_takes_it_from_nvml() {
     );
 }
 
-/// `steps` steps of a forward that keeps 2 MiB and a backward that allocates and frees 4 MiB of
-/// gradients, on the host; resident memory only rises (`rss_per_step` MiB a step: at least the
-/// 2 MiB kept, more where the heap leaves holes), and in backward (fresh pages for what the
-/// forward kept). The probe read the C heap at edge `n` (counted from 1) of step `s` where
-/// `heap_read(s, n)`; the collector sampled resident memory at every edge.
-fn forward_keeps_on_the_host(
-    steps: u64,
-    rss_per_step: u64,
-    heap_read: impl Fn(u64, u64) -> bool,
-) -> Recording {
-    use collector::recording::{Edge, Origin, Phase, Record};
-    let origin = Origin { pid: 7, rank: None };
-    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
-    let (mut times, mut rss_samples) = (Vec::new(), Vec::new());
-    let mut n = 0u64;
-    for step in 0..steps {
-        for (k, (phase, edge)) in [
-            (Phase::Forward, Edge::Begin),
-            (Phase::Forward, Edge::End),
-            (Phase::Backward, Edge::Begin),
-            (Phase::Backward, Edge::End),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
-            let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
-            let rss = 300 * MIB + step * rss_per_step * MIB + if k == 3 { 2 * MIB } else { 0 };
-            let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(step), origin);
-            n += 1;
-            e.host_heap = heap_read(step, n).then_some(heap);
-            e.host_rss = Some(rss);
-            recording.push(Record::Phase(e));
-            times.push(t_ns);
-            rss_samples.push(rss);
-        }
-    }
-    recording.push(Record::Chunk(collector::recording::Chunk {
-        times_ns: times,
-        columns: vec![collector::recording::Column {
-            series: collector::recording::SeriesKey::new(collector::recording::SeriesKind::HostRss),
-            values: rss_samples,
-            valid: None,
-        }],
-    }));
-    recording
-}
-
 /// The probe read the C heap at most edges but not all (reading it grew costly): the phases are
 /// still attributed with the heap, each occurrence whose two edges have it; resident memory,
 /// which stays up when memory is freed and rises where fresh pages are touched, would blame
@@ -696,7 +648,7 @@ fn forward_keeps_on_the_host(
 #[test]
 fn a_heap_read_at_most_edges_still_attributes_the_phases() {
     // One edge in five without the heap (the probe's budget).
-    let recording = forward_keeps_on_the_host(60, 2, |_, n| !n.is_multiple_of(5));
+    let recording = tidemark_tests::forward_keeps_on_the_host(60, 2, |_, n| !n.is_multiple_of(5));
     let analysis = analyze(&recording);
     assert_eq!(
         analysis.attribution,
@@ -1303,7 +1255,8 @@ fn what_the_loop_keeps_where_it_frees_the_gradients_is_kept_between_the_phases()
 /// as growth between the phases.
 #[test]
 fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
-    let recording = forward_keeps_on_the_host(400, 2, |step, _| step < 20 || step % 25 == 0);
+    let recording =
+        tidemark_tests::forward_keeps_on_the_host(400, 2, |step, _| step < 20 || step % 25 == 0);
     let analysis = analyze(&recording);
     assert_attributed(&analysis, collector::analysis::Attribution::HostHeap);
     let (phase, retained) = leak_phase(&analysis);
@@ -1323,14 +1276,35 @@ fn a_heap_read_at_some_whole_steps_still_attributes_the_phases() {
 /// backward frees, put a loop's leaks in backward or between the phases).
 #[test]
 fn a_heap_read_over_fewer_steps_than_resident_memory_is_compared_over_the_same_steps() {
-    let recording = forward_keeps_on_the_host(300, 3, |step, _| step < 100);
+    let recording = tidemark_tests::forward_keeps_on_the_host(300, 3, |step, _| step < 100);
     let analysis = analyze(&recording);
     assert_attributed(&analysis, collector::analysis::Attribution::HostHeap);
     let (phase, retained) = leak_phase(&analysis);
     assert_eq!(phase, Some(Phase::Forward), "{retained:?}");
+    // The phase table says how many of the occurrences observed were measured.
+    let forward = analysis
+        .phases
+        .iter()
+        .find(|p| p.phase == Phase::Forward)
+        .unwrap();
+    assert_eq!(forward.observed, 300);
+    assert!((95..=100).contains(&forward.occurrences), "{forward:?}");
+    assert_eq!(
+        forward.count_text(),
+        format!("{} of 300", forward.occurrences)
+    );
+    let every = analyze(&tidemark_tests::forward_keeps_on_the_host(
+        300,
+        3,
+        |_, _| true,
+    ));
+    for p in &every.phases {
+        assert_eq!((p.occurrences, p.observed), (300, 300), "{p:?}");
+        assert_eq!(p.count_text(), "300");
+    }
     // Growth outside malloc is still told over the same steps: the heap flat while resident
     // memory rises.
-    let mut outside = forward_keeps_on_the_host(300, 3, |step, _| step < 100);
+    let mut outside = tidemark_tests::forward_keeps_on_the_host(300, 3, |step, _| step < 100);
     outside.phases = {
         let mut phases = collector::recording::PhaseEdges::default();
         for mut e in outside.phases.iter() {

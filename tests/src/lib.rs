@@ -182,3 +182,50 @@ pub fn long_run() -> Recording {
     }
     recording
 }
+
+/// `steps` steps of a forward that keeps 2 MiB and a backward that allocates and frees 4 MiB of
+/// gradients, on the host; resident memory only rises (`rss_per_step` MiB a step: at least the
+/// 2 MiB kept, more where the heap leaves holes), and in backward (fresh pages for what the
+/// forward kept). The probe read the C heap at edge `n` (counted from 1) of step `s` where
+/// `heap_read(s, n)`; the collector sampled resident memory at every edge.
+pub fn forward_keeps_on_the_host(
+    steps: u64,
+    rss_per_step: u64,
+    heap_read: impl Fn(u64, u64) -> bool,
+) -> Recording {
+    let origin = Origin { pid: 7, rank: None };
+    let mut recording = Recording::new(header(&["python", "train.py"]));
+    let (mut times, mut rss_samples) = (Vec::new(), Vec::new());
+    let mut n = 0u64;
+    for step in 0..steps {
+        for (k, (phase, which)) in [
+            (Phase::Forward, Edge::Begin),
+            (Phase::Forward, Edge::End),
+            (Phase::Backward, Edge::Begin),
+            (Phase::Backward, Edge::End),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
+            let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
+            let rss = 300 * MIB + step * rss_per_step * MIB + if k == 3 { 2 * MIB } else { 0 };
+            let mut e = edge(t_ns, which, phase, Some(step), origin);
+            n += 1;
+            e.host_heap = heap_read(step, n).then_some(heap);
+            e.host_rss = Some(rss);
+            recording.push(Record::Phase(e));
+            times.push(t_ns);
+            rss_samples.push(rss);
+        }
+    }
+    recording.push(Record::Chunk(Chunk {
+        times_ns: times,
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values: rss_samples,
+            valid: None,
+        }],
+    }));
+    recording
+}

@@ -17,8 +17,12 @@ use crate::recording::{Phase, Recording, Series};
 pub struct PhaseStats {
     /// Which phase.
     pub phase: Phase,
-    /// Occurrences measured.
+    /// Occurrences measured: the memory read at both of their edges.
     pub occurrences: usize,
+    /// Occurrences the probe observed, measured or not (pieces of one occurrence count once):
+    /// more than `occurrences` where the memory was read at only some edges (a host job's C heap
+    /// after its first steps, over its share of the job's time).
+    pub observed: usize,
     /// Mean net Δ, bytes.
     pub net_mean_bytes: f64,
     /// Standard deviation of net Δ, bytes.
@@ -38,6 +42,18 @@ pub struct PhaseStats {
     pub net_trend: Option<Trend>,
     /// Trend of watermark Δ over the occurrences.
     pub watermark_trend: Option<Trend>,
+}
+
+impl PhaseStats {
+    /// The count as tables show it: "40", or "4 of 8" when only some of the occurrences observed
+    /// were measured.
+    pub fn count_text(&self) -> String {
+        if self.observed > self.occurrences {
+            format!("{} of {}", self.occurrences, self.observed)
+        } else {
+            self.occurrences.to_string()
+        }
+    }
 }
 
 fn mean_std(values: &[f64]) -> (f64, f64) {
@@ -577,6 +593,22 @@ pub fn stats(
             }
         }
     }
+    // Every occurrence observed, measured or not, per phase (pieces of one whole count once).
+    let mut observed: Vec<(&Phase, usize, Option<u64>)> = Vec::new();
+    for o in occurrences {
+        let i = match observed.iter().position(|(p, ..)| *p == &o.phase) {
+            Some(i) => i,
+            None => {
+                observed.push((&o.phase, 0, None));
+                observed.len() - 1
+            }
+        };
+        let (_, count, last_piece_of) = &mut observed[i];
+        if o.piece_of.is_none() || o.piece_of != *last_piece_of {
+            *count += 1;
+        }
+        *last_piece_of = o.piece_of;
+    }
     let estimate = |acc: &Acc| acc.retained.iter().sum::<f64>().max(0.0);
     per_phase.sort_by(|a, b| a.0.cmp(b.0));
     let total: f64 = per_phase.iter().map(|(_, acc)| estimate(acc)).sum();
@@ -589,6 +621,10 @@ pub fn stats(
             PhaseStats {
                 phase: phase.clone(),
                 occurrences: acc.net.len(),
+                observed: observed
+                    .iter()
+                    .find(|(p, ..)| *p == phase)
+                    .map_or(acc.net.len(), |&(_, n, _)| n.max(acc.net.len())),
                 net_mean_bytes: net_mean,
                 net_std_bytes: net_std,
                 net_total_bytes: acc.net.iter().sum(),

@@ -523,7 +523,7 @@ pub fn html(
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{share}</td></tr>",
                 escape(p.phase.as_str()),
-                p.occurrences,
+                p.count_text(),
                 format_bytes(p.net_mean_bytes),
                 format_bytes(p.watermark_mean_bytes),
                 format_bytes(p.retained_mean_bytes)
@@ -569,7 +569,7 @@ pub fn markdown(file: &Path, lead: &Headline, analysis: &Analysis, picture: &str
                 out,
                 "| {} | {} | {} | {} | {share} |",
                 p.phase.as_str(),
-                p.occurrences,
+                p.count_text(),
                 format_bytes(p.net_mean_bytes),
                 format_bytes(p.retained_mean_bytes)
             );

@@ -144,7 +144,7 @@ pub fn text(
             .map_or(String::new(), |r| format!(" (rank {})", r.rank));
         let _ = writeln!(
             out,
-            "\nPHASES{whose:<13} count   net Δ (mean ± sd)        watermark Δ (mean ± sd)   retained/occ  share of growth  watermark trend"
+            "\nPHASES{whose:<13}     count   net Δ (mean ± sd)        watermark Δ (mean ± sd)   retained/occ  share of growth  watermark trend"
         );
         for p in &analysis.phases {
             let share = p
@@ -155,9 +155,9 @@ pub fn text(
             });
             let _ = writeln!(
                 out,
-                "  {:<17} {:>5}   {:>10} ± {:<10}  {:>10} ± {:<10}   {:>12}  {:>15}  {trend}",
+                "  {:<17} {:>9}   {:>10} ± {:<10}  {:>10} ± {:<10}   {:>12}  {:>15}  {trend}",
                 p.phase.as_str(),
-                p.occurrences,
+                p.count_text(),
                 format_bytes(p.net_mean_bytes),
                 format_bytes(p.net_std_bytes),
                 format_bytes(p.watermark_mean_bytes),
