@@ -1075,7 +1075,7 @@ fn gradients_are_kept_only_where_the_loop_does_not_free_them() {
 /// heap rising with it early on and flat since), it is still the question.
 #[test]
 fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
-    use collector::recording::{Categories, Census, Edge, Holder, Origin, Record};
+    use collector::recording::{Categories, Census, Holder, Origin, Record};
     #[derive(PartialEq)]
     enum Holder_ {
         Flat,
@@ -1110,15 +1110,7 @@ fn a_resident_rise_that_nothing_allocated_explains_is_a_question_not_a_leak() {
                 total: read.then_some(heap),
                 ..Categories::default()
             }));
-            for (k, (phase, edge)) in [
-                (Phase::Forward, Edge::Begin),
-                (Phase::Forward, Edge::End),
-                (Phase::Backward, Edge::Begin),
-                (Phase::Backward, Edge::End),
-            ]
-            .into_iter()
-            .enumerate()
-            {
+            for (k, (phase, edge)) in tidemark_tests::FORWARD_BACKWARD.into_iter().enumerate() {
                 let t_ns = s * 100_000_000 + k as u64 * 5_000_000;
                 let resident = 600 * MIB + s * 2 * MIB + if k == 3 { 2 * MIB } else { 0 };
                 let mut e = tidemark_tests::edge(t_ns, edge, phase, Some(s), origin);

@@ -183,6 +183,14 @@ pub fn long_run() -> Recording {
     recording
 }
 
+/// A step's edges: a forward, then a backward.
+pub const FORWARD_BACKWARD: [(Phase, Edge); 4] = [
+    (Phase::Forward, Edge::Begin),
+    (Phase::Forward, Edge::End),
+    (Phase::Backward, Edge::Begin),
+    (Phase::Backward, Edge::End),
+];
+
 /// `steps` steps of a forward that keeps 2 MiB and a backward that allocates and frees 4 MiB of
 /// gradients, on the host; resident memory only rises (`rss_per_step` MiB a step: at least the
 /// 2 MiB kept, more where the heap leaves holes), and in backward (fresh pages for what the
@@ -198,15 +206,7 @@ pub fn forward_keeps_on_the_host(
     let (mut times, mut rss_samples) = (Vec::new(), Vec::new());
     let mut n = 0u64;
     for step in 0..steps {
-        for (k, (phase, which)) in [
-            (Phase::Forward, Edge::Begin),
-            (Phase::Forward, Edge::End),
-            (Phase::Backward, Edge::Begin),
-            (Phase::Backward, Edge::End),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (k, (phase, which)) in FORWARD_BACKWARD.into_iter().enumerate() {
             let t_ns = step * 100_000_000 + k as u64 * 20_000_000;
             let heap = 100 * MIB + step * 2 * MIB + if k >= 1 { 2 * MIB } else { 0 };
             let rss = 300 * MIB + step * rss_per_step * MIB + if k == 3 { 2 * MIB } else { 0 };
