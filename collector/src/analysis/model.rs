@@ -403,8 +403,10 @@ pub fn headline(analysis: &Analysis) -> (String, Option<bool>) {
     if let Some(f) = analysis.finding(FindingKind::ResidentGrowth) {
         return (f.title.clone(), None);
     }
-    (
-        "No leak: memory at the same point of every step does not rise".to_owned(),
-        Some(false),
-    )
+    let what = if analysis.by_step {
+        "memory at the same point of every step"
+    } else {
+        "the lowest memory of each time window"
+    };
+    (format!("No leak: {what} does not rise"), Some(false))
 }

@@ -197,8 +197,9 @@ pub fn text(
     if let Some(t) = &analysis.trend {
         let _ = writeln!(
             out,
-            "  trend after warm-up: {}/step (Theil–Sen), Mann–Kendall p = {:.2e}, noise ±{}, from {} to {}",
+            "  trend after warm-up: {}/{} (Theil–Sen), Mann–Kendall p = {:.2e}, noise ±{}, from {} to {}",
             format_bytes(t.slope_per_step),
+            if analysis.by_step { "step" } else { "window" },
             t.p_value,
             format_bytes(t.noise_bytes),
             format_bytes(t.start_bytes),
