@@ -2,8 +2,8 @@
 
 - forward / eval: a call of a root model (a module with parameters, called from outside any other
   module). It is eval when gradients are off, in inference mode, or when the model is in eval mode.
-  Roots are found with global forward hooks until the first optimizer step; from then on only the
-  roots are observed, so the cost does not grow with the model: through the call that
+  Roots are found with global forward hooks until the optimizers' cycle is known (the second
+  optimizer step of a loop with one, see below); from then on only the roots are observed, so the cost does not grow with the model: through the call that
   ``Module.__call__`` makes first (``_compiled_call_impl``, which pickles and copies leave out;
   around the compiled call of a model compiled with ``module.compile()``), because any hook on a
   module takes its call off torch's fast path (~9 µs a call); with hooks on it where that cannot
@@ -16,7 +16,11 @@
 - backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped, and
   ``torch.autograd.grad`` where it is called outside a forward and a backward.
   No global backward hooks: they break in-place operations.
-- optimizer: the optimizer step pre and post hooks. Each optimizer step ends a training step.
+- optimizer: the optimizer step pre and post hooks. An optimizer step's end ends a training step;
+  where several optimizers step in turn (two for one model's parts, a GAN's discriminator and
+  generator, an optimizer that wraps another), the last of their cycle ends it (``_ends_step``:
+  learned at the first one's second step, each of the first cycle ending one until then; an
+  optimizer not in the cycle starts the learning again).
 
 What a backward frees of what the forwards before it saved for it (their activations) is measured
 on a sample of steps (``_SAVES_EVERY``): while such a forward runs, a saved-tensors hook notes
@@ -24,7 +28,7 @@ each saved storage (weakly); when the backward ends, the storages it freed are s
 (``tm2 B``). A backward frees the forward's activations and makes gradients; without this number
 the analysis could not tell a backward that keeps what it made from a forward that kept its own.
 
-Which steps are observed (``_decide_observed``, at each optimizer step's end): as
+Which steps are observed (``_decide_observed``, at each training step's end): as
 ``TIDEMARK_OBSERVE_ONE_IN`` says, ``auto`` where the job's environment does not have it (``1``:
 every step). With ``N`` (≥ 2) or ``auto``: every step of the first ``_OBSERVE_FIRST``, every one that
 measures saved tensors, and of the others one in N; ``auto`` chooses N such that observing takes at
@@ -406,7 +410,9 @@ def _root_post(module, args, output):
 
 
 def _stop_discovering():
-    """After the first step: observe only the roots found, drop the global hooks."""
+    """Once the optimizers' cycle is known (after the first step, the second where several
+    step in turn: a model first called after the first optimizer's step is found):
+    observe only the roots found, drop the global hooks."""
     global _discovering
     _discovering = False
     for handle in _global_handles:
@@ -572,6 +578,34 @@ def _torch_module_call():
 
 
 _optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one look
+_pacer = None        # the id of the optimizer whose step's end ends a training step, once known …
+_cycle = ()          # … the ids of the optimizers that step in turn with it …
+_learning = []       # … or, while None of that is known, the ids seen stepping, in order
+
+
+def _ends_step(key):
+    """Whether the end of optimizer ``key``'s step (its ``id``) ends the training step: the end
+    of the last optimizer of the cycle they step in, learned when one of them steps again (a
+    single optimizer: every step of it). While it is learned, every optimizer step ends one (as
+    where each step has its own); an optimizer not in the cycle (a new one, one that steps
+    seldom) starts the learning again."""
+    global _pacer, _cycle, _learning
+    if _learning is None:
+        if key == _pacer:
+            return True
+        if key in _cycle:
+            return False
+        _learning = []
+    if key in _learning:
+        # The first to step again: the cycle is known. Where it is the first of the cycle, the
+        # last ends the step; where another repeats first (one steps more often than the others
+        # do), it ends every step it makes.
+        _pacer = _learning[-1] if key == _learning[0] else key
+        _cycle = tuple(_learning)
+        _learning = None
+        return key == _pacer
+    _learning.append(key)
+    return True
 
 
 def _optimizer_pre(opt, args, kwargs):
@@ -598,6 +632,8 @@ def _optimizer_post(opt, args, kwargs):
             _silent_optimizer = None
         elif tidemark._sock is not None:
             tidemark._edge("e", "optimizer")
+        if not _ends_step(id(opt)):
+            return
         tidemark._at_step_end()
         if not tidemark._manual_step:
             tidemark._step = (tidemark._step or 0) + 1
@@ -607,7 +643,7 @@ def _optimizer_post(opt, args, kwargs):
             # first edge then takes the short way like the others (``tidemark._edge``). (A step
             # that is not observed decides at its first edge, if it has one: an eval.)
             tidemark._decide_host(tidemark._step, now)
-        if _discovering:
+        if _discovering and _learning is None:
             _stop_discovering()
     except Exception:
         pass

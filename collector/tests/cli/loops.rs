@@ -11,7 +11,7 @@ use collector::recording::{Phase, Recording};
 use crate::{Job, stderr};
 
 /// Where the loop clears the gradients and how it drives the step (see the script).
-const ORDERS: [&str; 9] = [
+const ORDERS: [&str; 10] = [
     "top",
     "between",
     "end",
@@ -21,6 +21,7 @@ const ORDERS: [&str; 9] = [
     "accumulate",
     "scaler",
     "lbfgs",
+    "two_optimizers",
 ];
 
 /// What a job that keeps something must be told: the phase (`None`: between the phases) and
@@ -328,6 +329,25 @@ fn a_long_loop_observed_on_a_sample_of_its_steps_says_so_and_is_judged_the_same(
 #[test]
 fn a_long_host_loop_observed_on_a_sample_of_its_steps_is_judged_the_same() {
     a_long_loop_sampled_is_judged_the_same(false);
+}
+
+/// Two optimizers stepped in turn each step (one for the first layer, one for the rest): one
+/// training step each time, not two, so that what is kept is counted per step of the loop; the
+/// first step's two ends count until the probe has seen the cycle.
+#[test]
+fn optimizers_stepping_in_turn_make_one_step() {
+    let recording = record("two_optimizers", "forward_hook", true, &[]);
+    let analysis = analyze(&recording);
+    let steps = analysis.step_series.steps.len();
+    assert!((60..=61).contains(&steps), "{steps} steps for 60");
+    let leak = analysis.finding(FindingKind::Leak).expect("the leak");
+    assert_eq!(leak.phase, Some(Phase::Forward), "{}", leak.title);
+    let per_step = leak.growth_per_step_bytes.unwrap_or(0.0) / (2 << 20) as f64;
+    assert!(
+        (0.95..1.05).contains(&per_step),
+        "not 2 MiB a step: {}",
+        leak.title
+    );
 }
 
 /// A loop that updates its weights itself (no optimizer, so the probe never advances the step):

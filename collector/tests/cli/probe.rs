@@ -372,6 +372,50 @@ for _ in range({steps}):
     ))
 }
 
+/// How optimizers stepping in other ways than one a step number the steps: a GAN's two in turn,
+/// each with its own forward and backward, make one step an iteration (the first iteration's
+/// two ends both count, until the probe has seen the cycle); an optimizer made anew each epoch
+/// goes on counting; one that steps seldom (every fifth iteration) adds a step the first time
+/// only. The steps are numbered from 0 on the phases' edges.
+#[test]
+fn optimizers_that_step_in_turn_anew_or_seldom_count_the_loops_steps() {
+    let job = Job::new(
+        r#"
+import sys
+import torch
+torch.manual_seed(0)
+a, b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+x = torch.randn(4, 8)
+def make(model):
+    return torch.optim.SGD(model.parameters(), lr=0.01)
+def train(model, optimizer):
+    model(x).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+opt_a, opt_b = make(a), make(b)
+for i in range(20):
+    if sys.argv[1] == "in_turn":
+        train(a, opt_a)
+        train(b, opt_b)
+    elif sys.argv[1] == "anew":
+        if i % 5 == 0:
+            opt_a = make(a)
+        train(a, opt_a)
+    else:
+        if i % 5 == 4:
+            train(b, opt_b)
+        train(a, opt_a)
+"#,
+    );
+    for (how, steps) in [("in_turn", 21), ("anew", 20), ("seldom", 21)] {
+        let output = job.command(&[]).arg(how).output().unwrap();
+        assert!(output.status.success(), "{how}: {}", stderr(&output));
+        let recording = job.recording();
+        let last = recording.phases.iter().filter_map(|e| e.step).max();
+        assert_eq!(last, Some(steps - 1), "{how}");
+    }
+}
+
 /// `TIDEMARK_OBSERVE_ONE_IN` that is neither a whole number ≥ 1 nor `auto` is named on stderr,
 /// and every step is observed; the job runs as it would.
 #[test]

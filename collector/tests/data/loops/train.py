@@ -12,6 +12,8 @@ ORDER is where the gradients are cleared and how the step is driven:
   accumulate two backwards per optimizer step; zero_grad after the first forward of each
   scaler     torch.amp.GradScaler around backward and step; zero_grad between
   lbfgs      torch.optim.LBFGS, the closure clears, runs forward and backward
+  two_optimizers the first layer's own optimizer and another for the rest, both stepped each
+             step (as one optimizer for the matrices and another for the rest); zero_grad between
 LEAK is what the job keeps, about 2 MiB a step, exactly:
   none         nothing
   forward_hook a forward hook keeps its output (`kept`)
@@ -81,8 +83,12 @@ if LEAK == "backward_hook":
         lambda module, grad_in, grad_out: grads.append(grad_out[0].detach().repeat(KEEP_ROWS // BATCH, 1))
     )
 
+others = None  # two_optimizers: the one for the layers after the first
 if ORDER == "lbfgs":
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.01, max_iter=2, history_size=2)
+elif ORDER == "two_optimizers":
+    optimizer = torch.optim.SGD(model.body[0].parameters(), lr=0.001)
+    others = torch.optim.SGD(model.body[2].parameters(), lr=0.001)
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
 scaler = torch.amp.GradScaler("cpu") if ORDER == "scaler" else None
@@ -112,6 +118,8 @@ def clear():
             p.grad = None
     else:
         optimizer.zero_grad(set_to_none=True)
+        if others is not None:
+            others.zero_grad(set_to_none=True)
 
 
 def train_step():
@@ -145,6 +153,12 @@ def train_step():
             return loss
 
         optimizer.step(closure)
+    elif ORDER == "two_optimizers":
+        loss = loss_of(x)
+        clear()
+        loss.backward()
+        optimizer.step()
+        others.step()
     else:  # between, in_place, module, grad_none
         loss = loss_of(x)
         clear()
