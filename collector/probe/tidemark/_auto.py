@@ -3,11 +3,12 @@
 - forward / eval: a call of a root model (a module with parameters, called from outside any other
   module). It is eval when gradients are off, in inference mode, or when the model is in eval mode.
   Roots are found with global forward hooks until the optimizers' cycle is known (the second
-  optimizer step of a loop with one, see below); from then on only the roots are observed, so the cost does not grow with the model: through the call that
-  ``Module.__call__`` makes first (``_compiled_call_impl``, which pickles and copies leave out;
-  around the compiled call of a model compiled with ``module.compile()``), because any hook on a
-  module takes its call off torch's fast path (~9 µs a call); with hooks on it where that cannot
-  be (an older torch, a class with its own ``__call__``). The hooks do nothing while torch
+  optimizer step of a loop with one, see below); from then on only the roots are observed, so the
+  cost does not grow with the model: through the call that ``Module.__call__`` makes first
+  (``_compiled_call_impl``, which pickles and copies leave out; around the compiled call of a
+  model compiled with ``module.compile()``), because any hook on a module takes its call off
+  torch's fast path (~9 µs a call); with hooks on it where that cannot be (an older torch, a
+  class with its own ``__call__``). The hooks do nothing while torch
   compiles (a hook inside a compiled region would break its graph, and a ``fullgraph`` compile
   with it), nor does the call around a root where a compiled function calls it. A model that
   ``module.compile()`` compiled runs its call compiled whole, where no hook of the probe runs: it
@@ -578,33 +579,39 @@ def _torch_module_call():
 
 
 _optimizer_refs = {}  # id -> weak reference, to tell a new optimizer in one look
-_pacer = None        # the id of the optimizer whose step's end ends a training step, once known …
-_cycle = ()          # … the ids of the optimizers that step in turn with it …
-_learning = []       # … or, while None of that is known, the ids seen stepping, in order
+_pacer = None        # (a weak reference to) the optimizer whose step's end ends a training step …
+_cycle = ()          # … those that step in turn with it …
+_learning = []       # … or, until they are known (then None), those seen stepping, in order
+_CYCLE_MOST = 8      # (a cycle of more optimizers, or a new one at every step, is not learned)
 
 
-def _ends_step(key):
-    """Whether the end of optimizer ``key``'s step (its ``id``) ends the training step: the end
-    of the last optimizer of the cycle they step in, learned when one of them steps again (a
-    single optimizer: every step of it). While it is learned, every optimizer step ends one (as
-    where each step has its own); an optimizer not in the cycle (a new one, one that steps
-    seldom) starts the learning again."""
+def _ends_step(opt):
+    """Whether the end of ``opt``'s step ends the training step: the end of the last optimizer
+    of the cycle they step in, learned when one of them steps again (a single optimizer: every
+    step of it). While it is learned, every optimizer step ends one (as where each step has its
+    own); an optimizer not in the cycle (a new one, one that steps seldom) starts the learning
+    again. Where no cycle of at most ``_CYCLE_MOST`` shows (a new optimizer at every step),
+    every optimizer step ends one. Optimizers are told apart by weak references, not ids: a new
+    one can take a dead one's id."""
     global _pacer, _cycle, _learning
     if _learning is None:
-        if key == _pacer:
+        if _pacer() is opt:
             return True
-        if key in _cycle:
+        if any(r() is opt for r in _cycle):
             return False
         _learning = []
-    if key in _learning:
-        # The first to step again: the cycle is known. Where it is the first of the cycle, the
-        # last ends the step; where another repeats first (one steps more often than the others
-        # do), it ends every step it makes.
-        _pacer = _learning[-1] if key == _learning[0] else key
-        _cycle = tuple(_learning)
-        _learning = None
-        return key == _pacer
-    _learning.append(key)
+    for i, r in enumerate(_learning):
+        if r() is opt:
+            # The first to step again: the cycle is known. Where it is the first of the cycle,
+            # the last ends the step; where another repeats first (one steps more often than
+            # the others do), it ends every step it makes.
+            _pacer = _learning[-1] if i == 0 else r
+            _cycle = tuple(_learning)
+            _learning = None
+            return _pacer is r
+    if len(_learning) == _CYCLE_MOST:
+        _learning.clear()
+    _learning.append(weakref.ref(opt))
     return True
 
 
@@ -632,7 +639,11 @@ def _optimizer_post(opt, args, kwargs):
             _silent_optimizer = None
         elif tidemark._sock is not None:
             tidemark._edge("e", "optimizer")
-        if not _ends_step(id(opt)):
+        try:
+            ends = _ends_step(opt)
+        except Exception:
+            ends = True
+        if not ends:
             return
         tidemark._at_step_end()
         if not tidemark._manual_step:

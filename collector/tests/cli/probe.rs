@@ -375,7 +375,8 @@ for _ in range({steps}):
 /// How optimizers stepping in other ways than one a step number the steps: a GAN's two in turn,
 /// each with its own forward and backward, make one step an iteration (the first iteration's
 /// two ends both count, until the probe has seen the cycle); an optimizer made anew each epoch
-/// goes on counting; one that steps seldom (every fifth iteration) adds a step the first time
+/// goes on counting, and so does a new one at every step (which often takes the id of the one
+/// before it); one that steps seldom (every fifth iteration) adds a step the first time
 /// only. The steps are numbered from 0 on the phases' edges.
 #[test]
 fn optimizers_that_step_in_turn_anew_or_seldom_count_the_loops_steps() {
@@ -401,13 +402,16 @@ for i in range(20):
         if i % 5 == 0:
             opt_a = make(a)
         train(a, opt_a)
+    elif sys.argv[1] == "fresh":
+        opt_a = make(a)
+        train(a, opt_a)
     else:
         if i % 5 == 4:
             train(b, opt_b)
         train(a, opt_a)
 "#,
     );
-    for (how, steps) in [("in_turn", 21), ("anew", 20), ("seldom", 21)] {
+    for (how, steps) in [("in_turn", 21), ("anew", 20), ("fresh", 20), ("seldom", 21)] {
         let output = job.command(&[]).arg(how).output().unwrap();
         assert!(output.status.success(), "{how}: {}", stderr(&output));
         let recording = job.recording();
