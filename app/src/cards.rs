@@ -113,9 +113,9 @@ pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
         ui.label(format!(
             "Trend of {} at the same point of every {}: {}/{}, Mann–Kendall p = {:.2e}, over {} points",
             analysis.basis.name(),
-            if analysis.by_step { "step" } else { "window" },
+            analysis.unit(),
             format_bytes(trend.slope_per_step),
-            if analysis.by_step { "step" } else { "window" },
+            analysis.unit(),
             trend.p_value,
             trend.points
         ));

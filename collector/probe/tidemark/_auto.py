@@ -411,9 +411,9 @@ def _root_post(module, args, output):
 
 
 def _stop_discovering():
-    """Once the optimizers' cycle is known (after the first step, the second where several
-    step in turn: a model first called after the first optimizer's step is found):
-    observe only the roots found, drop the global hooks."""
+    """Once the optimizers' cycle is known (at the second step's end of a loop with one; so a
+    model first called after another model's optimizer step is found too): observe only the
+    roots found, drop the global hooks."""
     global _discovering
     _discovering = False
     for handle in _global_handles:

@@ -556,59 +556,52 @@ pub fn stats(
         retained: Vec<f64>,
         /// The whole occurrence the last entries came from, when they were pieces of one.
         last_piece_of: Option<u64>,
+        /// Occurrences observed, measured or not (pieces of one whole count once) …
+        observed: usize,
+        /// … and the whole the last one observed was a piece of.
+        last_observed_piece_of: Option<u64>,
     }
     // A handful of phases: a short list, with the last one used checked first.
     let mut per_phase: Vec<(&Phase, Acc)> = Vec::new();
     let mut last = 0;
     for ((o, l), r) in occurrences.iter().zip(&levels).zip(&retained) {
-        if let Some(l) = l {
-            if per_phase.get(last).is_none_or(|(p, _)| *p != &o.phase) {
-                last = match per_phase.iter().position(|(p, _)| *p == &o.phase) {
-                    Some(i) => i,
-                    None => {
-                        per_phase.push((&o.phase, Acc::default()));
-                        per_phase.len() - 1
-                    }
-                };
-            }
-            let acc = &mut per_phase[last].1;
-            let same_whole = o.piece_of.is_some() && o.piece_of == acc.last_piece_of;
-            acc.last_piece_of = o.piece_of;
-            match (same_whole, acc.net.last_mut(), acc.watermark.last_mut()) {
-                // Another piece of the same occurrence: one occurrence in the statistics.
-                (true, Some(net), Some(watermark)) => {
-                    *net += l.end - l.begin;
-                    *watermark = watermark.max(l.peak - l.begin);
-                    if let (Some(r), Some(sum)) = (r, acc.retained.last_mut()) {
-                        *sum += *r;
-                    }
+        if per_phase.get(last).is_none_or(|(p, _)| *p != &o.phase) {
+            last = match per_phase.iter().position(|(p, _)| *p == &o.phase) {
+                Some(i) => i,
+                None => {
+                    per_phase.push((&o.phase, Acc::default()));
+                    per_phase.len() - 1
                 }
-                _ => {
-                    acc.net.push(l.end - l.begin);
-                    acc.watermark.push(l.peak - l.begin);
-                    if let Some(r) = r {
-                        acc.retained.push(*r);
-                    }
+            };
+        }
+        let acc = &mut per_phase[last].1;
+        if o.piece_of.is_none() || o.piece_of != acc.last_observed_piece_of {
+            acc.observed += 1;
+        }
+        acc.last_observed_piece_of = o.piece_of;
+        let Some(l) = l else { continue };
+        let same_whole = o.piece_of.is_some() && o.piece_of == acc.last_piece_of;
+        acc.last_piece_of = o.piece_of;
+        match (same_whole, acc.net.last_mut(), acc.watermark.last_mut()) {
+            // Another piece of the same occurrence: one occurrence in the statistics.
+            (true, Some(net), Some(watermark)) => {
+                *net += l.end - l.begin;
+                *watermark = watermark.max(l.peak - l.begin);
+                if let (Some(r), Some(sum)) = (r, acc.retained.last_mut()) {
+                    *sum += *r;
+                }
+            }
+            _ => {
+                acc.net.push(l.end - l.begin);
+                acc.watermark.push(l.peak - l.begin);
+                if let Some(r) = r {
+                    acc.retained.push(*r);
                 }
             }
         }
     }
-    // Every occurrence observed, measured or not, per phase (pieces of one whole count once).
-    let mut observed: Vec<(&Phase, usize, Option<u64>)> = Vec::new();
-    for o in occurrences {
-        let i = match observed.iter().position(|(p, ..)| *p == &o.phase) {
-            Some(i) => i,
-            None => {
-                observed.push((&o.phase, 0, None));
-                observed.len() - 1
-            }
-        };
-        let (_, count, last_piece_of) = &mut observed[i];
-        if o.piece_of.is_none() || o.piece_of != *last_piece_of {
-            *count += 1;
-        }
-        *last_piece_of = o.piece_of;
-    }
+    // A phase none of whose occurrences was measured has no row.
+    per_phase.retain(|(_, acc)| !acc.net.is_empty());
     let estimate = |acc: &Acc| acc.retained.iter().sum::<f64>().max(0.0);
     per_phase.sort_by(|a, b| a.0.cmp(b.0));
     let total: f64 = per_phase.iter().map(|(_, acc)| estimate(acc)).sum();
@@ -621,10 +614,7 @@ pub fn stats(
             PhaseStats {
                 phase: phase.clone(),
                 occurrences: acc.net.len(),
-                observed: observed
-                    .iter()
-                    .find(|(p, ..)| *p == phase)
-                    .map_or(acc.net.len(), |&(_, n, _)| n.max(acc.net.len())),
+                observed: acc.observed,
                 net_mean_bytes: net_mean,
                 net_std_bytes: net_std,
                 net_total_bytes: acc.net.iter().sum(),

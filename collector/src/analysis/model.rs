@@ -289,6 +289,11 @@ pub struct Analysis {
 }
 
 impl Analysis {
+    /// What a point of the step series is, as a word: "step", or "window" without steps.
+    pub fn unit(&self) -> &'static str {
+        if self.by_step { "step" } else { "window" }
+    }
+
     /// The first finding of this kind.
     pub fn finding(&self, kind: FindingKind) -> Option<&Finding> {
         self.findings.iter().find(|f| f.kind == kind)

@@ -42,7 +42,7 @@ pub(super) fn judge(
     analysis: &mut Analysis,
 ) {
     let basis = analysis.basis;
-    let unit = if analysis.by_step { "step" } else { "window" };
+    let unit = analysis.unit();
     let n = analysis.step_series.values.len();
     if n < MIN_STEPS {
         analysis.findings.push(Finding {
@@ -470,7 +470,7 @@ fn sawtooth(recording: &Recording, series: &Series, analysis: &mut Analysis) {
                 "between {} and {}; the lowest point of each {} does not rise",
                 format_bytes(min as f64),
                 format_bytes(max as f64),
-                if analysis.by_step { "step" } else { "window" }
+                analysis.unit()
             )],
             hints: vec!["memory used transiently and given back: not a leak".to_owned()],
         });

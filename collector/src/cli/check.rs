@@ -107,10 +107,7 @@ pub fn check(args: &CheckArgs) -> Result<Answer, Failure> {
     if failing.is_empty() && verdict.is_none() {
         super::out(format_args!(
             "collector check: ok ({}, no {})\n",
-            collector::format::count(
-                analysis.step_series.values.len(),
-                if analysis.by_step { "step" } else { "window" }
-            ),
+            collector::format::count(analysis.step_series.values.len(), analysis.unit()),
             args.fail_on
                 .iter()
                 .map(|k| k.as_str())

@@ -199,7 +199,7 @@ pub fn text(
             out,
             "  trend after warm-up: {}/{} (Theil–Sen), Mann–Kendall p = {:.2e}, noise ±{}, from {} to {}",
             format_bytes(t.slope_per_step),
-            if analysis.by_step { "step" } else { "window" },
+            analysis.unit(),
             t.p_value,
             format_bytes(t.noise_bytes),
             format_bytes(t.start_bytes),
