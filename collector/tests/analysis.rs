@@ -1309,6 +1309,52 @@ fn a_heap_read_over_fewer_steps_than_resident_memory_is_compared_over_the_same_s
     assert_attributed(&analysis, collector::analysis::Attribution::HostRssAtEdges);
 }
 
+/// Resident memory sampled every 100 ms over a loop of 20 ms steps that keeps 2 MiB a step: the
+/// steps after the last sample inside the loop are not given the sample taken once the loop was
+/// over, when what it kept was freed (it would read as memory that falls back).
+#[test]
+fn steps_are_not_given_a_sample_taken_after_the_loop_ended() {
+    const STEP_NS: u64 = 20_000_000;
+    let origin = Origin { pid: 7, rank: None };
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    for record in tidemark_tests::forward_steps(origin, 60, STEP_NS, 15_000_000, |_| 0) {
+        let Record::Phase(mut e) = record else {
+            unreachable!()
+        };
+        e.host_rss = None;
+        recording.push(Record::Phase(e));
+    }
+    // In the loop (its last edge at 1,195 ms): 500 MiB and 2 MiB a step; at 1,200 ms, freed.
+    let mut times_ns: Vec<u64> = (0..12).map(|k| k * 100_000_000).collect();
+    let mut values: Vec<u64> = times_ns
+        .iter()
+        .map(|t| 500 * MIB + t / STEP_NS * 2 * MIB)
+        .collect();
+    times_ns.push(1_200_000_000);
+    values.push(400 * MIB);
+    recording.push(Record::Chunk(Chunk {
+        times_ns,
+        columns: vec![Column {
+            series: SeriesKey::new(SeriesKind::HostRss),
+            values,
+            valid: None,
+        }],
+    }));
+    let analysis = analyze(&recording);
+    assert_eq!(analysis.basis, Basis::HostRss);
+    assert_eq!(analysis.step_series.values.len(), 60);
+    assert!(
+        analysis.step_series.values.iter().all(|&v| v >= 500 * MIB),
+        "{:?}",
+        analysis.step_series.values
+    );
+    assert!(
+        analysis.finding(FindingKind::Leak).is_some(),
+        "{:#?}",
+        analysis.findings
+    );
+}
+
 /// Two moments of a recording (the viewer's right-clicks A and B): what each phase did between
 /// them, what each curve read at both, and who came to hold more from census to census.
 #[test]

@@ -81,6 +81,16 @@ pub(crate) fn value_at(series: &Series, t_ns: u64) -> Option<u64> {
     series.values.get(i).or_else(|| series.values.last())
 }
 
+/// [`value_at`] `t_ns`, from a sample taken no later than `until_ns` where there is one (else
+/// the last sample before `t_ns`, else the first after it).
+fn value_within(series: &Series, t_ns: u64, until_ns: u64) -> Option<u64> {
+    let i = series.times_ns.partition_point(|&s| s < t_ns);
+    match series.times_ns.get(i) {
+        Some(&at) if at > until_ns && i > 0 => Some(series.values.at(i - 1)),
+        _ => value_at(series, t_ns),
+    }
+}
+
 /// Diagnoses a recording: each rank on its own when it holds several, then how the job ended.
 pub fn analyze(recording: &Recording) -> Analysis {
     let ranks = ranks::ranks_of(recording);
@@ -201,9 +211,17 @@ fn analyze_one(recording: &Recording) -> Analysis {
         if step_starts.is_empty() {
             (*basis, false, windows(series))
         } else {
+            // A sample taken after the last phase ended (the loop over: what it kept may be
+            // freed already) does not stand for a step that started before it; the one before
+            // the step does.
+            let loop_end_ns = occurrences
+                .iter()
+                .map(|o| o.end_ns)
+                .max()
+                .unwrap_or(u64::MAX);
             let mut out = StepSeries::default();
             for start in &step_starts {
-                if let Some(value) = value_at(series, start.t_ns) {
+                if let Some(value) = value_within(series, start.t_ns, loop_end_ns) {
                     out.steps.push(start.step);
                     out.times_ns.push(start.t_ns);
                     out.values.push(value);
