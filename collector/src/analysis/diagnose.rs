@@ -314,15 +314,18 @@ fn analyze_one(recording: &Recording) -> Analysis {
         changes: Vec::new(),
         freed_before_backward,
     };
-    // The C heap at each step start, where the probe read it at every one (a host job's first
-    // steps): what the job's tensors hold, without the pages the process settles around them.
-    let heap_at_steps: Option<Vec<f64>> = match (attribution, &attribution_series) {
-        (Attribution::HostHeap, Some((heap, true))) => analysis
-            .step_series
-            .times_ns
-            .iter()
-            .map(|&t| value_exactly_at(heap, t).map(|v| v as f64))
-            .collect(),
+    // The C heap at each step start where the probe read it (every step start of a host job's
+    // first steps, then within its share): what the job's tensors hold, without the pages the
+    // process settles around them.
+    let heap_at_steps: Option<Vec<Option<f64>>> = match (attribution, &attribution_series) {
+        (Attribution::HostHeap, Some((heap, true))) => Some(
+            analysis
+                .step_series
+                .times_ns
+                .iter()
+                .map(|&t| value_exactly_at(heap, t).map(|v| v as f64))
+                .collect(),
+        ),
         _ => None,
     };
     rules::judge(

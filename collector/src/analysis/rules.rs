@@ -32,13 +32,53 @@ fn growth_floor(basis: Basis) -> f64 {
     }
 }
 
+/// A rise that keeps its pace and does not fall back: how far its end is above its start, at
+/// least its noise (or an eighth of the floor).
+fn falls_back(t: &Trend, basis: Basis) -> bool {
+    t.end_bytes <= t.start_bytes + t.noise_bytes.max(growth_floor(basis) / 8.0)
+}
+
+/// The C heap in use at the step starts where the probe read it (`heap[i]` at the step series'
+/// point `i`), after the warm-up: its trend and shape where it leaks on its own — it rises, keeps
+/// its pace, grows past the floor and its noise, fast enough for a short run, and never falls
+/// back. The heap is exact (what `malloc` handed out and not yet freed, read at the edge itself),
+/// where resident memory is sampled by the collector, late on a busy machine, and moves by the
+/// pages the process settles around what it keeps: a leak the heap shows is one whatever load
+/// the machine was under.
+fn heap_leak(
+    steps: &[f64],
+    heap: &[Option<f64>],
+    warmup: usize,
+    basis: Basis,
+    short: bool,
+) -> Option<(Trend, Shape)> {
+    let (x, y): (Vec<f64>, Vec<f64>) = steps
+        .iter()
+        .zip(heap)
+        .skip(warmup)
+        .filter_map(|(&step, value)| Some((step, (*value)?)))
+        .unzip();
+    if x.len() < MIN_STEPS {
+        return None;
+    }
+    let t = trend::trend(&x, &y)?;
+    let shape = trend::shape(&x, &y)?;
+    (t.rises(ALPHA)
+        && shape.keeps_pace(t.slope_per_step, KEEPS_PACE)
+        && t.growth_bytes >= growth_floor(basis).max(3.0 * t.noise_bytes)
+        && (!short || t.slope_per_step >= SHORT_RUN_RATE)
+        && !falls_back(&t, basis))
+    .then_some((t, shape))
+}
+
 /// `fallback` is the sorted device or host series `analyze` found (none with allocator numbers);
-/// `heap_at_steps` the C heap in use at each point of the step series, where it was read at all.
+/// `heap_at_steps` the C heap in use at each point of the step series, where the probe read it
+/// there.
 pub(super) fn judge(
     recording: &Recording,
     allocator: &phases::AllocatorIndex<'_>,
     fallback: Option<&Series>,
-    heap_at_steps: Option<&[f64]>,
+    heap_at_steps: Option<&[Option<f64>]>,
     analysis: &mut Analysis,
 ) {
     let basis = analysis.basis;
@@ -76,42 +116,29 @@ pub(super) fn judge(
         // A leak keeps its pace; memory that settles (arenas, buffers and caches filling in a
         // Python process, a DDP rank's buckets) grows ever slower to a plateau, at any size.
         let floor = growth_floor(basis).max(3.0 * t.noise_bytes);
-        // Resident memory can slow while a leak keeps its pace: the process settles (arenas,
-        // pages malloc reuses) around what the job keeps. The C heap, read at every step start,
-        // shows the leak without that; it keeps pace for a leak and settles with the rest.
-        let heap_pace = heap_at_steps
-            .filter(|h| h.len() == n && h.len() > warmup)
-            .and_then(|h| {
-                let ht = trend::trend(&steps[warmup..], &h[warmup..])?;
-                let hs = trend::shape(&steps[warmup..], &h[warmup..])?;
-                (ht.rises(ALPHA)
-                    && hs.keeps_pace(ht.slope_per_step, KEEPS_PACE)
-                    && ht.growth_bytes >= growth_floor(basis).max(3.0 * ht.noise_bytes)
-                    && ht.growth_bytes >= t.growth_bytes / 4.0)
-                    .then_some(hs)
-            });
-        let steady = shape
-            .clone()
-            .filter(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE))
-            .map(|s| (s, false))
-            .or(heap_pace.map(|s| (s, true)));
         let short = analysis.by_step && basis != Basis::Allocated && n < SHORT_RUN_STEPS;
         let fast_enough = !short || t.slope_per_step >= SHORT_RUN_RATE;
-        let falls_back =
-            t.end_bytes <= t.start_bytes + t.noise_bytes.max(growth_floor(basis) / 8.0);
-        if let Some((shape, by_heap)) = &steady
-            && t.rises(ALPHA)
-            && t.growth_bytes >= floor
-            && fast_enough
-            && !falls_back
-        {
+        // Resident memory can slow while a leak keeps its pace (the process settles around what
+        // the job keeps), and its samples scatter with when they fall in a step: the C heap,
+        // read by the probe at the step starts, shows the leak without either.
+        let heap = heap_at_steps
+            .filter(|h| h.len() == n)
+            .and_then(|h| heap_leak(&steps, h, warmup, basis, short));
+        let steady = shape
+            .as_ref()
+            .filter(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE));
+        let rises = steady.is_some() && t.rises(ALPHA) && t.growth_bytes >= floor;
+        if (rises && fast_enough && !falls_back(t, basis)) || heap.is_some() {
             analysis.projection = projection(recording, allocator, analysis, t);
+            let rise = Rise {
+                resident: t,
+                steady: steady.filter(|_| rises),
+                heap: heap.as_ref(),
+            };
             analysis.findings.push(leak_finding(
                 basis,
                 unit,
-                t,
-                shape,
-                *by_heap,
+                &rise,
                 &analysis.step_series,
                 &analysis.phases,
                 analysis.between_phases,
@@ -120,12 +147,7 @@ pub(super) fn judge(
             if analysis.projection.is_none() && basis != Basis::HostRss {
                 analysis.lacks.push(super::LACKS_CAPACITY.to_owned());
             }
-        } else if steady.is_some()
-            && t.rises(ALPHA)
-            && t.growth_bytes >= floor
-            && !fast_enough
-            && !falls_back
-        {
+        } else if rises && !fast_enough && !falls_back(t, basis) {
             analysis.lacks.push(format!(
                 "enough steps to tell a slow rise from settling: {} rose {}/step without slowing over {}, and settles for tens of steps, so a rise this slow is called a leak over {SHORT_RUN_STEPS} steps or more",
                 basis.name(),
@@ -148,18 +170,42 @@ pub(super) fn judge(
     devices_rules(recording, allocator, analysis);
 }
 
-#[allow(clippy::too_many_arguments)] // The numbers a leak's evidence states, each its own.
+/// What a leak is judged on: the step series' trend, its shape where it keeps its pace, and the
+/// C heap's trend and shape where the heap leaks on its own (a host job's).
+struct Rise<'a> {
+    resident: &'a Trend,
+    steady: Option<&'a Shape>,
+    heap: Option<&'a (Trend, Shape)>,
+}
+
+impl Rise<'_> {
+    /// The rate the finding states: the C heap's, which is exact, where it shows the leak —
+    /// unless resident memory leaks on its own more than twice as fast (then most of the leak is
+    /// outside `malloc`, and the heap's is only its part).
+    fn stated(&self) -> f64 {
+        match self.heap {
+            Some((heap, _))
+                if self.steady.is_none()
+                    || self.resident.slope_per_step <= 2.0 * heap.slope_per_step =>
+            {
+                heap.slope_per_step
+            }
+            _ => self.resident.slope_per_step,
+        }
+    }
+}
+
 fn leak_finding(
     basis: Basis,
     unit: &str,
-    t: &Trend,
-    shape: &Shape,
-    shape_of_heap: bool,
+    rise: &Rise<'_>,
     series: &StepSeries,
     phases: &[PhaseStats],
     between_phases: Option<f64>,
     projection: Option<&Projection>,
 ) -> Finding {
+    let t = rise.resident;
+    let stated = rise.stated();
     let first = series.values.first().copied().unwrap_or(0) as f64;
     let last = series.values.last().copied().unwrap_or(0) as f64;
     let mut evidence = vec![
@@ -176,21 +222,35 @@ fn leak_finding(
             t.p_value,
             format_bytes(t.noise_bytes)
         ),
-        if shape_of_heap {
-            format!(
-                "the C heap in use does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first (resident memory slows as the process settles around it), and it never falls back",
-                format_bytes(shape.second_per_step),
-                format_bytes(shape.first_per_step)
-            )
-        } else {
-            format!(
-                "it does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first (memory that settles slows to a plateau), and it never falls back",
-                format_bytes(shape.second_per_step),
-                format_bytes(shape.first_per_step)
-            )
-        },
-        cost(unit, t.slope_per_step, series, projection),
     ];
+    if let Some((heap, _)) = rise.heap {
+        let role = if stated == heap.slope_per_step {
+            "the rate stated: exact, where resident memory is sampled by the collector (late on a busy machine) and moves by the pages the process settles around what it keeps"
+        } else {
+            "the part of the leak made through malloc; the rest grows outside it (Python's own arenas, mmap)"
+        };
+        evidence.push(format!(
+            "the C heap in use at each {unit}'s start, read by the probe: {}/{unit} (Theil–Sen over {} {unit}s), Mann–Kendall p = {:.2e}, noise ±{}: {role}",
+            format_bytes(heap.slope_per_step),
+            heap.points,
+            heap.p_value,
+            format_bytes(heap.noise_bytes)
+        ));
+    }
+    if let Some(shape) = rise.steady {
+        evidence.push(format!(
+            "it does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first (memory that settles slows to a plateau), and it never falls back",
+            format_bytes(shape.second_per_step),
+            format_bytes(shape.first_per_step)
+        ));
+    } else if let Some((_, shape)) = rise.heap {
+        evidence.push(format!(
+            "the C heap in use does not slow: {}/{unit} over the second half of the {unit}s, {}/{unit} over the first, and it never falls back (resident memory does not show the pace: the process settles around what is kept, and its samples scatter with where they fall in a step)",
+            format_bytes(shape.second_per_step),
+            format_bytes(shape.first_per_step)
+        ));
+    }
+    evidence.push(cost(unit, stated, series, projection));
     let culprit = phases
         .iter()
         .filter(|p| p.share_of_growth.is_some_and(|s| s >= 0.3))
@@ -223,17 +283,17 @@ fn leak_finding(
         Some(phase) => format!(
             "{} leak in {phase}: +{}/{unit}",
             capitalize(basis.name()),
-            format_bytes(t.slope_per_step)
+            format_bytes(stated)
         ),
         None if between => format!(
             "{} leak between phases: +{}/{unit}",
             capitalize(basis.name()),
-            format_bytes(t.slope_per_step)
+            format_bytes(stated)
         ),
         None => format!(
             "{} leak: +{}/{unit}",
             capitalize(basis.name()),
-            format_bytes(t.slope_per_step)
+            format_bytes(stated)
         ),
     };
     let mut hints = leak_hints(basis, phase.as_ref());
@@ -245,7 +305,7 @@ fn leak_finding(
         title,
         phase: phase.clone(),
         basis,
-        growth_per_step_bytes: Some(t.slope_per_step),
+        growth_per_step_bytes: Some(stated),
         evidence,
         hints,
     }

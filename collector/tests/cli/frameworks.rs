@@ -125,10 +125,17 @@ fn lightning_a_leak_in_training_step_is_in_the_optimizer_closure() {
         "{holder:#?} {}",
         leak.title
     );
+    assert_kept_8_mib_a_step(leak);
+}
+
+/// The rate a leak of 8 MiB a step states: the C heap's, read by the probe at every step start,
+/// which is exact whatever else runs on the machine or is installed (resident memory is not:
+/// 5.4 to 5.7 MiB/step beside other tests, with matplotlib imported by Lightning).
+fn assert_kept_8_mib_a_step(leak: &collector::analysis::Finding) {
     let growth = leak.growth_per_step_bytes.unwrap() / (1 << 20) as f64;
     assert!(
-        (6.0..12.0).contains(&growth),
-        "{growth} MiB/step for 8 MiB kept a step"
+        (7.6..8.4).contains(&growth),
+        "{growth} MiB/step for 8 MiB kept a step: {leak:#?}"
     );
 }
 
@@ -171,6 +178,7 @@ fn transformers_trainer_a_callback_that_keeps_tensors_leaks_between_phases() {
         "{}",
         leak.title
     );
+    assert_kept_8_mib_a_step(leak);
 }
 
 #[test]

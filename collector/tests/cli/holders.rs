@@ -598,6 +598,10 @@ main()
         .unwrap_or_else(|| panic!("no leak: {:#?}", analysis.findings));
     assert!(leak.title.ends_with("held by metric"), "{}", leak.title);
     assert!(leak.hints[0].contains("reset()"), "{:#?}", leak.hints);
+    // The rate stated is the C heap's, read by the probe at every step start: exact whatever the
+    // load (resident memory, sampled ten times a second over a loop of a few ms a step, is not).
+    let rate = leak.growth_per_step_bytes.unwrap() / (3 << 20) as f64;
+    assert!((0.97..1.03).contains(&rate), "{leak:#?}");
 }
 
 #[test]
