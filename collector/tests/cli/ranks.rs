@@ -88,10 +88,11 @@ fn one_leaking_rank_of_two_is_found_on_that_rank_only() {
             .any(|e| e.starts_with("rank 0 does not:")),
         "{leak:#?}"
     );
+    // The rank's C heap, read by its probe at its step starts: exact.
     let growth = leak.growth_per_step_bytes.unwrap() / (1 << 20) as f64;
     assert!(
-        (6.0..12.0).contains(&growth),
-        "{growth} MiB/step for 8 MiB kept a step"
+        (7.6..8.4).contains(&growth),
+        "{growth} MiB/step for 8 MiB kept a step: {leak:#?}"
     );
 
     let text = crate::report(&job.out());
