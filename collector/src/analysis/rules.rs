@@ -32,8 +32,8 @@ fn growth_floor(basis: Basis) -> f64 {
     }
 }
 
-/// A rise that keeps its pace and does not fall back: how far its end is above its start, at
-/// least its noise (or an eighth of the floor).
+/// Whether a rise falls back: its end (the median of its last tenth) is no further above its
+/// start than its noise, or an eighth of the floor.
 fn falls_back(t: &Trend, basis: Basis) -> bool {
     t.end_bytes <= t.start_bytes + t.noise_bytes.max(growth_floor(basis) / 8.0)
 }
