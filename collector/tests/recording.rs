@@ -18,6 +18,7 @@ const GOLDEN_V1_2: &str = "tests/data/golden_v1_2.msgpack";
 const GOLDEN_V1_3: &str = "tests/data/golden_v1_3.msgpack";
 const GOLDEN_V1_4: &str = "tests/data/golden_v1_4.msgpack";
 const GOLDEN_V1_5: &str = "tests/data/golden_v1_5.msgpack";
+const GOLDEN_V1_6: &str = "tests/data/golden_v1_6.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -153,6 +154,7 @@ fn golden_v1() -> (Header, Vec<Record>) {
         code: Some(1),
         signal: None,
         stderr_tail: Vec::new(),
+        kernel: None,
     }));
     (header, records)
 }
@@ -332,18 +334,79 @@ fn golden_v1_5() -> (Header, Vec<Record>) {
     (header, records)
 }
 
+/// Format 1.6: the 1.5 contents with what the kernel said of the job's memory at its exit: a
+/// v1 cgroup whose OOM killer killed the job, a v2 one limited by its parent, the host's count,
+/// the kernel log's kill and the tree's largest processes.
+fn golden_v1_6() -> (Header, Vec<Record>) {
+    let (mut header, mut records) = golden_v1_5();
+    header.format_minor = 6;
+    let kernel = collector::recording::KernelMemory {
+        cgroups: vec![
+            collector::recording::CgroupMemory {
+                path: "/docker/3f2a".to_owned(),
+                version: 1,
+                limit_bytes: Some(300 * MIB),
+                limit_from: None,
+                peak_bytes: Some(300 * MIB - 4096),
+                usage_bytes: Some(2 * MIB),
+                oom_kills_before: Some(0),
+                oom_kills_after: Some(1),
+                group_kills_after: None,
+            },
+            collector::recording::CgroupMemory {
+                path: "/job.slice/step_0".to_owned(),
+                version: 2,
+                limit_bytes: Some(4096 * MIB),
+                limit_from: Some("/job.slice".to_owned()),
+                peak_bytes: None,
+                usage_bytes: Some(MIB),
+                oom_kills_before: Some(2),
+                oom_kills_after: Some(2),
+                group_kills_after: Some(0),
+            },
+        ],
+        host_oom_kills_before: Some(7),
+        host_oom_kills_after: Some(8),
+        kills: vec![collector::recording::KernelKill {
+            pid: 4242,
+            name: "python3".to_owned(),
+            in_job: true,
+            memcg: Some("/docker/3f2a".to_owned()),
+            rss_bytes: Some(290 * MIB),
+            line: "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:1000kB, anon-rss:296960kB, file-rss:0kB, shmem-rss:0kB".to_owned(),
+        }],
+        log_read: true,
+        processes: vec![collector::recording::TreeProcess {
+            pid: 4242,
+            name: "python3".to_owned(),
+            rank: Some(0),
+            root: true,
+            peak_rss_bytes: 291 * MIB,
+            last_seen_ns: 199_000_000,
+        }],
+        unreadable: vec!["/sys/fs/cgroup/job.slice/step_0/memory.peak: No such file or directory (os error 2)".to_owned()],
+    };
+    for record in &mut records {
+        if let Record::Exit(exit) = record {
+            exit.kernel = Some(kernel.clone());
+        }
+    }
+    (header, records)
+}
+
 /// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
 fn write_golden_files() {
     type Contents = fn() -> (Header, Vec<Record>);
-    let files: [(&str, Contents); 6] = [
+    let files: [(&str, Contents); 7] = [
         (GOLDEN_V1, golden_v1),
         (GOLDEN_V1_1, golden_v1_1),
         (GOLDEN_V1_2, golden_v1_2),
         (GOLDEN_V1_3, golden_v1_3),
         (GOLDEN_V1_4, golden_v1_4),
         (GOLDEN_V1_5, golden_v1_5),
+        (GOLDEN_V1_6, golden_v1_6),
     ];
     for (name, contents) in files {
         let path = data_path(name);
@@ -1111,4 +1174,19 @@ fn a_file_read_whole_is_its_records_pushed_one_by_one() {
         bad[at] ^= 0x41;
         same(&bad, &format!("byte {at} changed"));
     }
+}
+
+#[test]
+fn golden_v1_6_reads_back_exactly_with_the_kernels_word_at_the_exit() {
+    let recording = reads_back_exactly(GOLDEN_V1_6, golden_v1_6, 6);
+    // By hand.
+    let kernel = recording.exits[0].kernel.as_ref().unwrap();
+    assert_eq!(kernel.cgroups[0].kills_during(), Some(1));
+    assert_eq!(kernel.cgroups[1].kills_during(), Some(0));
+    assert_eq!(kernel.cgroups[1].limit_from.as_deref(), Some("/job.slice"));
+    assert_eq!(kernel.kills[0].rss_bytes, Some(290 * MIB));
+    assert!(kernel.processes[0].root);
+    // Older readers' view: the 1.5 file's exit has none.
+    let v1_5 = read_file(&data_path(GOLDEN_V1_5)).unwrap();
+    assert!(v1_5.exits.iter().all(|e| e.kernel.is_none()));
 }

@@ -4,10 +4,11 @@
 
 use serde::Serialize;
 
+pub use super::killed::Killer;
 use super::oom_cause::{Contribution, hints, judge_oom};
 use super::{Analysis, Basis, Finding, FindingKind};
 use crate::format::format_duration;
-use crate::recording::{Phase, Recording};
+use crate::recording::{KernelMemory, Phase, Recording};
 
 /// Why the device ran out of memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -113,6 +114,11 @@ pub struct Ending {
     pub stderr_tail: Vec<String>,
     /// Whether the recording has its end record (the collector finished it).
     pub recording_complete: bool,
+    /// Who killed it, when the kernel's numbers tell (a SIGKILL, or a process of its tree
+    /// OOM-killed).
+    pub killed_by: Option<Killer>,
+    /// What the kernel said of its memory after it ended (cgroups, OOM kills), when recorded.
+    pub kernel: Option<KernelMemory>,
 }
 
 /// Adds the ending's findings: one per OOM (first), or how the job failed otherwise. An OOM of
@@ -128,6 +134,8 @@ pub(super) fn judge_ending(
         signal: exit.and_then(|e| e.signal),
         stderr_tail: exit.map(|e| e.stderr_tail.clone()).unwrap_or_default(),
         recording_complete: recording.end.is_some(),
+        killed_by: None,
+        kernel: exit.and_then(|e| e.kernel.clone()),
     };
     let verdicts: Vec<OomVerdict> = recording
         .ooms
@@ -191,34 +199,63 @@ pub(super) fn judge_ending(
         && let Some(e) = exit
         && e.code != Some(0)
     {
-        let title = match (e.code, e.signal) {
-            (Some(code), _) => format!("The job failed: exit status {code}"),
-            (None, Some(9)) => "The job was killed (signal 9, SIGKILL)".to_owned(),
-            (None, Some(signal)) => format!("The job was killed by signal {signal}"),
-            (None, None) => "The job ended abnormally".to_owned(),
+        let finding = match super::killed::judge(recording, analysis, e) {
+            Some(death) => {
+                analysis.ending.killed_by = Some(death.killer);
+                let mut evidence = death.evidence;
+                evidence.extend(stderr_lines(&e.stderr_tail));
+                Finding {
+                    kind: FindingKind::Failed,
+                    title: death.title,
+                    phase: None,
+                    basis: analysis.basis,
+                    growth_per_step_bytes: None,
+                    evidence,
+                    hints: death.hints,
+                }
+            }
+            None => failed(analysis, e),
         };
-        let mut evidence = vec!["no CUDA out-of-memory error was printed".to_owned()];
-        if !e.stderr_tail.is_empty() {
-            evidence.push("its last lines on stderr:".to_owned());
-            let from = e.stderr_tail.len().saturating_sub(8);
-            evidence.extend(e.stderr_tail[from..].iter().map(|l| format!("  {l}")));
-        }
-        let mut hints = Vec::new();
-        if e.signal == Some(9) {
-            hints.push("SIGKILL with no one sending it is often the kernel's OOM killer: host memory ran out (check `dmesg`, and the host memory curve)".to_owned());
-        }
-        analysis.findings.push(Finding {
-            kind: FindingKind::Failed,
-            title,
-            phase: None,
-            basis: analysis.basis,
-            growth_per_step_bytes: None,
-            evidence,
-            hints,
-        });
+        analysis.findings.push(finding);
     }
     if recording.end.is_none() && exit.is_none() {
         analysis.lacks.push(super::LACKS_END.to_owned());
     }
     analysis.ooms = verdicts;
+}
+
+/// A job that failed with no OOM error and no kernel's word on it: its status and last lines.
+fn failed(analysis: &Analysis, e: &crate::recording::Exit) -> Finding {
+    let title = match (e.code, e.signal) {
+        (Some(code), _) => format!("The job failed: exit status {code}"),
+        (None, Some(9)) => "The job was killed (signal 9, SIGKILL)".to_owned(),
+        (None, Some(signal)) => format!("The job was killed by signal {signal}"),
+        (None, None) => "The job ended abnormally".to_owned(),
+    };
+    let mut evidence = vec!["no CUDA out-of-memory error was printed".to_owned()];
+    evidence.extend(stderr_lines(&e.stderr_tail));
+    let mut hints = Vec::new();
+    if e.signal == Some(9) {
+        hints.push("SIGKILL with no one sending it is often the kernel's OOM killer: host memory ran out (check `dmesg`, and the host memory curve)".to_owned());
+    }
+    Finding {
+        kind: FindingKind::Failed,
+        title,
+        phase: None,
+        basis: analysis.basis,
+        growth_per_step_bytes: None,
+        evidence,
+        hints,
+    }
+}
+
+/// The last lines on stderr, as evidence.
+fn stderr_lines(tail: &[String]) -> Vec<String> {
+    if tail.is_empty() {
+        return Vec::new();
+    }
+    let from = tail.len().saturating_sub(8);
+    std::iter::once("its last lines on stderr:".to_owned())
+        .chain(tail[from..].iter().map(|l| format!("  {l}")))
+        .collect()
 }

@@ -12,6 +12,7 @@ mod device_rules;
 mod diagnose;
 mod ending;
 mod holders;
+mod killed;
 mod model;
 mod oom_cause;
 mod phases;
@@ -25,7 +26,7 @@ pub use self::diagnose::{ALPHA, GROWTH_FLOOR_BYTES, MIN_STEPS, analyze};
 pub(crate) use self::diagnose::{
     GIB, KEEPS_PACE, LACKS_CAPACITY, LACKS_END, MIB, as_snapshot_trace, value_at, value_exactly_at,
 };
-pub use self::ending::{Ending, OomCause, OomVerdict};
+pub use self::ending::{Ending, Killer, OomCause, OomVerdict};
 pub use self::holders::{HolderGrowth, census_pair, holders_between};
 pub use self::model::{
     ALL_KINDS, Analysis, Attribution, Basis, Finding, FindingKind, ProjectedOom, Projection,

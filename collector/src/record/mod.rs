@@ -5,6 +5,7 @@ mod clock;
 mod gpu;
 mod host;
 mod job;
+mod kernel;
 mod probe;
 mod recorder;
 mod session;

@@ -15,6 +15,7 @@ use collector::recording::{Exit, Header, Record, SeriesKey, SeriesKind, Writer};
 
 use super::clock::{Clock, Ticker};
 use super::host::ProcessTree;
+use super::kernel::{Mounts, Watch};
 use super::recorder::{Msg, Recorder, Summary};
 use super::{gpu, job, probe};
 
@@ -150,6 +151,13 @@ pub fn run(args: Options) -> ExitCode {
     header.device_interval_ns = gpus.as_ref().map(|_| args.device_interval_ms * 1_000_000);
     header.host_interval_ns = Some(args.host_interval_ms * 1_000_000);
 
+    // The kernel's view of memory (cgroups, OOM kills) from before the job starts: the job
+    // inherits the collector's cgroups.
+    let watch = args
+        .pid
+        .is_none()
+        .then(|| Watch::start(Mounts::of_this_machine(), std::process::id()));
+
     // Start the job (or find the one to attach to).
     let live_status = std::io::stderr().is_terminal();
     let mut child = None;
@@ -233,10 +241,10 @@ pub fn run(args: Options) -> ExitCode {
     // Host sampler; it also samples at each phase edge the probe sends.
     let (host_tx, host_rx) = mpsc::channel::<()>();
     let host_interval = Duration::from_millis(args.host_interval_ms);
-    samplers.extend(spawn_named("host-sampler", {
+    let host_sampler = spawn_named("host-sampler", {
         let (stop, tx) = (stop.clone(), tx.clone());
-        move || sample_host(root_pid, clock, host_interval, &stop, &host_rx, &tx)
-    }));
+        move || sample_host(root_pid, watch, clock, host_interval, &stop, &host_rx, &tx)
+    });
     if let Some(gpus) = gpus {
         let device_interval = Duration::from_millis(args.device_interval_ms);
         let process_interval = Duration::from_millis(args.process_interval_ms);
@@ -306,6 +314,7 @@ pub fn run(args: Options) -> ExitCode {
                         code: exit_code,
                         signal,
                         stderr_tail: Vec::new(),
+                        kernel: None,
                     }),
                 )
             }
@@ -328,6 +337,7 @@ pub fn run(args: Options) -> ExitCode {
     for sampler in samplers {
         let _ = sampler.join();
     }
+    let (tree, watch) = host_sampler.and_then(|h| h.join().ok()).unzip();
     if let Some(listener) = listener {
         let _ = listener.join();
     }
@@ -346,6 +356,9 @@ pub fn run(args: Options) -> ExitCode {
             && let Ok(tail) = tail.lock()
         {
             exit.stderr_tail = tail.iter().cloned().collect();
+        }
+        if let (Some(tree), Some(Some(watch))) = (tree, watch) {
+            exit.kernel = Some(watch.finish(&tree));
         }
         let _ = tx.send(Msg::Record(Record::Exit(exit)));
     }
@@ -375,21 +388,33 @@ fn spawn_named<T: Send + 'static>(
     }
 }
 
-/// Samples the tree's resident memory at each tick, and whenever `now` says a phase edge came.
+/// Samples the tree's resident memory at each tick, and whenever `now` says a phase edge came;
+/// the cgroups of each process that joins the tree are shown to `watch`. Hands back the tree
+/// (what each of its processes was) and the watch at the end.
 fn sample_host(
     root_pid: u32,
+    mut watch: Option<Watch>,
     clock: Clock,
     interval: Duration,
     stop: &AtomicBool,
     now: &mpsc::Receiver<()>,
     tx: &Sender<Msg>,
-) {
+) -> (ProcessTree, Option<Watch>) {
     let mut tree = ProcessTree::new(root_pid);
     let mut ticker = Ticker::new(clock, interval);
     let key = SeriesKey::new(SeriesKind::HostRss);
+    let mut members_seen = 0;
     loop {
         let t_ns = clock.now_ns();
-        let values = vec![(key.clone(), tree.rss_bytes())];
+        let values = vec![(key.clone(), tree.rss_bytes(t_ns))];
+        if let Some(watch) = watch.as_mut()
+            && tree.members().len() != members_seen
+        {
+            members_seen = tree.members().len();
+            for member in tree.members().values() {
+                watch.see(&member.cgroups);
+            }
+        }
         if tx
             .send(Msg::Samples {
                 source: "host",
@@ -399,7 +424,7 @@ fn sample_host(
             .is_err()
             || stop.load(Ordering::Relaxed)
         {
-            return;
+            return (tree, watch);
         }
         // Sleep to the next deadline, waking early for phase edges (and to notice the stop).
         loop {

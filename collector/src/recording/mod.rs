@@ -8,6 +8,7 @@ pub mod codec;
 mod columns;
 mod held;
 mod io;
+mod kernel;
 mod merge;
 mod model;
 mod read;
@@ -21,6 +22,7 @@ pub use held::{Recording, Series};
 pub use io::{FileError, Follower, read_recording, write_to};
 #[cfg(not(target_arch = "wasm32"))]
 pub use io::{read_file, write_file};
+pub use kernel::{CgroupMemory, KernelKill, KernelMemory, TreeProcess};
 pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
     AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,

@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 5;
+pub const FORMAT_MINOR: u32 = 6;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -571,6 +571,10 @@ pub struct Exit {
     /// When the job failed: the last lines it wrote to stderr, oldest first (since 1.1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stderr_tail: Vec<String>,
+    /// What the kernel said of the job's memory after it ended: its cgroups' limits and OOM
+    /// kills, the host's, the kernel log's (since 1.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<super::kernel::KernelMemory>,
 }
 
 /// Probe messages the collector lost or refused since the previous such record.
