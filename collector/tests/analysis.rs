@@ -901,6 +901,20 @@ fn a_backward_that_frees_the_activations_still_keeps_the_gradients_it_made() {
     assert_eq!(phase, Some(Phase::Backward), "{retained:?}");
 }
 
+/// A training step's edges in a `heap_steps` recording: the forward's 0.5 MiB of activations,
+/// given back by the backward; nothing kept.
+fn training_step_keeping_nothing() -> Vec<(Phase, collector::recording::Edge, f64)> {
+    use collector::recording::Edge::{Begin, End};
+    vec![
+        (Phase::Forward, Begin, 0.0),
+        (Phase::Forward, End, 0.5),
+        (Phase::Backward, Begin, 0.0),
+        (Phase::Backward, End, -0.5),
+        (Phase::Optimizer, Begin, 0.0),
+        (Phase::Optimizer, End, 0.0),
+    ]
+}
+
 /// An eval pass keeps 2 MiB of logits a step while the process settles around them: resident
 /// memory rises 6 MiB a step over the first half of the run, then 1 MiB a step as malloc reuses
 /// pages it had freed (an LBFGS job under load did this). By resident memory alone the rise slows
@@ -909,16 +923,8 @@ fn a_backward_that_frees_the_activations_still_keeps_the_gradients_it_made() {
 #[test]
 fn a_leak_the_process_settles_around_is_told_by_the_c_heap() {
     use collector::recording::Edge::{Begin, End};
-    let step = [
-        (Phase::Forward, Begin, 0.0),
-        (Phase::Forward, End, 0.5),
-        (Phase::Backward, Begin, 0.0),
-        (Phase::Backward, End, -0.5),
-        (Phase::Optimizer, Begin, 0.0),
-        (Phase::Optimizer, End, 0.0),
-        (Phase::Eval, Begin, 0.0),
-        (Phase::Eval, End, 2.0),
-    ];
+    let mut step = training_step_keeping_nothing();
+    step.extend([(Phase::Eval, Begin, 0.0), (Phase::Eval, End, 2.0)]);
     let settling_rss = |s: u64| {
         let s = s as f64;
         let mib = if s < 30.0 {
@@ -965,14 +971,7 @@ fn a_leak_the_process_settles_around_is_told_by_the_c_heap() {
 #[test]
 fn a_leak_the_c_heap_reads_exactly_is_found_at_its_rate_however_resident_memory_scatters() {
     use collector::recording::Edge::{Begin, End};
-    let mut step = vec![
-        (Phase::Forward, Begin, 0.0),
-        (Phase::Forward, End, 0.5),
-        (Phase::Backward, Begin, 0.0),
-        (Phase::Backward, End, -0.5),
-        (Phase::Optimizer, Begin, 0.0),
-        (Phase::Optimizer, End, 0.0),
-    ];
+    let mut step = training_step_keeping_nothing();
     // Where in its step each sample fell: a fixed scatter, so that the test is the same each run.
     let scattered = |s: u64, heap: f64| {
         let fell = (s.wrapping_mul(2_654_435_761) >> 7) % 120;
