@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::categories::GradientsRead;
 use super::phases::{AllocatorIndex, Occurrence, StepStart};
 use super::trend::{Trend, trend};
 use super::{value_at, value_exactly_at};
@@ -137,47 +138,121 @@ fn steps_of(
 }
 
 /// `freed_gradients` says, by step number where it was measured, how many bytes of gradients
-/// were freed just before that step started (`zero_grad(set_to_none=True)` at the top of the
-/// loop, from the probe's categories). Those were made by the step before's backward: they count
-/// as given back at that backward's end (the levels from there to the step's end are read as if
-/// they were freed then), not as giving back what a later phase (an eval after the optimizer
-/// step, a list the loop appends to before clearing them) kept. What of them the next step freed itself before
-/// its first backward (a closure that clears them after its step began:
-/// `credited_before_backward`, by step index) is credited there, not twice.
+/// were freed by the time the categories were read (the step's first training forward): before
+/// the step began (`zero_grad(set_to_none=True)` at the top of the loop, or at its end), or
+/// inside it before that forward. Those freed before it began were made by the step before's
+/// backward: they count as given back at that backward's end (the levels from there to the
+/// step's end are read as if they were freed then), not as giving back what a later phase (an
+/// eval after the optimizer step, a list the loop appends to before clearing them) kept.
+///
+/// What a step frees itself before its first backward (`credited_before_backward`, by step
+/// index) was credited to that backward by [`credit_frees_to_backward`]. In a job whose steps
+/// usually begin with the gradients already freed (cleared at the top of the loop or at its
+/// end), the gradients a step still had at its start and freed itself are taken off every level
+/// of that step up to the backward's begin, and given back at the end of the step before, so
+/// that it begins as the others do: an evaluation after the optimizer step opens the next step
+/// with the gradients alive, and read as it was, the step before each evaluation keeps the
+/// gradients and the evaluation gives them back in place of what it kept. The last step gives
+/// them back as the one before it did.
 fn credit_gradients_freed_between_steps(
     occurrences: &[Occurrence],
     starts: &[StepStart],
+    original: &[Option<Levels>],
     levels: &mut [Option<Levels>],
-    freed_gradients: &BTreeMap<u64, f64>,
+    freed_gradients: &BTreeMap<u64, GradientsRead>,
     credited_before_backward: &Credits,
 ) {
-    for (step, range) in steps_of(occurrences, starts) {
-        let next_credited = credited_before_backward
-            .get(&(step + 1))
-            .map_or(0.0, |&(_, first)| first);
-        // Where the categories were not read at that step (after the first steps they are
-        // read within a share of the time), the last reading before it: a loop frees the same
-        // gradients at every step's start.
-        let freed = (starts
-            .get(step + 1)
-            .and_then(|s| freed_gradients.range(..=s.step).next_back())
-            .map_or(0.0, |(_, &freed)| freed)
-            - next_credited)
-            .max(0.0);
+    let steps = steps_of(occurrences, starts);
+    // For each step: what of the gradients alive at the end of the step before was freed before
+    // it began, and what of them it freed itself before its first backward.
+    let freed: Vec<(f64, f64)> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, (step, range))| {
+            let credited = credited_before_backward
+                .get(step)
+                .map_or(0.0, |&(_, first)| first);
+            // Where the categories were not read at that step (after the first steps they are
+            // read within a share of the time), the last reading before it: a loop frees the
+            // same gradients at every step.
+            let Some(read) = starts
+                .get(*step)
+                .and_then(|s| freed_gradients.range(..=s.step).next_back())
+                .map(|(_, read)| *read)
+            else {
+                return (0.0, 0.0);
+            };
+            // A reading after the step's own frees (its first training forward, after a
+            // closure or an evaluation) counts them too: they are the step's, not twice; but
+            // what fell between the steps (from the last level of the step before to this
+            // one's first) was freed before it began, whatever the step freed besides.
+            let between = i.checked_sub(1).and_then(|before| {
+                let (_, previous) = &steps[before];
+                let last = previous
+                    .clone()
+                    .filter_map(|k| Some((occurrences[k].end_ns, original[k]?.end)))
+                    .max_by_key(|&(t, _)| t)?;
+                let first = range.clone().find_map(|k| original[k])?;
+                Some((last.1 - first.begin).max(0.0))
+            });
+            let before = (read.freed - credited)
+                .max(read.freed.min(between.unwrap_or(0.0)))
+                .max(0.0);
+            let inside = (read.at_last_end - before).max(0.0).min(credited);
+            (before, inside)
+        })
+        .collect();
+    let median = |mut v: Vec<f64>| {
+        let mid = v.len() / 2;
+        (!v.is_empty()).then(|| *v.select_nth_unstable_by(mid, f64::total_cmp).1)
+    };
+    // Whether the job's steps usually begin with the gradients already freed (cleared at the top
+    // of the loop, or at its end): then a step that frees them itself is brought to the same
+    // start. Where its steps usually begin with them (cleared between forward and backward, in a
+    // closure), each is credited to the backward it is freed for, as it is.
+    let made = median(freed_gradients.values().map(|r| r.at_last_end).collect());
+    let begin_without = median(freed.iter().map(|&(before, _)| before).collect())
+        .zip(made)
+        .is_some_and(|(before, made)| made > 0.0 && before >= 0.5 * made);
+    let inside_of = |i: usize| if begin_without { freed[i].1 } else { 0.0 };
+    for (i, (step, range)) in steps.iter().enumerate() {
+        // This step, up to its first backward's begin, without the gradients it freed there.
+        let inside = inside_of(i);
+        if inside > 0.0 {
+            for k in range.clone() {
+                let backward = occurrences[k].phase == Phase::Backward;
+                if let Some(l) = levels[k].as_mut() {
+                    l.begin -= inside;
+                    if !backward {
+                        l.end -= inside;
+                    }
+                }
+                if backward {
+                    break;
+                }
+            }
+        }
+        // From its last backward on, without the gradients the next step frees before its
+        // own (the last step: as this one did).
+        let next = steps
+            .get(i + 1)
+            .filter(|(next, _)| *next == step + 1)
+            .map_or(i, |_| i + 1);
+        let given_back = freed[next].0 + inside_of(next);
         let Some(b) = range
             .clone()
             .rev()
             .find(|&k| occurrences[k].phase == Phase::Backward)
-            .filter(|_| freed > 0.0)
+            .filter(|_| given_back > 0.0)
         else {
             continue;
         };
         for (k, l) in levels[b..range.end].iter_mut().enumerate() {
             if let Some(l) = l.as_mut() {
                 if k > 0 {
-                    l.begin -= freed;
+                    l.begin -= given_back;
                 }
-                l.end -= freed;
+                l.end -= given_back;
             }
         }
     }
@@ -526,7 +601,7 @@ pub fn stats(
     starts: &[StepStart],
     allocator: &AllocatorIndex<'_>,
     fallback: Option<Attributed<'_>>,
-    freed_gradients: &BTreeMap<u64, f64>,
+    freed_gradients: &BTreeMap<u64, GradientsRead>,
     saved_freed: &[Option<f64>],
     unobserved: &[(u64, u64)],
 ) -> Accounts {
@@ -543,6 +618,7 @@ pub fn stats(
     credit_gradients_freed_between_steps(
         occurrences,
         starts,
+        &levels,
         &mut credited,
         freed_gradients,
         &freed_in_steps,

@@ -117,14 +117,25 @@ pub(super) fn category_trend(values: &[(f64, u64)]) -> CategoryTrend {
     }
 }
 
-/// By step, where the categories were read: the gradient bytes freed between the end of the step
-/// before and this step's start (`zero_grad(set_to_none=True)`; 0 where none were), on the first
-/// device (`on_device`, when the model has parameters there) or on the host.
+/// The gradients around one step start, as the categories read them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GradientsRead {
+    /// Alive at the end of the step before, bytes.
+    pub at_last_end: f64,
+    /// What of them was freed by the time the categories were read (the step's first training
+    /// forward): `zero_grad(set_to_none=True)` at the top of the loop, or in the step before its
+    /// forward; 0 where none were.
+    pub freed: f64,
+}
+
+/// By step, where the categories were read: the gradients at the end of the step before and
+/// what of them was freed by this step's reading, on the first device (`on_device`, when the
+/// model has parameters there) or on the host.
 pub(super) fn freed_gradients(
     recording: &Recording,
     pid: Option<u32>,
     on_device: bool,
-) -> std::collections::BTreeMap<u64, f64> {
+) -> std::collections::BTreeMap<u64, GradientsRead> {
     // The model's own memory: on the device the verdict measures, else (no parameters there:
     // the model is on the CPU while the allocator's numbers come from elsewhere) on the host.
     let has_model = |device_side: bool| {
@@ -150,7 +161,13 @@ pub(super) fn freed_gradients(
         .filter(|c| Some(c.device) == device)
         .filter_map(|c| {
             let before = c.gradients_at_last_end?;
-            Some((c.step?, before.saturating_sub(c.gradients) as f64))
+            Some((
+                c.step?,
+                GradientsRead {
+                    at_last_end: before as f64,
+                    freed: before.saturating_sub(c.gradients) as f64,
+                },
+            ))
         })
         .collect()
 }
@@ -241,8 +258,10 @@ pub(super) fn state_growth(stats: &CategoryStats, basis: Basis) -> Option<Findin
 /// `zero_grad(set_to_none=True)` between the forward and the backward, so they are alive through
 /// the forward and freed before the backward. `freed_before_backward` is what the step freed
 /// there (the median over the steps, on the same memory as `stats`); when it holds half the
-/// gradients or more, they are freed, not kept. Without it (no backward seen, or the verdict
-/// measures another memory than the one the gradients are in) nothing is claimed.
+/// gradients or more, they are freed, not kept. Without it (no backward seen, the verdict
+/// measures another memory than the one the gradients are in, or the phases were read in memory
+/// that need not fall when memory is freed: resident memory, a device's used memory) nothing is
+/// claimed.
 pub(super) fn gradients_kept(
     stats: &CategoryStats,
     basis: Basis,

@@ -380,6 +380,30 @@ struct HostAtEdges {
     series: Series,
 }
 
+/// Whether resident memory beyond the C heap, at the step starts where the probe read both,
+/// leaks on its own (as the verdict's rule has it: rises, keeps its pace, past the floor and its
+/// noise, fast enough for a short run): memory outside malloc that the job keeps. Resident memory
+/// also creeps up for tens of steps with nothing kept (the heap's holes filling with pages, the
+/// interpreter settling: 24–54 MiB over a 60-step loop that keeps nothing, at random), and that
+/// is no reason to attribute the phases with it, where frees do not show.
+fn grows_outside_malloc(edges: &[crate::recording::PhaseEdge]) -> bool {
+    let mut outside: Vec<(f64, f64)> = Vec::new();
+    for e in edges {
+        let (Some(step), Some(heap), Some(rss)) = (e.step, e.host_heap, e.host_rss) else {
+            continue;
+        };
+        // A step's first edge read (edges come in time order).
+        if outside.last().is_none_or(|&(s, _)| s < step as f64) {
+            outside.push((step as f64, rss as f64 - heap as f64));
+        }
+    }
+    let (steps, values): (Vec<f64>, Vec<Option<f64>>) =
+        outside.into_iter().map(|(s, v)| (s, Some(v))).unzip();
+    let warmup = (steps.len() / 10).max(1);
+    let short = steps.len() < rules::SHORT_RUN_STEPS;
+    rules::leaks_on_its_own(&steps, &values, warmup, Basis::HostRss, short).is_some()
+}
+
 /// The C heap when the probe read it at every edge of the training process and it holds at least
 /// a quarter of the resident growth (what malloc holds is exact, where resident memory also grows
 /// by the holes freed chunks leave in the heap: an LBFGS job's heap grows half as much as its
@@ -444,7 +468,11 @@ fn host_at_edges(recording: &Recording, occurrences: &[Occurrence]) -> Option<Ho
         })
     };
     match (heap, rss) {
-        (Some(_), Some(rss)) if rss_growth > 16.0 * MIB && heap_growth < rss_growth / 4.0 => {
+        (Some(_), Some(rss))
+            if rss_growth > 16.0 * MIB
+                && heap_growth < rss_growth / 4.0
+                && grows_outside_malloc(&edges) =>
+        {
             Some(HostAtEdges {
                 attribution: Attribution::HostRssAtEdges,
                 note: Some(joined(

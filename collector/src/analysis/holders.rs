@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::categories::{
     CategoryStats, category_evidence, category_stats, gradients_kept, state_growth,
 };
-use super::{Analysis, Basis, Finding, FindingKind};
+use super::{Analysis, Attribution, Basis, Finding, FindingKind};
 use crate::format::format_bytes;
 use crate::recording::{Census, Phase, Recording};
 
@@ -231,6 +231,13 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
         .filter(|s| device_of_basis(s))
         .min_by_key(|s| s.device)
         .cloned();
+    // What the phases saw freed before the backward says whether the gradients were freed only
+    // where frees show in the numbers: allocated bytes and the C heap fall when memory is freed,
+    // resident memory and a device's used memory (PyTorch's cache keeps it) need not.
+    let frees_show = matches!(
+        analysis.attribution,
+        Some(Attribution::Allocator | Attribution::HostHeap)
+    );
     let mut findings = Vec::new();
     for stats in &analysis.categories {
         findings.extend(state_growth(stats, analysis.basis));
@@ -238,7 +245,9 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
         let on_basis = basis_stats
             .as_ref()
             .is_some_and(|b| b.device == stats.device);
-        let freed = analysis.freed_before_backward.filter(|_| on_basis);
+        let freed = analysis
+            .freed_before_backward
+            .filter(|_| on_basis && frees_show);
         findings.extend(gradients_kept(stats, analysis.basis, freed));
     }
     let basis = analysis.basis;

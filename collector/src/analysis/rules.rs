@@ -16,7 +16,7 @@ use crate::recording::{Phase, Recording, Series, SeriesKind};
 /// steps, slowly enough to look like a slow leak until it stops: a DDP rank's resident memory
 /// crept 6 to 14 MiB over 30 healthy steps, then stayed flat for the next 170. A run of fewer steps
 /// than this cannot show that shape, so there only a rise of [`SHORT_RUN_RATE`] or more is a leak.
-const SHORT_RUN_STEPS: usize = 100;
+pub(super) const SHORT_RUN_STEPS: usize = 100;
 
 /// In a run too short to show its shape, the least pace of a host or device leak: twice the
 /// fastest settling seen (520 KiB/step over those 30 steps).
@@ -38,23 +38,20 @@ fn falls_back(t: &Trend, basis: Basis) -> bool {
     t.end_bytes <= t.start_bytes + t.noise_bytes.max(growth_floor(basis) / 8.0)
 }
 
-/// The C heap in use at the step starts where the probe read it (`heap[i]` at the step series'
-/// point `i`), after the warm-up: its trend and shape where it leaks on its own — it rises, keeps
-/// its pace, grows past the floor and its noise, fast enough for a short run, and never falls
-/// back. The heap is exact (what `malloc` handed out and not yet freed, read at the edge itself),
-/// where resident memory is sampled by the collector, late on a busy machine, and moves by the
-/// pages the process settles around what it keeps: a leak the heap shows is one whatever load
-/// the machine was under.
-fn heap_leak(
+/// Whether memory read at some step starts (`values[i]` at step `steps[i]`, `None` where not
+/// read) leaks on its own, after the first `warmup` points: it rises, keeps its pace, grows past
+/// the floor and its noise, fast enough for a short run (`short`), and never falls back; its
+/// trend and shape if so.
+pub(super) fn leaks_on_its_own(
     steps: &[f64],
-    heap: &[Option<f64>],
+    values: &[Option<f64>],
     warmup: usize,
     basis: Basis,
     short: bool,
 ) -> Option<(Trend, Shape)> {
     let (x, y): (Vec<f64>, Vec<f64>) = steps
         .iter()
-        .zip(heap)
+        .zip(values)
         .skip(warmup)
         .filter_map(|(&step, value)| Some((step, (*value)?)))
         .unzip();
@@ -120,10 +117,13 @@ pub(super) fn judge(
         let fast_enough = !short || t.slope_per_step >= SHORT_RUN_RATE;
         // Resident memory can slow while a leak keeps its pace (the process settles around what
         // the job keeps), and its samples scatter with when they fall in a step: the C heap,
-        // read by the probe at the step starts, shows the leak without either.
+        // read by the probe at the step starts, shows the leak without either. It is exact
+        // (what `malloc` handed out and not yet freed, read at the edge itself), where resident
+        // memory is sampled by the collector, late on a busy machine: a leak the heap shows is
+        // one whatever load the machine was under.
         let heap = heap_at_steps
             .filter(|h| h.len() == n)
-            .and_then(|h| heap_leak(&steps, h, warmup, basis, short));
+            .and_then(|h| leaks_on_its_own(&steps, h, warmup, basis, short));
         let steady = shape
             .as_ref()
             .filter(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE));

@@ -69,11 +69,51 @@ args = TrainingArguments(output_dir="out", per_device_train_batch_size=8, max_st
 Trainer(model=model, args=args, train_dataset=Data(), callbacks=[Keep()]).train()
 "#;
 
+/// A Lightning model whose gradients (8 MiB) are as large as its parameters, as in real models:
+/// Lightning's automatic optimisation runs `training_step` inside the optimizer's closure and
+/// clears the gradients there after it (`set_to_none=True`), before the backward. With
+/// `IN_PLACE=1` its `optimizer_zero_grad` hook zeroes them in place instead
+/// (`set_to_none=False`): then they stay allocated between the steps.
+const LIGHTNING_GRADIENTS: &str = r#"
+import os, torch
+from torch import nn
+import lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
+    def training_step(self, batch, i):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+    def validation_step(self, batch, i):
+        x, y = batch
+        self.log("val", nn.functional.mse_loss(self.net(x), y))
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        optimizer.zero_grad(set_to_none=os.environ.get("IN_PLACE") != "1")
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+data = TensorDataset(torch.randn(64 * 40, 1024), torch.randn(64 * 40, 1024))
+trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False, limit_val_batches=2,
+                    val_check_interval=10)
+trainer.fit(Net(), DataLoader(data, batch_size=64), DataLoader(data, batch_size=64))
+"#;
+
 fn run(script: &str, leak: bool) -> Analysis {
+    run_with(script, &[("LEAK", if leak { "1" } else { "0" })])
+}
+
+/// The analysis of `script` run under the collector with `env` set.
+fn run_with(script: &str, env: &[(&str, &str)]) -> Analysis {
     let job = Job::new(script);
     let output = job
         .command(&[])
-        .env("LEAK", if leak { "1" } else { "0" })
+        .envs(env.iter().copied())
         .env("OMP_NUM_THREADS", "1")
         .output()
         .unwrap();
@@ -189,5 +229,37 @@ fn transformers_trainer_without_a_leak_has_none() {
         analysis.finding(FindingKind::Leak).is_none(),
         "{:#?}",
         analysis.findings
+    );
+}
+
+/// Lightning frees the gradients in its closure, after `training_step`'s forward and before the
+/// backward: they are not said to stay allocated, run after run. Zeroed in place by the model's
+/// own `optimizer_zero_grad`, they are, with the advice that would free them.
+#[test]
+fn lightning_gradients_freed_in_the_closure_are_not_said_to_be_kept() {
+    for run in 1..=2 {
+        let analysis = run_with(LIGHTNING_GRADIENTS, &[]);
+        assert_eq!(count(&analysis, &Phase::Optimizer), 40, "run {run}");
+        assert!(
+            analysis.finding(FindingKind::GradientsKept).is_none(),
+            "run {run}: {:#?} ({:?})",
+            analysis.findings,
+            analysis.attribution_note
+        );
+        assert!(
+            analysis.finding(FindingKind::Leak).is_none(),
+            "run {run}: {:#?}",
+            analysis.findings
+        );
+    }
+    let in_place = run_with(LIGHTNING_GRADIENTS, &[("IN_PLACE", "1")]);
+    let kept = in_place
+        .finding(FindingKind::GradientsKept)
+        .unwrap_or_else(|| panic!("{:#?}", in_place.findings));
+    assert!(kept.title.contains("8.01 MiB"), "{}", kept.title);
+    assert!(
+        kept.hints.iter().any(|h| h.contains("set_to_none=True")),
+        "{:#?}",
+        kept.hints
     );
 }

@@ -11,7 +11,7 @@ use collector::recording::{Phase, Recording};
 use crate::{Job, stderr};
 
 /// Where the loop clears the gradients and how it drives the step (see the script).
-const ORDERS: [&str; 10] = [
+const ORDERS: [&str; 11] = [
     "top",
     "between",
     "end",
@@ -21,6 +21,7 @@ const ORDERS: [&str; 10] = [
     "accumulate",
     "scaler",
     "lbfgs",
+    "closure",
     "two_optimizers",
 ];
 
@@ -209,6 +210,28 @@ fn eval_logits_are_kept_in_eval_in_any_order() {
             holder: Kept::By("all_logits"),
         }),
     );
+}
+
+/// PyTorch's FAQ's first leak: an evaluation every few steps without `torch.no_grad()`, its loss
+/// summed as a tensor and kept by the loop, so each validation batch's graph lives on with what
+/// its forward saved. The evaluation made what is kept, whatever frees the gradients around it
+/// (in a loop that clears them at the top, the steps that open with an evaluation start with
+/// the gradients alive, the others without).
+#[test]
+fn an_evaluation_without_no_grad_whose_loss_is_kept_is_kept_in_eval_in_any_order() {
+    every_order(
+        "eval_graph",
+        Some(Leak {
+            phase: Some(Phase::Eval),
+            holder: Kept::By("history"),
+        }),
+    );
+}
+
+/// Its control: the same evaluation under `torch.no_grad()` keeps nothing.
+#[test]
+fn an_evaluation_under_no_grad_whose_loss_is_kept_has_no_leak_in_any_order() {
+    every_order("eval_no_grad", None);
 }
 
 /// The backward frees the forward's activations while the hook keeps what it made: by its net

@@ -12,6 +12,9 @@ ORDER is where the gradients are cleared and how the step is driven:
   accumulate two backwards per optimizer step; zero_grad after the first forward of each
   scaler     torch.amp.GradScaler around backward and step; zero_grad between
   lbfgs      torch.optim.LBFGS, the closure clears, runs forward and backward
+  closure    optimizer.step(closure), the closure runs the forward, clears, runs the backward (as
+             Lightning's automatic optimisation does: the forward runs with the last step's
+             gradients alive, and they are freed before the backward)
   two_optimizers the first layer's own optimizer and another for the rest, both stepped each
              step (as one optimizer for the matrices and another for the rest); zero_grad between
 LEAK is what the job keeps, about 2 MiB a step, exactly:
@@ -19,6 +22,11 @@ LEAK is what the job keeps, about 2 MiB a step, exactly:
   forward_hook a forward hook keeps its output (`kept`)
   features     the model keeps detached features on itself (`model.features`)
   eval_logits  an eval pass under torch.no_grad() keeps its logits (`all_logits`)
+  eval_graph   every 4th step, an evaluation without torch.no_grad() sums its loss as a tensor, and
+               the loop keeps the sum (`history`, for early stopping): each batch's graph lives on,
+               with the activations its forward saved, 8 MiB an evaluation (PyTorch's FAQ: "Don't
+               accumulate history across your training loop")
+  eval_no_grad the same evaluation under torch.no_grad(): the sum has no graph, nothing is kept
   backward_hook a Grad-CAM style backward hook keeps the gradient it sees (`grads`)
   between      the loop keeps each input batch's copy between the phases (`batches`)
   optimizer_state an optimizer step hook stores a copy of half a weight in `optimizer.state`
@@ -102,10 +110,24 @@ if LEAK == "optimizer_state":
 x = torch.randn(BATCH, WIDTH)
 y = torch.randn(BATCH, WIDTH)
 x_eval = torch.randn(KEEP_ROWS, WIDTH)  # its logits: 2 MiB, made inside the eval pass
+# The validation batches: each saves its hidden activations (2 MiB) for a backward that never
+# comes, 8 MiB an evaluation, 2 MiB a step.
+EVAL_EVERY = 4
+val_batches = [torch.randn(KEEP_ROWS, WIDTH) for _ in range(EVAL_EVERY)]
+history = []
 
 
 def loss_of(batch):
     return (model(batch) - y).square().mean()
+
+
+def evaluate():
+    """The validation loss, summed as a tensor (as `val_loss += criterion(out, y)` does)."""
+    model.eval()
+    val_loss = 0
+    for batch in val_batches:
+        val_loss += model(batch).mean()
+    return val_loss / len(val_batches)
 
 
 def clear():
@@ -153,6 +175,15 @@ def train_step():
             return loss
 
         optimizer.step(closure)
+    elif ORDER == "closure":
+
+        def closure():
+            loss = loss_of(x)
+            clear()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
     elif ORDER == "two_optimizers":
         loss = loss_of(x)
         clear()
@@ -175,5 +206,10 @@ for step in range(STEPS):
         model.eval()
         with torch.no_grad():
             all_logits.append(model(x_eval))
+    if LEAK == "eval_graph" and step % EVAL_EVERY == EVAL_EVERY - 1:
+        history.append(evaluate())
+    if LEAK == "eval_no_grad" and step % EVAL_EVERY == EVAL_EVERY - 1:
+        with torch.no_grad():
+            history.append(evaluate())
 
-print(len(kept) + len(model.features) + len(all_logits) + len(batches) + len(grads))
+print(len(kept) + len(model.features) + len(all_logits) + len(batches) + len(grads) + len(history))
