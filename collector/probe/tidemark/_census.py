@@ -365,6 +365,7 @@ class _Census:
         self.tensors = 0
         self.bytes = 0
         self.libraries = _libraries()
+        self.live_frames = set()    # ids of the frames running (and an uncaught exception's)
 
     def push(self, obj, path, what, holder):
         if issubclass(type(obj), _SCALARS):
@@ -417,6 +418,12 @@ class _Census:
             here = holder or self.hold(path, f"{kind.__name__}, {what}", len(obj), id(obj))
             self.push_items(list(obj.values()), here)
             return
+        if issubclass(kind, BaseException):
+            self.exception(obj, path, what, holder)
+            return
+        if kind is types.GeneratorType:
+            self.frame_locals(obj.gi_frame, path, what, holder, "a suspended generator")
+            return
         if issubclass(kind, _SKIP_TYPES):
             return
         if issubclass(kind, type):
@@ -461,6 +468,53 @@ class _Census:
             except Exception:
                 continue
             self.push(value, None if holder else f"{path}.{name}", f"an attribute of {owner}", holder)
+
+    def exception(self, err, path, what, holder):
+        """A caught exception kept (`errors.append(err)`): its traceback keeps every frame it
+        passed through, and each frame its locals (a failed forward's activations). Said of the
+        holder: which of the job's own functions' frames it keeps."""
+        frames = []
+        tb = err.__traceback__
+        while tb is not None and len(frames) < _DEPTH_LIMIT:
+            # A frame still running (the loop that caught it) is the job's own: its locals are
+            # named from there.
+            if id(tb.tb_frame) not in self.live_frames:
+                frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        own = [f.f_code.co_name for f in frames if not _is_library(f.f_code.co_filename, self.libraries)]
+        names = ", ".join(f"{name}()" for name in dict.fromkeys(own or [f.f_code.co_name for f in frames]))
+        kept = f"{type(err).__name__} whose traceback keeps the frames of {names}" if frames else None
+        if holder is None:
+            here = self.hold(path, f"{kept or type(err).__name__}, {what}", 1, id(err))
+        elif kept is not None and "traceback" not in (holder[1] or ""):
+            here = (holder[0], f"{holder[1]}: {kept}", holder[2])
+        else:
+            here = holder
+        for frame in frames:
+            self.frame_locals(frame, path, what, here, None)
+        for value in (err.__cause__, err.__context__, *err.args):
+            self.push(value, None, None, here)
+        try:
+            attrs = object.__getattribute__(err, "__dict__")
+        except Exception:
+            attrs = None
+        if type(attrs) is dict:
+            for value in list(attrs.values()):
+                self.push(value, None, None, here)
+
+    def frame_locals(self, frame, path, what, holder, kind):
+        """The locals of a frame that something keeps (a traceback, a suspended generator)."""
+        if frame is None:
+            return
+        try:
+            local = dict(frame.f_locals)
+        except Exception:
+            self.skipped += 1
+            return
+        if holder is None:
+            holder = self.hold(path, f"{kind} of {frame.f_code.co_name}(), {what}", len(local), id(frame))
+        for value in local.values():
+            self.push(value, None, None, holder)
 
     def slots(self, kind):
         names = []
@@ -702,6 +756,7 @@ def census(torch, models, optimizers, full, limit_s=_LIMIT_S):
             if not var.startswith("__"):
                 walk.push(value, f"{name}.{var}", f"a global of {name}", None)
     frames = _frames(_probe_file_names())
+    walk.live_frames.update(id(f) for f in frames)
     frames.sort(key=lambda f: _is_library(f.f_code.co_filename, walk.libraries))
     for frame in frames:
         code = frame.f_code

@@ -500,8 +500,13 @@ fn cut_short(from: &Census, to: &Census) -> Option<String> {
     ))
 }
 
+/// How the probe's census says a holder keeps caught exceptions (`_census.py`'s `exception`).
+const KEPT_BY_TRACEBACKS: &str = "whose traceback keeps the frames of";
+
 fn holder_hint(h: &HolderGrowth) -> String {
-    let fix = if h.key.starts_with("object:") {
+    let fix = if h.what.contains(KEPT_BY_TRACEBACKS) {
+        "it keeps caught exceptions, and each one's traceback keeps the frames it passed through with their locals (what the failed code had made): keep `str(err)`, or recover after the `except` clause, not inside it (PyTorch's FAQ)"
+    } else if h.key.starts_with("object:") {
         "it keeps every value it is given in several attributes: clear it once they are used (a torchmetrics metric: `reset()` after `compute()`)"
     } else if h.with_graph > 0 {
         "it keeps tensors with their autograd graph: keep `.item()` (a number) or `.detach().cpu()` instead"

@@ -241,6 +241,36 @@ fn gradients_kept_between_steps_are_flat_and_explained() {
     assert_eq!(categories_exact(&freed).gradients.median_bytes, 0);
 }
 
+/// A loop that falls back to half batches when the forward of the whole batch runs out of
+/// memory, and keeps each caught error for a summary: each error's traceback keeps the failed
+/// forward's frame, and its activations. The list is named, with how it holds them, and told
+/// what the PyTorch FAQ says; keeping only `str(err)` keeps nothing. Twice each.
+#[test]
+fn caught_errors_kept_in_a_list_hold_the_failed_forwards_frames() {
+    for run_number in 1..=2 {
+        let (_, analysis) = run("oom_errors", &[]);
+        let what = leak_held_by(&analysis, Phase::Forward, "oom_errors");
+        assert!(
+            what.starts_with("list, a local of main()")
+                && what.ends_with("OutOfMemoryError whose traceback keeps the frames of forward()"),
+            "run {run_number}: {what}"
+        );
+        let leak = analysis.finding(FindingKind::Leak).unwrap();
+        assert!(
+            leak.hints[0].starts_with("oom_errors: it keeps caught exceptions")
+                && leak.hints[0].contains("str(err)"),
+            "run {run_number}: {:#?}",
+            leak.hints
+        );
+        let (_, messages) = run("oom_messages", &[]);
+        assert!(
+            messages.finding(FindingKind::Leak).is_none(),
+            "run {run_number}: {:#?}",
+            messages.findings
+        );
+    }
+}
+
 #[test]
 fn hostile_objects_are_skipped_and_counted_and_the_job_runs_on() {
     let (recording, analysis) = run("hostile", &[]);

@@ -3,10 +3,13 @@
 No tidemark calls: phases come from the probe's automatic hooks. Each leaking case keeps
 2 MiB a step (a 512 × 1024 float32 tensor) in one place; the others keep nothing.
 
-    python train.py losses|hook|detach|eval_logits|attention|buffer|zero_grad_keep|healthy|hostile|growing_state
+    python train.py losses|hook|detach|eval_logits|attention|buffer|zero_grad_keep|healthy|hostile|growing_state|oom_errors|oom_messages
 
 (hostile: the detach leak, with objects that error when looked at and threads that mutate a
-list and a dict while the census walks them)
+list and a dict while the census walks them; oom_errors: the forward of a whole batch runs out of
+memory, the loop falls back to half batches and keeps each caught error for a summary, and each
+error's traceback keeps the failed forward's frame with its activations; oom_messages: the same
+loop keeping only `str(err)`)
 """
 import sys
 
@@ -15,6 +18,7 @@ from torch import nn
 
 CASE = sys.argv[1]
 STEPS = 70
+HALF = 256  # oom_*: the most rows a forward can take
 torch.manual_seed(0)
 torch.set_num_threads(1)
 
@@ -30,6 +34,9 @@ class Net(nn.Module):
 
     def forward(self, x):
         h = torch.relu(self.body(x))
+        if CASE.startswith("oom_") and self.training and x.shape[0] > HALF:
+            # What a GPU says when the whole batch does not fit; `h` (2 MiB) is alive here.
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
         if CASE == "detach" and self.training:
             self.feature_cache.append(h.detach())  # detach() without clone(): kept
         if CASE == "attention":
@@ -63,9 +70,15 @@ def main():
     x_eval = torch.randn(8192 if CASE == "eval_logits" else 512, 256)
     train_losses = []
     val_losses = []
+    oom_errors = []
     for step in range(STEPS):
         optimizer.zero_grad(set_to_none=CASE != "zero_grad_keep")
-        out = model(x)
+        try:
+            out = model(x)
+        except torch.OutOfMemoryError as err:
+            # Fall back to half batches; keep the error for a summary at the end.
+            oom_errors.append(err if CASE == "oom_errors" else str(err))
+            out = torch.cat([model(x[:HALF]), model(x[HALF:])])
         loss = loss_fn(out, target)
         loss.backward()
         optimizer.step()
@@ -90,7 +103,7 @@ def main():
                 if CASE == "eval_logits":
                     all_logits.append(logits)  # kept on the device it lives on: never freed
             model.train()
-    print(f"{CASE}: done, last loss {train_losses[-1]}")
+    print(f"{CASE}: done, last loss {train_losses[-1]}, {len(oom_errors)} batches split")
 
 
 all_logits = []
