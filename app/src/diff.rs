@@ -353,7 +353,7 @@ fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
                 pair_row(ui, &on("alive"), &d.live_bytes);
                 pair_row(ui, &on("reserved"), &d.reserved);
                 pair_row(ui, &on("allocated"), &d.allocated);
-                pair_row(ui, &on("cached, free"), &d.fragmentation);
+                pair_row(ui, &on("cached, free"), &d.cached);
                 pair_row(ui, &on("peak in the trace"), &d.trace_peak);
             }
         });

@@ -405,8 +405,8 @@ pub(super) fn render(compared: &Compared, form: Form, max_sites: usize) -> Strin
                 table.quantity(format!("{dev} reserved"), &d.reserved, Unit::Bytes);
                 table.quantity(format!("{dev} allocated"), &d.allocated, Unit::Bytes);
                 table.quantity(
-                    format!("{dev} fragmentation (reserved − allocated)"),
-                    &d.fragmentation,
+                    format!("{dev} cached, free (reserved − allocated)"),
+                    &d.cached,
                     Unit::Bytes,
                 );
                 table.quantity(

@@ -166,8 +166,9 @@ pub struct SnapshotDevice {
     pub reserved: Pair,
     /// Bytes allocated: held by tensors or waiting to be freed.
     pub allocated: Pair,
-    /// Reserved − allocated: cached, free inside the segments.
-    pub fragmentation: Pair,
+    /// Reserved − allocated: the allocator's cache, free inside its segments (not fragmentation,
+    /// which is free memory in pieces smaller than the requests: the snapshot verdict's finding).
+    pub cached: Pair,
     /// The most allocated at any time of the trace.
     pub trace_peak: Pair,
     /// Bytes alive at the snapshot (the sum over the sites).
@@ -276,12 +277,13 @@ pub fn compare_snapshots(a: &SnapshotFacts, b: &SnapshotFacts) -> SnapshotDiff {
             };
             let (la, na) = live(a, in_a);
             let (lb, nb) = live(b, in_b);
-            let frag = |f: &SnapshotFacts| f.held.get(&device).map(|&(r, al)| r as f64 - al as f64);
+            let cached =
+                |f: &SnapshotFacts| f.held.get(&device).map(|&(r, al)| r as f64 - al as f64);
             SnapshotDevice {
                 device,
                 reserved: Pair::new(held(a, |h| h.0), held(b, |h| h.0)),
                 allocated: Pair::new(held(a, |h| h.1), held(b, |h| h.1)),
-                fragmentation: Pair::new(frag(a), frag(b)),
+                cached: Pair::new(cached(a), cached(b)),
                 trace_peak: Pair::new(
                     a.trace_peak.get(&device).map(|&p| p as f64),
                     b.trace_peak.get(&device).map(|&p| p as f64),

@@ -146,7 +146,7 @@ fn the_real_fp32_and_bf16_snapshots_differ_as_python_reads_them() {
         "{text}"
     );
     assert!(
-        text.contains("fragmentation (reserved − allocated)"),
+        text.contains("cached, free (reserved − allocated)") && !text.contains("fragmentation"),
         "{text}"
     );
     // As a gate, bf16 against fp32 fails on the peak.
@@ -221,7 +221,7 @@ fn a_generated_pair_shows_each_site_s_known_change() {
         ("allocated", 13.0, 27.0),
         ("trace_peak", 29.0, 59.0),
         ("reserved", 128.0, 128.0),
-        ("fragmentation", 115.0, 101.0),
+        ("cached", 115.0, 101.0),
     ] {
         assert_eq!(f(&device[field]["a"]) / MIB, a, "{field}");
         assert_eq!(f(&device[field]["b"]) / MIB, b, "{field}");
