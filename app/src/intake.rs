@@ -189,8 +189,9 @@ impl Intake {
         let ctx = ctx.clone();
         self.loading += 1;
         const TITLE: &str = "Open recordings";
-        const KINDS: &str = "tidemark recordings and PyTorch snapshots";
-        const EXTENSIONS: [&str; 3] = ["msgpack", "pickle", "pkl"];
+        const KINDS: &str =
+            "tidemark recordings, PyTorch snapshots, profiler traces and memory timelines";
+        const EXTENSIONS: [&str; 5] = collector::open::EXTENSIONS;
         #[cfg(not(target_arch = "wasm32"))]
         {
             // The dialog blocks its thread until the user answers; files are read there too.

@@ -13,6 +13,16 @@ use crate::recording::{ReadError, Recording, read_recording};
 use crate::snapshot::ranks::RankFolder;
 use crate::snapshot::{Snapshot, SnapshotError, read_snapshot};
 
+/// How the files tidemark opens are named: recordings and PyTorch snapshots
+/// ([`RUN_EXTENSIONS`]), profiler traces and memory timelines (`.json`), each also gzipped
+/// (`.gz`). What a file is comes from its bytes ([`Kind::of`]), never from its name; these only
+/// say which names to offer (the viewer's Open dialog).
+pub const EXTENSIONS: [&str; 5] = ["msgpack", "pickle", "pkl", "json", "gz"];
+
+/// How recordings and PyTorch snapshots are named: a folder's files named so are runs, listed
+/// (by `serve`) with what is wrong even when their bytes are not one.
+pub const RUN_EXTENSIONS: [&str; 3] = ["msgpack", "pickle", "pkl"];
+
 /// What an input is. [`Kind::of`] tells the first three from a file's first bytes; a folder is
 /// one of the other two (see [`open_path`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]

@@ -456,3 +456,40 @@ fn bad_inputs_say_what_they_are() {
     assert_eq!(Kind::of(b"[[-1, 1, 5"), Kind::MemoryTimeline);
     assert_eq!(Kind::of(b"\x1f\x8b\x08\0"), Kind::Gzip);
 }
+
+/// Every real file of `../shared/fixtures` that tidemark reads (a snapshot, a profiler trace or
+/// memory timeline, gzipped or not) is named as the viewer's Open dialog offers
+/// (`open::EXTENSIONS`): a user who opens one is shown it without switching to "all files".
+#[test]
+fn the_open_dialog_offers_every_real_file_tidemark_reads() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    let mut read = 0;
+    let mut folders = vec![fixtures];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let first = &bytes[..bytes.len().min(collector::open::KIND_BYTES)];
+            let kind = match Kind::of(first) {
+                Kind::Gzip => Kind::of_gzip(&bytes),
+                kind => kind,
+            };
+            if kind == Kind::Unknown {
+                continue;
+            }
+            read += 1;
+            let extension = path.extension().unwrap().to_string_lossy().to_lowercase();
+            assert!(
+                collector::open::EXTENSIONS.contains(&extension.as_str()),
+                "{} ({kind:?}) is not offered",
+                path.display()
+            );
+        }
+    }
+    // Six snapshots and four traces.
+    assert!(read >= 10, "{read} files read");
+}

@@ -426,7 +426,7 @@ fn read_info(path: &Path, version: Version) -> FileInfo {
 /// bytes are not one.
 fn named_like_a_run(path: &Path) -> bool {
     path.extension().is_some_and(|e| {
-        ["msgpack", "pickle", "pkl"]
+        collector::open::RUN_EXTENSIONS
             .iter()
             .any(|x| e.eq_ignore_ascii_case(x))
     })
