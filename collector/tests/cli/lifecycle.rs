@@ -279,3 +279,91 @@ fn without_proc_host_memory_is_said_missing_and_the_job_runs() {
     );
     assert_eq!(recording.exits[0].code, Some(3));
 }
+
+/// A memory cgroup of its own with `limit` bytes (v1, as Docker, Kubernetes and SLURM make them
+/// where the machine has v1), removed when dropped; `None` where this machine cannot make one
+/// (not root, or no v1 memory controller).
+struct MemoryCgroup {
+    path: std::path::PathBuf,
+}
+
+impl MemoryCgroup {
+    fn new(limit: u64) -> Option<Self> {
+        let root = std::path::Path::new("/sys/fs/cgroup/memory");
+        let path = root.join(format!("tidemark-test-{}", std::process::id()));
+        let made = std::fs::create_dir(&path).is_ok()
+            && std::fs::write(path.join("memory.limit_in_bytes"), limit.to_string()).is_ok();
+        if !made {
+            let _ = std::fs::remove_dir(&path);
+            eprintln!("skipped: this machine cannot make a v1 memory cgroup under {root:?}");
+            return None;
+        }
+        Some(Self { path })
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // Its processes are gone once the collector has returned; a cgroup lingers a moment.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.path).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// A job that keeps 8 MiB a step inside a container-like memory cgroup of 300 MiB dies by the
+/// cgroup's OOM killer, printing nothing. The collector, in the same cgroup but small, lives on:
+/// the exit status (137) is passed through, the report leads with who killed it and the limit it
+/// reached, and `check` fails on it.
+#[test]
+fn a_job_the_cgroups_oom_killer_kills_is_said_killed_at_its_limit() {
+    let Some(cgroup) = MemoryCgroup::new(300 << 20) else {
+        return;
+    };
+    let job = Job::new(
+        r#"
+import time, torch
+kept = []
+for step in range(1000):
+    kept.append(torch.ones(2 << 20))  # 8 MiB a step, touched
+    time.sleep(0.02)
+"#,
+    );
+    let command = job.command(&[]);
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec \"$@\"",
+            cgroup.path.display()
+        ))
+        .arg("sh")
+        .arg(command.get_program())
+        .args(command.get_args())
+        .current_dir(job.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
+    let json = crate::report_json(&job.out());
+    assert_eq!(
+        json["analysis"]["ending"]["killed_by"], "cgroup_oom",
+        "{:#}",
+        json["analysis"]["ending"]
+    );
+    let text = crate::report(&job.out());
+    let cgroup_name = cgroup.path.file_name().unwrap().to_string_lossy();
+    assert!(
+        text.contains("Killed by the kernel's OOM killer")
+            && text.contains(&format!("/{cgroup_name}"))
+            && text.contains("300 MiB limit"),
+        "{text}"
+    );
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("check")
+        .arg(job.out())
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
+}
