@@ -302,7 +302,8 @@ impl Run {
     /// Analyses a recording and prepares its views.
     pub fn new(recording: Recording) -> Self {
         let (analysis, traces) = analyzed(&recording);
-        Self::assemble(recording, analysis, traces, None, None, Kind::Recording)
+        let input = Kind::of_recording(&recording);
+        Self::assemble(recording, analysis, traces, None, None, input)
     }
 
     /// A run from its parts; the views drawn from the verdict are made here, their caption led

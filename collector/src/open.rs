@@ -51,6 +51,16 @@ pub enum Kind {
 pub const KIND_BYTES: usize = 16;
 
 impl Kind {
+    /// What a recording was read from: a profiler trace or memory timeline is read as a
+    /// recording, and still is what it was.
+    pub fn of_recording(recording: &Recording) -> Self {
+        match recording.header.imported() {
+            Some(crate::recording::Imported::Trace) => Self::Trace,
+            Some(crate::recording::Imported::MemoryTimeline) => Self::MemoryTimeline,
+            _ => Self::Recording,
+        }
+    }
+
     /// What bytes are, from their first [`KIND_BYTES`] (or all of them, when fewer).
     pub fn of(first: &[u8]) -> Self {
         let magic = crate::recording::MAGIC;
@@ -167,7 +177,7 @@ impl Input {
     /// Which kind it is.
     pub fn kind(&self) -> Kind {
         match self {
-            Self::Recording(_) => Kind::Recording,
+            Self::Recording(recording) => Kind::of_recording(recording),
             Self::Snapshot(_) => Kind::Snapshot,
             Self::NodeRecordings { .. } => Kind::NodeRecordings,
             Self::RankSnapshots(_) => Kind::RankSnapshots,

@@ -77,7 +77,8 @@ pub fn history_recording(dir: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Every kind of input, made in `dir`: a recording, one made with `--history` (a snapshot dumped
-/// next to it), two real snapshots (one with a trace, one without), a folder of two nodes'
+/// next to it), two real snapshots (one with a trace, one without), a real profiler trace and
+/// memory timeline, a folder of two nodes'
 /// recordings, a folder of per-rank snapshots, and what cannot be opened (a `torch.save` zip, a
 /// PNG, an empty file, an empty folder, a missing file).
 pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
@@ -145,6 +146,16 @@ pub fn samples(dir: &Path) -> std::io::Result<Vec<Sample>> {
             "a snapshot without a trace",
             data("snapshots/real/verl_rollout_state.pickle"),
             Kind::Snapshot,
+        ),
+        ok(
+            "a profiler trace",
+            data("traces/real/hta_rank1_of_2_v100.json.gz"),
+            Kind::Trace,
+        ),
+        ok(
+            "a memory timeline",
+            data("traces/real/hta_memory_timeline.raw.json.gz"),
+            Kind::MemoryTimeline,
         ),
         ok("a folder of nodes' recordings", nodes, Kind::NodeRecordings),
         ok("a folder of per-rank snapshots", ranks, Kind::RankSnapshots),

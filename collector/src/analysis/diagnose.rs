@@ -5,7 +5,7 @@ use super::{
     attribution, categories, ending, holders, phases, ranks, rules,
 };
 use crate::format::format_bytes;
-use crate::recording::{Phase, Recording, Series, SeriesKey, SeriesKind};
+use crate::recording::{Imported, Phase, Recording, Series, SeriesKey, SeriesKind};
 
 /// Fewer steps than this cannot be judged.
 pub const MIN_STEPS: usize = 10;
@@ -131,10 +131,41 @@ pub fn analyze(recording: &Recording) -> Analysis {
         analysis.ranks = per.iter().map(|(s, _)| s.clone()).collect();
         analysis
     };
+    if let Some(imported @ (Imported::Trace | Imported::MemoryTimeline)) =
+        recording.header.imported()
+    {
+        as_profiler_file(&mut analysis, imported);
+    }
     analysis
         .findings
         .sort_by_key(|f| (!f.kind.is_problem(), f.kind));
     analysis
+}
+
+/// An analysis of a PyTorch profiler trace or memory timeline says what the file lacks, not what
+/// a recording made by the collector would: the file never has device samples or the job's end,
+/// and its allocator numbers and phases come from its own events, not from a probe.
+fn as_profiler_file(analysis: &mut Analysis, imported: Imported) {
+    let file = imported.name();
+    analysis
+        .lacks
+        .retain(|l| l != LACKS_DEVICE_SAMPLES && l != LACKS_END);
+    for lack in &mut analysis.lacks {
+        if lack == LACKS_PHASES || lack == LACKS_ALLOCATOR_AND_PHASES {
+            *lack = match imported {
+                Imported::MemoryTimeline => "no phases: a memory timeline marks none (its rows are allocations by category, at instants)".to_owned(),
+                _ => format!("no phases: {file} marks none (its ProfilerStep spans and record_function ranges are its phases)"),
+            };
+        } else if lack == LACKS_ALLOCATOR {
+            *lack = format!(
+                "no allocator numbers: {file} has no memory events on a GPU, so allocated and reserved memory are unknown"
+            );
+        } else if lack == LACKS_CAPACITY {
+            *lack = format!(
+                "no device capacity: {file} does not give the device's total memory, so there is no projection to an out-of-memory error"
+            );
+        }
+    }
 }
 
 /// What a recording lacks without allocator numbers and phases.

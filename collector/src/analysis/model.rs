@@ -49,11 +49,14 @@ pub enum Attribution {
 }
 
 impl Attribution {
-    /// How the report names it.
-    pub fn describe(self, basis: Basis) -> String {
+    /// How the report names it; `imported`: the file of PyTorch's own the recording was made
+    /// from, whose events gave the numbers (no probe ran).
+    pub fn describe(self, basis: Basis, imported: Option<crate::recording::Imported>) -> String {
         match self {
-            Self::Allocator => "PyTorch's allocated bytes, read by the probe at every phase edge"
-                .to_owned(),
+            Self::Allocator => match imported {
+                Some(file) => format!("PyTorch's allocated bytes at every phase edge, from {}'s own memory events", file.name()),
+                None => "PyTorch's allocated bytes, read by the probe at every phase edge".to_owned(),
+            },
             Self::HostHeap => "the training process' C heap in use (glibc mallinfo2), read by the probe at every phase edge: exact, and it falls when memory is freed".to_owned(),
             Self::HostRssAtEdges => "the training process' resident memory, read by the probe at every phase edge (freed memory may stay resident, so a phase can be blamed for what an earlier one kept)".to_owned(),
             Self::Sampled => format!(

@@ -104,7 +104,14 @@ pub fn text(
         } else {
             "•"
         };
-        let _ = writeln!(out, "  {mark} {}", finding.title);
+        // What cannot be told yet leads with its finding's title ("Cannot tell yet — not enough
+        // data: …"): its evidence and hints follow the headline, not the title again.
+        let leads = snapshot.is_none()
+            && lead.problem.is_none()
+            && lead.text.ends_with(finding.title.as_str());
+        if !leads {
+            let _ = writeln!(out, "  {mark} {}", finding.title);
+        }
         for line in &finding.evidence {
             let _ = writeln!(out, "      {line}");
         }
@@ -188,7 +195,7 @@ pub fn text(
         let _ = writeln!(
             out,
             "  phases attributed with {}",
-            attribution.describe(analysis.basis)
+            attribution.describe(analysis.basis, recording.header.imported())
         );
     }
     if let Some(note) = &analysis.attribution_note {

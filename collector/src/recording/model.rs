@@ -45,7 +45,51 @@ pub struct Header {
     pub host_interval_ns: Option<u64>,
 }
 
+/// A file of PyTorch's own that a recording was made from (its command says which), not a job
+/// the collector watched: no probe, no NVML, no end of the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Imported {
+    /// A profiler trace (Kineto's chrome trace JSON).
+    Trace,
+    /// A memory timeline (`export_memory_timeline`).
+    MemoryTimeline,
+    /// A memory snapshot (`torch.cuda.memory._dump_snapshot`).
+    Snapshot,
+}
+
+impl Imported {
+    /// The command a recording made from such a file names (its `header.command`'s first word).
+    pub const fn command(self) -> &'static str {
+        match self {
+            Self::Trace => "torch.profiler",
+            Self::MemoryTimeline => "torch.profiler export_memory_timeline",
+            Self::Snapshot => "torch.cuda.memory._dump_snapshot",
+        }
+    }
+
+    /// What the file is, in the words of a report.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Trace => "the profiler trace",
+            Self::MemoryTimeline => "the memory timeline",
+            Self::Snapshot => "the snapshot",
+        }
+    }
+}
+
 impl Header {
+    /// What file of PyTorch's own the recording was made from, if it was.
+    pub fn imported(&self) -> Option<Imported> {
+        let first = self.command.first()?;
+        [
+            Imported::Trace,
+            Imported::MemoryTimeline,
+            Imported::Snapshot,
+        ]
+        .into_iter()
+        .find(|i| i.command() == first)
+    }
+
     /// A header for the current format version, with no devices and no sampling intervals.
     pub fn new(start_unix_ns: u64, host: String, command: Vec<String>) -> Self {
         Self {

@@ -152,7 +152,7 @@ impl Snapshot {
         let mut header = Header::new(
             u64::try_from(t0).unwrap_or(0).saturating_mul(1000),
             String::new(),
-            vec!["torch.cuda.memory._dump_snapshot".to_owned()],
+            vec![crate::recording::Imported::Snapshot.command().to_owned()],
         );
         header.devices = (0..self.devices.max(1))
             .map(|index| Device {

@@ -256,7 +256,7 @@ fn convert(file: &Meta, mut read: Read, events: usize) -> Result<Recording, Trac
     let mut header = Header::new(
         start_unix_ns,
         String::new(),
-        std::iter::once("torch.profiler".to_owned())
+        std::iter::once(crate::recording::Imported::Trace.command().to_owned())
             .chain(file.trace_name.clone())
             .collect(),
     );

@@ -179,7 +179,11 @@ fn to_recording(levels: &Levels, rows: usize, form: &str) -> Recording {
     let mut header = Header::new(
         u64::try_from(t0).unwrap_or(0),
         String::new(),
-        vec!["torch.profiler export_memory_timeline".to_owned()],
+        vec![
+            crate::recording::Imported::MemoryTimeline
+                .command()
+                .to_owned(),
+        ],
     );
     header.devices = vec![Device {
         index: 0,

@@ -442,6 +442,50 @@ fn a_snapshots_report_speaks_of_a_snapshot() {
     assert!(text.contains("steps)\n"), "{text}");
 }
 
+/// A profiler trace's and a memory timeline's reports speak of the file, not of a job the
+/// collector watched: no NVML, no probe, no end of the job; the phases of a trace are attributed
+/// from its own memory events; `--json` says which input it was; and what cannot be told yet is
+/// said once, under the headline.
+#[test]
+fn a_profiler_files_report_speaks_of_the_file() {
+    let real = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/traces/real");
+    for (name, input) in [
+        ("particle_transformer_a100.json", "trace"),
+        ("hta_rank1_of_2_v100.json.gz", "trace"),
+        ("hta_memory_timeline.raw.json.gz", "memory_timeline"),
+    ] {
+        let file = real.join(name);
+        let output = collector(&["report"], &file);
+        assert!(output.status.success(), "{name}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        for recording_only in [
+            "NVML",
+            "probe",
+            "how the job ended is not known",
+            "run the job under the collector",
+            "tidemark.phase",
+        ] {
+            assert!(
+                !text.contains(recording_only),
+                "{name}: {recording_only}\n{text}"
+            );
+        }
+        if text.contains("Cannot tell yet") {
+            assert_eq!(text.matches("not enough data").count(), 1, "{name}: {text}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_slice(&collector(&["report", "--json"], &file).stdout).unwrap();
+        assert_eq!(json["input"], input, "{name}");
+    }
+    let text =
+        String::from_utf8(collector(&["report"], &real.join("hta_rank1_of_2_v100.json.gz")).stdout)
+            .unwrap();
+    assert!(
+        text.contains("phases attributed with PyTorch's allocated bytes at every phase edge, from the profiler trace's own memory events"),
+        "{text}"
+    );
+}
+
 /// `collector check` on a snapshot gates on the snapshot's verdict: taken at an out-of-memory
 /// error, it fails (unless `oom` is not among the kinds that fail), naming the verdict; a
 /// snapshot whose verdict names no problem passes.
