@@ -6,6 +6,10 @@ use super::{Chunk, Column, Record, Recording, SeriesKey};
 
 /// How far apart two nodes' recordings may start and still be one run.
 const SAME_RUN_NS: u64 = 10 * 60 * 1_000_000_000;
+/// Nodes of one run record at the same time: one that began this long after the first ended is
+/// another run (a node's job that died at its start, and another node's collector that a
+/// scheduler started late, still overlap within it).
+const OVERLAP_GRACE_NS: u64 = 60 * 1_000_000_000;
 
 /// Whether recordings with these headers look like the nodes of one run (one collector per node):
 /// at least two, each from its own host, of one command, started within ten minutes of each
@@ -66,6 +70,7 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
     };
     let start = recordings[first].header.start_unix_ns;
     let command = recordings[first].header.command.clone();
+    let first_ends = start.saturating_add(recordings[first].duration_ns());
     let mut merged = Recording::new(recordings[first].header.clone());
     let mut hosts = Vec::new();
     let mut rank_files: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
@@ -95,6 +100,18 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
                 format!(
                     "another run: it started {:.0} s {when} the others",
                     apart as f64 / 1e9
+                ),
+            ));
+            continue;
+        }
+        // (None begins before the first: those were left out above.)
+        let began = starts[index];
+        if began > first_ends.saturating_add(OVERLAP_GRACE_NS) {
+            left_out.push((
+                index,
+                format!(
+                    "another run: it began {:.0} s after the first recording ended, so they never recorded at the same time (two runs are compared with `collector diff A B`)",
+                    (began - first_ends) as f64 / 1e9
                 ),
             ));
             continue;

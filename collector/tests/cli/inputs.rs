@@ -144,3 +144,62 @@ fn import_refuses_what_is_not_a_snapshot_in_one_message() {
         }
     }
 }
+
+/// Two recordings of one command from two hosts that never recorded at the same time (the second
+/// began two minutes after the first ended) are two runs, not two nodes of one: the report judges
+/// the first alone and says why the second was left out, pointing to `collector diff`. One that
+/// began within a minute of the first's end (a node's collector started late) is still a node.
+#[test]
+fn recordings_that_never_overlap_are_two_runs_not_two_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = node_recording(dir.path(), 0, "train").unwrap();
+    let b = node_recording(dir.path(), 1, "train").unwrap();
+    let first = collector::recording::read_file(&a).unwrap();
+    let a_ends = first.header.start_unix_ns + first.duration_ns();
+    let started = |seconds_after_a_ended: u64| {
+        let mut later = collector::recording::read_file(&b).unwrap();
+        later.header.start_unix_ns = a_ends + seconds_after_a_ended * 1_000_000_000;
+        collector::recording::write_file(&b, &later).unwrap();
+    };
+    let report = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+            .args(["report", "--json"])
+            .args([&a, &b])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    started(120);
+    let json = report();
+    let warnings = json["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| {
+            let w = w.as_str().unwrap();
+            w.starts_with(&format!(
+                "left out {}: another run: it began 120 s after the first recording ended",
+                b.display()
+            )) && w.contains("collector diff A B")
+        }),
+        "{warnings:?}"
+    );
+    // The first alone: its rank only.
+    assert_eq!(json["headline"], collector_headline(&a), "{json:#}");
+    started(30);
+    let json = report();
+    assert!(
+        json["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| !w.as_str().unwrap().contains("another run")),
+        "{json:#}"
+    );
+    assert_eq!(json["analysis"]["ranks"].as_array().unwrap().len(), 2);
+}
+
+/// The headline `collector report --json FILE` gives.
+fn collector_headline(file: &std::path::Path) -> serde_json::Value {
+    let output = collector(&["report", "--json"], file);
+    serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()["headline"].clone()
+}
