@@ -158,12 +158,11 @@ impl VerdictDrawing {
     /// the caption starts with.
     fn new(recording: &Recording, analysis: &Analysis, lead: &str) -> Self {
         let s = &analysis.step_series;
-        let stride = s.values.len().div_ceil(2000).max(1);
+        let points: Vec<(u64, f64)> = (0..s.values.len())
+            .map(|i| (s.times_ns[i], s.values[i] as f64))
+            .collect();
         Self {
-            baseline: (0..s.values.len())
-                .step_by(stride)
-                .map(|i| (s.times_ns[i], s.values[i] as f64))
-                .collect(),
+            baseline: collector::plot::thin_min_max(&points),
             trend: analysis.trend_line(),
             problem_phase: analysis.problem_phase().cloned(),
             capacity: analysis

@@ -37,11 +37,10 @@ fn svg(
 /// and dashed, B in the colour of what it measures.
 pub fn steps_svg(a: &StepSeries, b: &StepSeries, what: &str) -> Result<String, String> {
     let points = |s: &StepSeries| -> Vec<(f64, f64)> {
-        let stride = s.values.len().div_ceil(1000).max(1);
-        (0..s.values.len())
-            .step_by(stride)
+        let points: Vec<(f64, f64)> = (0..s.values.len())
             .map(|i| (s.steps[i] as f64, s.values[i] as f64))
-            .collect()
+            .collect();
+        collector::plot::thin_min_max(&points)
     };
     let (pa, pb) = (points(a), points(b));
     if pa.is_empty() && pb.is_empty() {

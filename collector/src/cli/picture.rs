@@ -289,16 +289,16 @@ pub fn timeline_svg(
         // The step baseline the verdict judged, and its trend.
         let s = &analysis.step_series;
         if !s.values.is_empty() {
-            let stride = s.values.len().div_ceil(300).max(1);
             let base = color(palette::BASELINE);
+            let points: Vec<(f64, f64)> = (0..s.values.len())
+                .map(|i| (s.times_ns[i] as f64 / 1e9, s.values[i] as f64))
+                .collect();
             chart
-                .draw_series((0..s.values.len()).step_by(stride).map(|i| {
-                    Circle::new(
-                        (s.times_ns[i] as f64 / 1e9, s.values[i] as f64),
-                        2,
-                        base.filled(),
-                    )
-                }))
+                .draw_series(
+                    collector::plot::thin_min_max(&points)
+                        .into_iter()
+                        .map(|point| Circle::new(point, 2, base.filled())),
+                )
                 .map_err(err)?
                 .label("step baseline")
                 .legend(move |(x, y)| Circle::new((x + 9, y), 3, base.filled()));

@@ -425,6 +425,38 @@ impl Stepped {
     }
 }
 
+/// How many points a step baseline is drawn with, at most, on every face (the viewer, the
+/// report's picture, `diff`'s).
+pub const BASELINE_POINTS: usize = 1000;
+
+/// A short series (a step baseline: one point a step) thinned to at most [`BASELINE_POINTS`]
+/// points as the curves are: consecutive points in buckets, each bucket's lowest and highest kept
+/// in their order, so that a spike between the points kept is not lost (as an every-n-th stride
+/// loses it). All of them when there are few.
+pub fn thin_min_max<X: Copy>(points: &[(X, f64)]) -> Vec<(X, f64)> {
+    let per_bucket = points.len().div_ceil(BASELINE_POINTS / 2).max(1);
+    if per_bucket == 1 {
+        return points.to_vec();
+    }
+    let mut out = Vec::with_capacity(BASELINE_POINTS);
+    for bucket in points.chunks(per_bucket) {
+        let (mut lo, mut hi) = (0, 0);
+        for (i, p) in bucket.iter().enumerate() {
+            if p.1 < bucket[lo].1 {
+                lo = i;
+            }
+            if p.1 > bucket[hi].1 {
+                hi = i;
+            }
+        }
+        out.push(bucket[lo.min(hi)]);
+        if lo != hi {
+            out.push(bucket[lo.max(hi)]);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -656,5 +688,22 @@ mod tests {
         assert_eq!(series.visible(0, 10, 100), vec![(5, 7)]);
         assert_eq!(series.value_at(4), None);
         assert_eq!(series.value_at(5), Some(7));
+    }
+
+    /// A spike at one step of 10,000 is kept, whichever step it falls on; the order holds, and
+    /// at most BASELINE_POINTS points come out.
+    #[test]
+    fn a_thinned_baseline_keeps_its_spikes() {
+        for spike in [0, 1, 4_999, 9_998, 9_999] {
+            let points: Vec<(u64, f64)> = (0..10_000u64)
+                .map(|i| (i, if i == spike { 9.0 } else { (i % 7) as f64 }))
+                .collect();
+            let thin = thin_min_max(&points);
+            assert!(thin.len() <= BASELINE_POINTS, "{}", thin.len());
+            assert!(thin.contains(&(spike, 9.0)), "spike at {spike}");
+            assert!(thin.windows(2).all(|w| w[0].0 < w[1].0));
+        }
+        let few: Vec<(u64, f64)> = (0..10).map(|i| (i, i as f64)).collect();
+        assert_eq!(thin_min_max(&few), few);
     }
 }

@@ -11,4 +11,4 @@ pub mod lod;
 pub use bands::{Band, phase_bands, running_at, spans_in};
 pub use curves::{Trace, TraceKind, grow, traces, traces_for_one_picture};
 pub use events::{Event, EventKind, events};
-pub use lod::{Levels, LodSeries, Shown};
+pub use lod::{BASELINE_POINTS, Levels, LodSeries, Shown, thin_min_max};
