@@ -412,19 +412,18 @@ fn a_snapshots_report_speaks_of_a_snapshot() {
         let text = String::from_utf8(output.stdout).unwrap();
         let first = text.lines().next().unwrap_or_default();
         assert_eq!(format!("{first}\n"), format!("{}{header}", file.display()));
-        for recording_only in [
-            " steps)",
-            "1 steps",
-            "NVML was not available",
-            "how the job ended is not known",
-            "run the job under the collector",
-            "tidemark.phase",
-        ] {
-            assert!(
-                !text.contains(recording_only),
-                "{name}: {recording_only}\n{text}"
-            );
-        }
+        says_none_of(
+            name,
+            &text,
+            &[
+                " steps)",
+                "1 steps",
+                "NVML was not available",
+                "how the job ended is not known",
+                "run the job under the collector",
+                "tidemark.phase",
+            ],
+        );
         let json: serde_json::Value =
             serde_json::from_slice(&collector(&["report", "--json"], &file).stdout).unwrap();
         let lacks = json["analysis"]["lacks"].as_array().unwrap();
@@ -440,6 +439,13 @@ fn a_snapshots_report_speaks_of_a_snapshot() {
     let text =
         String::from_utf8(collector(&["report"], &corpus("healthy.msgpack")).stdout).unwrap();
     assert!(text.contains("steps)\n"), "{text}");
+}
+
+/// That the report of `name` says none of what only a recording made by the collector says.
+fn says_none_of(name: &str, text: &str, recording_only: &[&str]) {
+    for said in recording_only {
+        assert!(!text.contains(said), "{name}: {said}\n{text}");
+    }
 }
 
 /// A profiler trace's and a memory timeline's reports speak of the file, not of a job the
@@ -458,18 +464,17 @@ fn a_profiler_files_report_speaks_of_the_file() {
         let output = collector(&["report"], &file);
         assert!(output.status.success(), "{name}");
         let text = String::from_utf8(output.stdout).unwrap();
-        for recording_only in [
-            "NVML",
-            "probe",
-            "how the job ended is not known",
-            "run the job under the collector",
-            "tidemark.phase",
-        ] {
-            assert!(
-                !text.contains(recording_only),
-                "{name}: {recording_only}\n{text}"
-            );
-        }
+        says_none_of(
+            name,
+            &text,
+            &[
+                "NVML",
+                "probe",
+                "how the job ended is not known",
+                "run the job under the collector",
+                "tidemark.phase",
+            ],
+        );
         if text.contains("Cannot tell yet") {
             assert_eq!(text.matches("not enough data").count(), 1, "{name}: {text}");
         }
