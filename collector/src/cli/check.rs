@@ -101,13 +101,24 @@ pub fn check(args: &CheckArgs) -> Result<Answer, Failure> {
     if let Some(base) = &args.baseline {
         return check_against(args, base);
     }
-    let (analysis, verdict) = load(&args.file)?;
+    let (analysis, snapshot_verdict) = load(&args.file)?;
     let failing = failing_findings(args, &analysis);
-    let verdict = failing_verdict(args, &analysis, verdict.as_ref());
+    let verdict = failing_verdict(args, &analysis, snapshot_verdict.as_ref());
     if failing.is_empty() && verdict.is_none() {
+        let n = analysis.step_series.values.len();
+        let over = match (n, analysis.by_step, snapshot_verdict.is_some()) {
+            (0, _, true) => {
+                "the snapshot's own verdict: it has no trace to judge over time".to_owned()
+            }
+            (0, _, false) => "no steps or time windows to judge over".to_owned(),
+            (n, true, _) => format!("judged over {}", collector::format::count(n, "step")),
+            (n, false, _) => format!(
+                "judged over {}, the lowest memory of each, as no steps are marked",
+                collector::format::count(n, "time window")
+            ),
+        };
         super::out(format_args!(
-            "collector check: ok ({}, no {})\n",
-            collector::format::count(analysis.step_series.values.len(), analysis.unit()),
+            "collector check: ok ({over}; none of: {})\n",
             args.fail_on
                 .iter()
                 .map(|k| k.as_str())

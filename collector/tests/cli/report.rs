@@ -388,7 +388,13 @@ fn check_fails_a_job_that_failed() {
     assert!(run.status.success(), "{}", crate::stderr(&run));
     let (code, text) = check(&job, &[]);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.starts_with("collector check: ok"), "{text}");
+    // No steps: what it was judged over says how.
+    assert!(
+        text.starts_with("collector check: ok (judged over ")
+            && text.contains("time window")
+            && text.contains("as no steps are marked; none of: oom, failed"),
+        "{text}"
+    );
 }
 
 /// A snapshot's report speaks of a snapshot: its header says what it is (no "1 steps" for a
@@ -525,11 +531,12 @@ fn check_on_a_snapshot_gates_on_its_verdict() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
+    // Without a trace it passes on its own verdict, and says so (not "0 windows").
     let output = collector(&["check"], &real_snapshot("verl_rollout_state.pickle"));
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stdout)
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.starts_with("collector check: ok (the snapshot's own verdict: it has no trace to judge over time; none of: oom, failed, leak"),
+        "{text}"
     );
 }
