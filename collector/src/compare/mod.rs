@@ -28,6 +28,5 @@ pub use self::recordings::{
     CategoryChange, DeviceChange, HolderChange, PhaseChange, RecordingDiff, compare_recordings,
 };
 pub use self::snapshots::{
-    NO_FRAMES, SiteChange, SiteStatus, SnapshotDevice, SnapshotDiff, SnapshotFacts,
-    compare_snapshots, site_of,
+    SiteChange, SiteStatus, SnapshotDevice, SnapshotDiff, SnapshotFacts, compare_snapshots, site_of,
 };

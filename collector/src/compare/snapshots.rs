@@ -6,38 +6,19 @@ use foldhash::HashMap;
 use serde::Serialize;
 
 use super::Pair;
-use crate::snapshot::{BlockState, Frame, LiveIndex, Snapshot};
+use crate::snapshot::{BEFORE_HISTORY, BlockState, CPP_ONLY, Frame, LiveIndex, SiteKey, Snapshot};
 
-/// Where a block was allocated, as a person names it: the stack's first frame that is the user's
-/// code — not PyTorch's internals (`torch/`), not an installed library (`site-packages/`), not
-/// Python's frozen modules, not a `__torch_function__` / `__torch_dispatch__` wrapper — else its
-/// first frame worth showing ([`Snapshot::user_frames`]); `(no frames recorded)` without frames.
-/// Files are named by their last two path components, so that two checkouts name a line alike.
+/// Where a block was allocated, as a person names it: the one rule the report, the viewer and
+/// the leak suspects share ([`Snapshot::site`]: the stack's first frame of the user's own code,
+/// else an installed package's, else PyTorch's or Python's; [`CPP_ONLY`] or [`BEFORE_HISTORY`]
+/// without a Python frame). Files are named by their last two path components, so that two
+/// checkouts name a line alike.
 pub fn site_of(snapshot: &Snapshot, stack: u32) -> String {
-    let frames = snapshot.user_frames(stack);
-    let user = frames.iter().find(|f| {
-        let file = snapshot.string(f.filename);
-        file.ends_with(".py") && !internal(file, snapshot.string(f.name))
-    });
-    match user.or(frames.first()) {
-        Some(frame) => site_text(snapshot, frame),
-        None => NO_FRAMES.to_owned(),
+    match snapshot.site(stack) {
+        SiteKey::Frame(frame) => site_text(snapshot, &frame),
+        SiteKey::CppOnly => CPP_ONLY.to_owned(),
+        SiteKey::NoFrames => BEFORE_HISTORY.to_owned(),
     }
-}
-
-/// The site of blocks whose stack holds no frame.
-pub const NO_FRAMES: &str = "(no frames recorded)";
-
-/// Whether a frame is PyTorch's or a library's rather than the user's.
-fn internal(file: &str, name: &str) -> bool {
-    let file = file.replace('\\', "/");
-    file.contains("/torch/")
-        || file.starts_with("torch/")
-        || file.contains("site-packages/")
-        || file.contains("dist-packages/")
-        || file.starts_with("<frozen")
-        || name.contains("__torch_function__")
-        || name.contains("__torch_dispatch__")
 }
 
 /// `name (dir/file.py:line)`.
@@ -333,26 +314,5 @@ pub fn compare_snapshots(a: &SnapshotFacts, b: &SnapshotFacts) -> SnapshotDiff {
         devices,
         sites,
         notes,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_of_torch_and_libraries_are_not_the_user_s() {
-        assert!(internal("/x/site-packages/torch/functional.py", "einsum"));
-        assert!(internal(
-            "/usr/lib/python3/dist-packages/einops/einops.py",
-            "einsum"
-        ));
-        assert!(internal("<frozen runpy>", "_run_code"));
-        assert!(internal("/home/me/model.py", "__torch_function__"));
-        assert!(internal(
-            "/src/pytorch/torch/nn/modules/module.py",
-            "_call_impl"
-        ));
-        assert!(!internal("/home/me/cs336_basics/model.py", "forward"));
     }
 }

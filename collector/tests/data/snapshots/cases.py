@@ -607,30 +607,49 @@ def pair(directory):
         pickle.dump(pair_snapshot(after, 32 * MIB, device=1), f, protocol=4)
 
 
-CPP_INTERNAL = ("CachingAllocator", "gather_with_cpp")
+def owner(f):
+    """Who wrote a Python frame: 0 the user, 1 an installed package, 2 PyTorch (and the code
+    Inductor generates), Python's standard library, `<…>` code or a `__torch_function__` wrapper."""
+    path = f["filename"].replace("\\", "/")
+    name = f["name"]
+    torch = "/torch/" in path or path.startswith("torch/") or "/torchinductor_" in path
+    if (torch or path.startswith("<") or standard_library(path)
+            or "__torch_function__" in name or "__torch_dispatch__" in name):
+        return 2
+    if "/site-packages/" in path or "/dist-packages/" in path:
+        return 1
+    return 0
+
+
+def standard_library(path):
+    """Under `lib/python3.x/` (or `lib64/`), or a Windows installation's `Lib/`, and not in an
+    installed package."""
+    if "/site-packages/" in path or "/dist-packages/" in path:
+        return False
+    parts = path.split("/")
+    for a, b in zip(parts, parts[1:]):
+        version = b[len("python"):] if b.startswith("python") else ""
+        if (a in ("lib", "lib64") and version and all(c.isdigit() or c == "." for c in version)) or a == "Lib":
+            return True
+    return False
 
 
 def site(frames):
-    """The allocation site as `collector diff` names it: the first Python frame of the user's
-    code, else the first Python frame, else the first C++ frame outside the allocator."""
+    """The allocation site as every face of tidemark names it: the first Python frame of the
+    user's code, else of an installed package, else the first Python frame; "C++ only" without
+    one; "allocated before the history was recorded" without frames. `collector diff` spells
+    its file by the last two parts of the path."""
     frames = frames or []
-    python = [f for f in frames if f["filename"].endswith(".py")]
-    shown = python or [
-        f for f in frames
-        if not (any(s in f["name"] for s in CPP_INTERNAL)
-                or f["name"].startswith(("torch::unwind", "torch::CapturedTraceback")))
-    ]
-
-    def internal(f):
-        path = f["filename"].replace("\\", "/")
-        return ("/torch/" in path or path.startswith("torch/") or "site-packages/" in path
-                or "dist-packages/" in path or path.startswith("<frozen")
-                or "__torch_function__" in f["name"] or "__torch_dispatch__" in f["name"])
-
-    pick = next((f for f in shown if f["filename"].endswith(".py") and not internal(f)), None)
-    pick = pick or (shown[0] if shown else None)
+    pick = None
+    for f in frames:
+        if not f["filename"].endswith(".py"):
+            continue
+        if pick is None or owner(f) < owner(pick):
+            pick = f
+            if owner(f) == 0:
+                break
     if pick is None:
-        return "(no frames recorded)"
+        return "C++ only" if frames else "allocated before the history was recorded"
     parts = pick["filename"].replace("\\", "/").split("/")
     short = "/".join(parts[-2:]) if len(parts) >= 2 and parts[-2] else parts[-1]
     if 0 < pick["line"] < 2**32 and short:
