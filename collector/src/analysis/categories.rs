@@ -41,6 +41,11 @@ pub struct CategoryStats {
     pub rest: Option<CategoryTrend>,
     /// What the total is: "allocated GPU memory" or "the C heap in use".
     pub total_is: &'static str,
+    /// The gradients of the step before are alive at most step starts and freed before the
+    /// backward (`zero_grad()` after the forward, as Lightning's closure does): freed, not kept,
+    /// but the forward runs with them, and its peak includes them ([`gradients_kept`]'s other
+    /// answer, set where it could tell).
+    pub gradients_freed_after_forward: bool,
     /// The values at each step start, for views.
     #[serde(skip)]
     pub points: Vec<Categories>,
@@ -85,6 +90,7 @@ pub(super) fn category_stats(recording: &Recording, pid: Option<u32>) -> Vec<Cat
                 } else {
                     "the C heap in use"
                 },
+                gradients_freed_after_forward: false,
                 points,
             }
         })
@@ -250,6 +256,29 @@ pub(super) fn state_growth(stats: &CategoryStats, basis: Basis) -> Option<Findin
     })
 }
 
+/// Whether gradients as large as half the parameters (and a MiB) are alive at most step starts,
+/// and flat.
+fn gradients_alive_at_step_starts(stats: &CategoryStats) -> bool {
+    let g = &stats.gradients;
+    let p = &stats.parameters;
+    stats.steps >= 3
+        && !g.grows
+        && p.median_bytes > 0
+        && (g.median_bytes as f64) >= 0.5 * p.median_bytes as f64
+        && (g.median_bytes as f64) >= MIB
+}
+
+/// Gradients alive at most step starts that the step frees before its backward (at least half
+/// of them, by `freed_before_backward`, measured where frees show): `zero_grad()` after the
+/// forward.
+pub(super) fn gradients_freed_after_forward(
+    stats: &CategoryStats,
+    freed_before_backward: Option<f64>,
+) -> bool {
+    gradients_alive_at_step_starts(stats)
+        && freed_before_backward.is_some_and(|f| f >= 0.5 * stats.gradients.median_bytes as f64)
+}
+
 /// Gradients allocated at most step starts and never freed in the step before the backward
 /// makes them again (`zero_grad(set_to_none=False)`, or no `zero_grad` at all): flat, not a
 /// leak, but it holds the memory of a second copy of the parameters through the forward.
@@ -267,17 +296,13 @@ pub(super) fn gradients_kept(
     basis: Basis,
     freed_before_backward: Option<f64>,
 ) -> Option<Finding> {
-    let g = &stats.gradients;
-    let p = &stats.parameters;
-    if stats.steps < 3
-        || g.grows
-        || p.median_bytes == 0
-        || (g.median_bytes as f64) < 0.5 * p.median_bytes as f64
-        || (g.median_bytes as f64) < MIB
-        || freed_before_backward.is_none_or(|f| f >= 0.5 * g.median_bytes as f64)
+    if !gradients_alive_at_step_starts(stats)
+        || freed_before_backward.is_none_or(|f| f >= 0.5 * stats.gradients.median_bytes as f64)
     {
         return None;
     }
+    let g = &stats.gradients;
+    let p = &stats.parameters;
     Some(Finding {
         kind: FindingKind::GradientsKept,
         title: format!(

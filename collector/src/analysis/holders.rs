@@ -9,7 +9,8 @@
 use serde::Serialize;
 
 use super::categories::{
-    CategoryStats, category_evidence, category_stats, gradients_kept, state_growth,
+    CategoryStats, category_evidence, category_stats, gradients_freed_after_forward,
+    gradients_kept, state_growth,
 };
 use super::{Analysis, Attribution, Basis, Finding, FindingKind};
 use crate::format::format_bytes;
@@ -239,7 +240,7 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
         Some(Attribution::Allocator | Attribution::HostHeap)
     );
     let mut findings = Vec::new();
-    for stats in &analysis.categories {
+    for stats in &mut analysis.categories {
         findings.extend(state_growth(stats, analysis.basis));
         // What the basis saw freed before the backward is about the basis' own memory.
         let on_basis = basis_stats
@@ -249,6 +250,7 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
             .freed_before_backward
             .filter(|_| on_basis && frees_show);
         findings.extend(gradients_kept(stats, analysis.basis, freed));
+        stats.gradients_freed_after_forward = gradients_freed_after_forward(stats, freed);
     }
     let basis = analysis.basis;
     let holders = analysis.holders.clone();

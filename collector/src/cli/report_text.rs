@@ -294,6 +294,18 @@ fn categories_text(out: &mut String, analysis: &Analysis) {
             "allocated GPU memory (host: the C heap in use)"
         }
     );
+    for c in analysis
+        .categories
+        .iter()
+        .filter(|c| c.gradients_freed_after_forward)
+    {
+        let place = c.device.map_or("host".to_owned(), |d| format!("cuda:{d}"));
+        let _ = writeln!(
+            out,
+            "  {place}: the step before's gradients ({}) live through each forward and are freed before the backward (`zero_grad()` after the forward, as Lightning's closure calls it): freed, not kept, but the forward's peak includes them; `zero_grad()` before the forward would free them first",
+            format_bytes(c.gradients.median_bytes as f64)
+        );
+    }
 }
 
 /// The HOLDERS section: who holds the live tensors at the last census, and who grew.
