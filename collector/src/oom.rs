@@ -13,7 +13,11 @@
 //!   150.86 MiB cached)", where "cached" is the cache's unallocated part;
 //! - any of them with a `[rankN]:` prefix (torchrun);
 //! - "CUDA error: out of memory" (from the CUDA runtime) and, before 1.0, "cuda runtime error (2) :
-//!   out of memory": no numbers.
+//!   out of memory": no numbers;
+//! - and the out-of-memory errors of others than PyTorch's caching allocator ([`OomSource`]):
+//!   cuBLAS's `CUBLAS_STATUS_ALLOC_FAILED`, cuDNN's `CUDNN_STATUS_ALLOC_FAILED`, NCCL's
+//!   `Cuda failure 'out of memory'`, and the `cudaMallocAsync` backend's "would exceed allowed
+//!   memory": no numbers either, but who could not allocate.
 
 use std::sync::OnceLock;
 
@@ -100,13 +104,113 @@ fn index(re: &Regex, line: &str) -> Option<u32> {
     re.captures(line)?.get(1)?.as_str().parse().ok()
 }
 
-/// Whether a line of stderr reports a CUDA (or ROCm) out-of-memory error.
+/// Who could not allocate, told from the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OomSource {
+    /// PyTorch's caching allocator (CUDA or ROCm): "CUDA out of memory. Tried to allocate …".
+    Allocator,
+    /// The `cudaMallocAsync` backend (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`).
+    AsyncAllocator,
+    /// The CUDA runtime itself, outside PyTorch's cache: "CUDA error: out of memory" (a CUDA
+    /// context that could not be made, an extension's own `cudaMalloc`).
+    Runtime,
+    /// cuBLAS, making its handle or workspace.
+    Cublas,
+    /// cuDNN, allocating its workspace.
+    Cudnn,
+    /// NCCL, allocating its buffers.
+    Nccl,
+}
+
+/// The marks of each source's message, most specific first.
+const SOURCES: [(&str, OomSource); 10] = [
+    ("CUBLAS_STATUS_ALLOC_FAILED", OomSource::Cublas),
+    ("CUDNN_STATUS_ALLOC_FAILED", OomSource::Cudnn),
+    ("Cuda failure 'out of memory'", OomSource::Nccl),
+    ("Cuda failure 2 'out of memory'", OomSource::Nccl),
+    ("would exceed allowed memory", OomSource::AsyncAllocator),
+    ("CUDA out of memory", OomSource::Allocator),
+    ("HIP out of memory", OomSource::Allocator),
+    ("CUDA error: out of memory", OomSource::Runtime),
+    ("HIP error: out of memory", OomSource::Runtime),
+    ("cuda runtime error (2) : out of memory", OomSource::Runtime),
+];
+
+impl OomSource {
+    /// Who could not allocate in `message`, when it is an out-of-memory error.
+    pub fn of(message: &str) -> Option<Self> {
+        SOURCES
+            .iter()
+            .find(|(mark, _)| message.contains(mark))
+            .map(|&(_, source)| source)
+    }
+
+    /// Who it is, as a title names it ("Out of memory in cuBLAS"); `None` for PyTorch's caching
+    /// allocator, the usual one.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Self::Allocator => None,
+            Self::AsyncAllocator => Some("cudaMallocAsync"),
+            Self::Runtime => Some("the CUDA runtime"),
+            Self::Cublas => Some("cuBLAS"),
+            Self::Cudnn => Some("cuDNN"),
+            Self::Nccl => Some("NCCL"),
+        }
+    }
+
+    /// What failed, said as evidence.
+    pub fn what_failed(self) -> Option<&'static str> {
+        match self {
+            Self::Allocator => None,
+            Self::AsyncAllocator => Some(
+                "the allocation that failed was the cudaMallocAsync backend's: its pool could not grow within the device's memory (or the memory fraction's limit)",
+            ),
+            Self::Runtime => Some(
+                "the allocation that failed was the CUDA runtime's, outside PyTorch's cache: a CUDA context that could not be made, or a library's or extension's own cudaMalloc",
+            ),
+            Self::Cublas => Some(
+                "the allocation that failed was cuBLAS's (CUBLAS_STATUS_ALLOC_FAILED), making its handle or workspace: outside PyTorch's cache, so what the cache held, even unused, left it no room",
+            ),
+            Self::Cudnn => Some(
+                "the allocation that failed was cuDNN's (CUDNN_STATUS_ALLOC_FAILED), for an algorithm's workspace: outside the tensors, often the first sign that the step's peak barely fits",
+            ),
+            Self::Nccl => Some(
+                "the allocation that failed was NCCL's (Cuda failure 'out of memory'), for its communication buffers: outside PyTorch's cache, so what the cache held, even unused, left it no room",
+            ),
+        }
+    }
+
+    /// What to try, for a source other than the caching allocator.
+    pub fn hints(self) -> Vec<String> {
+        let hints: &[&str] = match self {
+            Self::Allocator => &[],
+            Self::AsyncAllocator => &[
+                "the cudaMallocAsync backend frees to its pool, not to the device: `torch.cuda.empty_cache()` trims it; the caching allocator (the default backend) reports its numbers in the message",
+            ],
+            Self::Runtime => &[
+                "leave the device some memory outside PyTorch's cache: `torch.cuda.set_per_process_memory_fraction`, or `torch.cuda.empty_cache()` before the library that allocates on its own",
+                "another process on the GPU (check `nvidia-smi`) takes what the CUDA context needs",
+            ],
+            Self::Cublas => &[
+                "`torch.cuda.empty_cache()` before the first matmul of a phase hands cached, unused blocks back so that cuBLAS can allocate; a smaller `CUBLAS_WORKSPACE_CONFIG` (e.g. `:4096:8`) shrinks its workspace",
+                "leave room outside PyTorch's cache: `torch.cuda.set_per_process_memory_fraction(0.95)`",
+            ],
+            Self::Cudnn => &[
+                "`torch.backends.cudnn.benchmark = False` and a smaller batch pick algorithms with smaller workspaces",
+                "the step's peak is close to the device's memory: see the phases' watermarks",
+            ],
+            Self::Nccl => &[
+                "NCCL's buffers live outside PyTorch's cache: leave room with `torch.cuda.set_per_process_memory_fraction`, or lower `NCCL_BUFFSIZE`; create the process group (and run a first collective) before the model fills the device",
+            ],
+        };
+        hints.iter().map(|h| (*h).to_owned()).collect()
+    }
+}
+
+/// Whether a line of stderr reports a CUDA (or ROCm) out-of-memory error, PyTorch's caching
+/// allocator's or another's ([`OomSource`]).
 pub fn is_oom_line(line: &str) -> bool {
-    line.contains("CUDA out of memory")
-        || line.contains("CUDA error: out of memory")
-        || line.contains("HIP out of memory")
-        || line.contains("HIP error: out of memory")
-        || line.contains("cuda runtime error (2) : out of memory")
+    OomSource::of(line).is_some()
 }
 
 /// The limit a memory fraction (`torch.cuda.set_per_process_memory_fraction`) puts on PyTorch's
@@ -301,5 +405,53 @@ mod tests {
     fn other_lines_are_not_ooms() {
         assert_eq!(parse_oom_line("epoch 3 loss 0.25", 0), None);
         assert_eq!(parse_oom_line("out of memory", 0), None);
+    }
+
+    /// The out-of-memory errors of others than the caching allocator are recognised and named,
+    /// as PyTorch, cuBLAS, cuDNN and NCCL print them; an unrelated error is not one.
+    #[test]
+    fn who_could_not_allocate() {
+        for (line, source) in [
+            (
+                "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                Some(OomSource::Cublas),
+            ),
+            (
+                "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+                Some(OomSource::Cudnn),
+            ),
+            (
+                "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5 ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda failure 'out of memory'",
+                Some(OomSource::Nccl),
+            ),
+            (
+                "host:1234:1234 [0] include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'",
+                Some(OomSource::Nccl),
+            ),
+            (
+                "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+                Some(OomSource::AsyncAllocator),
+            ),
+            (
+                "RuntimeError: CUDA error: out of memory",
+                Some(OomSource::Runtime),
+            ),
+            (
+                "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 63.98 GiB of which 1.02 GiB is free.",
+                Some(OomSource::Allocator),
+            ),
+            ("RuntimeError: cuDNN error: CUDNN_STATUS_BAD_PARAM", None),
+        ] {
+            assert_eq!(OomSource::of(line), source, "{line}");
+            assert_eq!(is_oom_line(line), source.is_some(), "{line}");
+            if let Some(source) = source {
+                assert_eq!(source.name().is_none(), source == OomSource::Allocator);
+                assert_eq!(source.hints().is_empty(), source == OomSource::Allocator);
+            }
+        }
+        // The caching allocator's numbers are still read when a message is prefixed.
+        let oom = parse_oom_line("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity; 6.49 GiB already allocated; 3.56 MiB free; 6.56 GiB reserved in total by PyTorch)", 0).unwrap();
+        assert_eq!(oom.rank, Some(1));
+        assert_eq!(oom.tried_bytes, bytes(20.0 * MIB));
     }
 }

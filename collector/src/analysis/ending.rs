@@ -7,7 +7,7 @@ use serde::Serialize;
 pub use super::killed::Killer;
 use super::oom_cause::{Contribution, hints, judge_oom};
 use super::{Analysis, Basis, Finding, FindingKind};
-use crate::format::format_duration;
+use crate::format::{format_bytes, format_duration};
 use crate::recording::{KernelMemory, Phase, Recording};
 
 /// Why the device ran out of memory.
@@ -161,7 +161,8 @@ pub(super) fn judge_ending(
             }),
         None => None,
     };
-    for v in &verdicts {
+    for (v, oom) in verdicts.iter().zip(&recording.ooms) {
+        let source = crate::oom::OomSource::of(&oom.message);
         let seconds = v.t_ns as f64 / 1e9;
         let when = if seconds < 60.0 {
             format!("{seconds:.1} s")
@@ -181,18 +182,35 @@ pub(super) fn judge_ending(
         if let Some(device) = v.device {
             place.push(format!("cuda:{device}"));
         }
-        let mut evidence = v.evidence.clone();
+        let mut evidence = Vec::new();
+        let mut source_hints = Vec::new();
+        let mut who = String::new();
+        if let Some(source) = source.filter(|s| *s != crate::oom::OomSource::Allocator) {
+            who = source
+                .name()
+                .map(|n| format!(" in {n}"))
+                .unwrap_or_default();
+            evidence.extend(source.what_failed().map(str::to_owned));
+            evidence.extend(cache_at(recording, oom));
+            source_hints = source.hints();
+        }
+        evidence.extend(v.evidence.iter().cloned());
         if let Some(how) = &how_it_ended {
             evidence.push(how.clone());
         }
+        source_hints.extend(hints(v.cause));
         analysis.findings.push(Finding {
             kind: FindingKind::Oom,
-            title: format!("Out of memory ({}) {}", v.cause_name(), place.join(", ")),
+            title: format!(
+                "Out of memory{who} ({}) {}",
+                v.cause_name(),
+                place.join(", ")
+            ),
             phase: v.phase.clone(),
             basis: Basis::Allocated,
             growth_per_step_bytes: None,
             evidence,
-            hints: hints(v.cause),
+            hints: source_hints,
         });
     }
     if verdicts.is_empty()
@@ -222,6 +240,38 @@ pub(super) fn judge_ending(
         analysis.lacks.push(super::LACKS_END.to_owned());
     }
     analysis.ooms = verdicts;
+}
+
+/// What PyTorch's cache held on the error's device (its rank's, else the first) at the probe's
+/// last reading before an error the cache did not raise itself (its message carries no numbers),
+/// against the device's memory.
+fn cache_at(recording: &Recording, oom: &crate::recording::Oom) -> Option<String> {
+    let readings = &recording.allocator;
+    let device = oom
+        .device
+        .or_else(|| readings.source_counts().first().map(|&((_, d), _)| d))?;
+    let last = (0..readings.len())
+        .filter(|&i| {
+            readings.device(i) == device
+                && readings.t_ns(i) <= oom.t_ns
+                && oom
+                    .rank
+                    .is_none_or(|r| readings.source(i).0.rank == Some(r))
+        })
+        .max_by_key(|&i| readings.t_ns(i))?;
+    let capacity = recording
+        .header
+        .devices
+        .iter()
+        .find(|d| d.index == device && d.total_bytes > 0)
+        .map(|d| format!(" of the device's {}", format_bytes(d.total_bytes as f64)))
+        .unwrap_or_default();
+    Some(format!(
+        "at the probe's last reading, {:.1} s before, PyTorch's cache on cuda:{device} held {} reserved{capacity}, {} of it allocated to tensors",
+        (oom.t_ns - readings.t_ns(last)) as f64 / 1e9,
+        format_bytes(readings.reserved(last) as f64),
+        format_bytes(readings.allocated(last) as f64)
+    ))
 }
 
 /// A job that failed with no OOM error and no kernel's word on it: its status and last lines.

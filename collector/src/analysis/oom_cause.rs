@@ -299,7 +299,11 @@ pub(super) fn judge_oom(recording: &Recording, analysis: &Analysis, oom: &Oom) -
     }
     if numbers.is_empty() {
         v.evidence.push(
-            "the message carries no numbers (\"CUDA error: out of memory\" comes from the CUDA runtime, not PyTorch's allocator)".to_owned(),
+            match crate::oom::OomSource::of(&oom.message) {
+                Some(crate::oom::OomSource::Runtime) => "the message carries no numbers (\"CUDA error: out of memory\" comes from the CUDA runtime, not PyTorch's allocator)",
+                _ => "the message carries no numbers",
+            }
+            .to_owned(),
         );
     } else {
         v.evidence
@@ -330,9 +334,13 @@ pub(super) fn judge_oom(recording: &Recording, analysis: &Analysis, oom: &Oom) -
         } else if first_steps && leak.is_none() {
             v.cause = OomCause::TooBigFromTheStart;
             v.evidence.push(too_big_sentence(step));
-        } else {
+        } else if recording.allocator.is_empty() {
             v.evidence.push(
                 "the recording has neither a rising baseline nor the allocator's numbers to tell a leak from a peak".to_owned(),
+            );
+        } else {
+            v.evidence.push(
+                "without the message's numbers (what was asked, what was free) and with no rising baseline, a leak cannot be told from a peak".to_owned(),
             );
         }
         return v;

@@ -438,6 +438,70 @@ die("[rank5]: RuntimeError: CUDA error: out of memory")
     );
 }
 
+/// The out-of-memory errors of others than PyTorch's caching allocator, printed after 20 steps
+/// that held 6 GiB: each is named (who could not allocate), explained with what the cache held
+/// at the probe's last reading, and told what would leave it room.
+#[test]
+fn out_of_memory_in_cublas_cudnn_nccl_and_the_runtime_is_named_with_the_caches_numbers() {
+    for (line, who, hint) in [
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+            "in cuBLAS",
+            "CUBLAS_WORKSPACE_CONFIG",
+        ),
+        (
+            "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+            "in cuDNN",
+            "cudnn.benchmark",
+        ),
+        (
+            "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:275, unhandled cuda error, NCCL version 2.21.5 ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda failure 'out of memory'",
+            "in NCCL",
+            "NCCL_BUFFSIZE",
+        ),
+        (
+            "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+            "in cudaMallocAsync",
+            "empty_cache",
+        ),
+        (
+            "RuntimeError: CUDA error: out of memory",
+            "in the CUDA runtime",
+            "set_per_process_memory_fraction",
+        ),
+    ] {
+        let job = oom_job(&format!(
+            "train(20, lambda i: 6 * GIB, lambda i: 512 * MIB)\ndie({line:?})\n"
+        ));
+        let (analysis, report) = run(&job);
+        assert_eq!(analysis.ooms.len(), 1, "{line}: {:#?}", analysis.ooms);
+        let finding = analysis.finding(FindingKind::Oom).unwrap();
+        assert!(
+            finding.title.starts_with(&format!("Out of memory {who} (")),
+            "{line}: {}",
+            finding.title
+        );
+        assert!(
+            finding.evidence[0].starts_with("the allocation that failed was"),
+            "{line}: {:#?}",
+            finding.evidence
+        );
+        assert!(
+            finding.evidence[1].contains("PyTorch's cache on cuda:0 held ")
+                && finding.evidence[1]
+                    .contains("GiB reserved, 6.00 GiB of it allocated to tensors"),
+            "{line}: {:#?}",
+            finding.evidence
+        );
+        assert!(
+            finding.hints.iter().any(|h| h.contains(hint)),
+            "{line}: {:#?}",
+            finding.hints
+        );
+        assert!(report.contains(&format!("Out of memory {who}")), "{report}");
+    }
+}
+
 /// `--history`: the probe turns on the allocator's history once CUDA is up, dumps a snapshot at
 /// the OOM (PyTorch's out-of-memory observer) and at exit, next to the recording, and the
 /// recording names both; `report` opens the pair as one. The stand-in `torch` copies a real
