@@ -44,6 +44,12 @@ struct Patterns {
     allowed_old: Regex,
     this_process: Regex,
     other_process: Regex,
+    device_async: Regex,
+    async_allocated: Regex,
+    async_requested: Regex,
+    async_limit: Regex,
+    async_free: Regex,
+    async_more: Regex,
 }
 
 fn patterns() -> &'static Patterns {
@@ -70,6 +76,14 @@ fn patterns() -> &'static Patterns {
             allowed_old: re(r"SIZE allowed;"),
             this_process: re(r"this process has SIZE memory in use"),
             other_process: re(r"Process [0-9]+ has SIZE memory in use"),
+            device_async: re(r"Allocation on device ([0-9]+) would exceed"),
+            async_allocated: re(r"^\s*Currently allocated\s*: SIZE"),
+            async_requested: re(r"^\s*Requested\s*: SIZE"),
+            async_limit: re(r"^\s*Device limit\s*: SIZE"),
+            async_free: re(r"^\s*Free \(according to CUDA\)\s*: SIZE"),
+            async_more: re(
+                r"^\s*(PyTorch limit \(set by user-supplied memory fraction\)\s*|: .*)$",
+            ),
         }
     })
 }
@@ -235,7 +249,10 @@ pub fn parse_oom_line(line: &str, t_ns: u64) -> Option<Oom> {
         message: line.trim().to_owned(),
         ..Oom::default()
     };
-    if let Some(device) = index(&p.device_new, line) {
+    if let Some(device) = index(&p.device_async, line) {
+        // The cudaMallocAsync backend's: its numbers follow on lines of their own (`OomLines`).
+        oom.device = Some(device);
+    } else if let Some(device) = index(&p.device_new, line) {
         oom.device = Some(device);
         oom.capacity_bytes = size(&p.capacity_new, line);
         oom.free_bytes = size(&p.free_new, line);
@@ -253,6 +270,65 @@ pub fn parse_oom_line(line: &str, t_ns: u64) -> Option<Oom> {
             .or_else(|| size(&p.cached_old, line));
     }
     Some(oom)
+}
+
+/// The out-of-memory errors in a stream of stderr lines, in order: one line each, except the
+/// `cudaMallocAsync` backend's, whose numbers follow on lines of their own ("Requested : 2.00
+/// GiB", "Free (according to CUDA): 6.12 MiB"), read into it before it is given out. A message
+/// printed twice in a row (a traceback repeats it) is given once.
+#[derive(Debug, Default)]
+pub struct OomLines {
+    pending: Option<Oom>,
+    last_message: String,
+}
+
+impl OomLines {
+    /// Reads one line, at `t_ns`; returns the errors now complete.
+    pub fn line(&mut self, line: &str, t_ns: u64) -> Vec<Oom> {
+        let mut out = Vec::new();
+        if let Some(oom) = self.pending.as_mut() {
+            if read_async_number(oom, line) {
+                return out;
+            }
+            out.extend(self.pending.take());
+        }
+        if let Some(oom) = parse_oom_line(line, t_ns)
+            && oom.message != self.last_message
+        {
+            self.last_message.clone_from(&oom.message);
+            if OomSource::of(&oom.message) == Some(OomSource::AsyncAllocator) {
+                self.pending = Some(oom);
+            } else {
+                out.push(oom);
+            }
+        }
+        out
+    }
+
+    /// The error still waiting for its numbers, when the stream ends.
+    pub fn finish(&mut self) -> Option<Oom> {
+        self.pending.take()
+    }
+}
+
+/// Reads a line of the `cudaMallocAsync` backend's message into `oom`; whether it was one.
+fn read_async_number(oom: &mut Oom, line: &str) -> bool {
+    let p = patterns();
+    let line = line.trim_end();
+    if let Some(b) = size(&p.async_allocated, line) {
+        oom.allocated_bytes = Some(b);
+    } else if let Some(b) = size(&p.async_requested, line) {
+        oom.tried_bytes = Some(b);
+    } else if let Some(b) = size(&p.async_limit, line) {
+        oom.capacity_bytes = Some(b);
+    } else if let Some(b) = size(&p.async_free, line) {
+        oom.free_bytes = Some(b);
+    } else if !p.async_more.is_match(line) {
+        return false;
+    }
+    oom.message.push('\n');
+    oom.message.push_str(line);
+    true
 }
 
 #[cfg(test)]
@@ -453,5 +529,50 @@ mod tests {
         let oom = parse_oom_line("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity; 6.49 GiB already allocated; 3.56 MiB free; 6.56 GiB reserved in total by PyTorch)", 0).unwrap();
         assert_eq!(oom.rank, Some(1));
         assert_eq!(oom.tried_bytes, bytes(20.0 * MIB));
+    }
+
+    /// The cudaMallocAsync backend's message, as PyTorch prints it over six lines, is one error
+    /// with its numbers; the next line ends it, and a line of another error after it is that
+    /// error.
+    #[test]
+    fn the_async_backends_numbers_follow_on_their_own_lines() {
+        let mut lines = OomLines::default();
+        let mut out = Vec::new();
+        for (t, line) in [
+            "Traceback (most recent call last):",
+            "torch.OutOfMemoryError: Allocation on device 1 would exceed allowed memory. (out of memory)",
+            "Currently allocated     : 14.49 GiB",
+            "Requested               : 2.00 GiB",
+            "Device limit            : 15.77 GiB",
+            "Free (according to CUDA): 6.12 MiB",
+            "PyTorch limit (set by user-supplied memory fraction)",
+            "                        : 17179869184.00 GiB",
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out.extend(lines.line(line, t as u64));
+        }
+        out.extend(lines.finish());
+        assert_eq!(out.len(), 2, "{out:#?}");
+        let oom = &out[0];
+        assert_eq!(oom.t_ns, 1);
+        assert_eq!(oom.device, Some(1));
+        assert_eq!(oom.allocated_bytes, bytes(14.49 * GIB));
+        assert_eq!(oom.tried_bytes, bytes(2.0 * GIB));
+        assert_eq!(oom.capacity_bytes, bytes(15.77 * GIB));
+        assert_eq!(oom.free_bytes, bytes(6.12 * MIB));
+        assert!(
+            oom.message.ends_with(": 17179869184.00 GiB"),
+            "{}",
+            oom.message
+        );
+        assert_eq!(OomSource::of(&out[1].message), Some(OomSource::Cublas));
+        // Cut after its first line, it is given at the end, with what it had.
+        let mut lines = OomLines::default();
+        assert!(lines.line("torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)", 5).is_empty());
+        let cut = lines.finish().unwrap();
+        assert_eq!((cut.device, cut.tried_bytes), (Some(0), None));
     }
 }

@@ -6,7 +6,7 @@ use std::io::{Read as _, Write as _};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::sync::mpsc::Sender;
 
-use collector::oom::parse_oom_line;
+use collector::oom::OomLines;
 use collector::recording::Record;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -60,7 +60,7 @@ pub fn tee_stderr(
 ) {
     let mut buf = [0u8; 16 * 1024];
     let mut line = Vec::new();
-    let mut last_message = String::new();
+    let mut ooms = OomLines::default();
     loop {
         let n = match stderr.read(&mut buf) {
             Ok(0) => break,
@@ -78,7 +78,7 @@ pub fn tee_stderr(
         drop(out);
         for &byte in &buf[..n] {
             if byte == b'\n' || byte == b'\r' {
-                check_line(&line, clock, &mut last_message, tx);
+                check_line(&line, clock, &mut ooms, tx);
                 keep(&line, tail);
                 line.clear();
             } else if line.len() < 64 * 1024 {
@@ -86,8 +86,11 @@ pub fn tee_stderr(
             }
         }
     }
-    check_line(&line, clock, &mut last_message, tx);
+    check_line(&line, clock, &mut ooms, tx);
     keep(&line, tail);
+    if let Some(oom) = ooms.finish() {
+        let _ = tx.send(Msg::Record(Record::Oom(oom)));
+    }
 }
 
 fn keep(line: &[u8], tail: &Tail) {
@@ -105,14 +108,10 @@ fn keep(line: &[u8], tail: &Tail) {
     }
 }
 
-fn check_line(line: &[u8], clock: Clock, last_message: &mut String, tx: &Sender<Msg>) {
+fn check_line(line: &[u8], clock: Clock, ooms: &mut OomLines, tx: &Sender<Msg>) {
     let text = String::from_utf8_lossy(line);
-    if let Some(oom) = parse_oom_line(&text, clock.now_ns()) {
-        // Tracebacks can print the same message twice in a row; record it once.
-        if oom.message != *last_message {
-            last_message.clone_from(&oom.message);
-            let _ = tx.send(Msg::Record(Record::Oom(oom)));
-        }
+    for oom in ooms.line(&text, clock.now_ns()) {
+        let _ = tx.send(Msg::Record(Record::Oom(oom)));
     }
 }
 

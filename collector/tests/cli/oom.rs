@@ -440,7 +440,8 @@ die("[rank5]: RuntimeError: CUDA error: out of memory")
 
 /// The out-of-memory errors of others than PyTorch's caching allocator, printed after 20 steps
 /// that held 6 GiB: each is named (who could not allocate), explained with what the cache held
-/// at the probe's last reading, and told what would leave it room.
+/// at the probe's last reading, and told what would leave it room; the cudaMallocAsync
+/// backend's numbers, printed on lines of their own, are read with it.
 #[test]
 fn out_of_memory_in_cublas_cudnn_nccl_and_the_runtime_is_named_with_the_caches_numbers() {
     for (line, who, hint) in [
@@ -460,7 +461,7 @@ fn out_of_memory_in_cublas_cudnn_nccl_and_the_runtime_is_named_with_the_caches_n
             "NCCL_BUFFSIZE",
         ),
         (
-            "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+            "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 6.00 GiB\nRequested               : 2.00 GiB\nDevice limit            : 7.00 GiB\nFree (according to CUDA): 6.12 MiB\nPyTorch limit (set by user-supplied memory fraction)\n                        : 17179869184.00 GiB",
             "in cudaMallocAsync",
             "empty_cache",
         ),
@@ -475,6 +476,15 @@ fn out_of_memory_in_cublas_cudnn_nccl_and_the_runtime_is_named_with_the_caches_n
         ));
         let (analysis, report) = run(&job);
         assert_eq!(analysis.ooms.len(), 1, "{line}: {:#?}", analysis.ooms);
+        if who == "in cudaMallocAsync" {
+            // Its numbers, on the lines after its first, are read with it.
+            let v = &analysis.ooms[0];
+            assert_eq!(
+                (v.requested_bytes, v.capacity_bytes, v.allocated_bytes),
+                (Some(2 * GIB), Some(7 * GIB), Some(6 * GIB)),
+                "{v:#?}"
+            );
+        }
         let finding = analysis.finding(FindingKind::Oom).unwrap();
         assert!(
             finding.title.starts_with(&format!("Out of memory {who} (")),
