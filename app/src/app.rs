@@ -532,6 +532,21 @@ impl TidemarkApp {
         self.add(OpenRun::new(path.to_string_lossy().into_owned(), run));
     }
 
+    /// Opens the files named on the command line (`tidemark a b …`), each in its tab. Several
+    /// are compared as `collector diff a b` compares them: the last one shown, against the first
+    /// (the baseline, A).
+    pub fn open_paths(&mut self, paths: &[std::path::PathBuf]) {
+        for path in paths {
+            self.open_path(path);
+        }
+        if self.runs.len() >= 2 {
+            self.current = self.runs.len() - 1;
+            self.compare = Some(0);
+        } else {
+            self.select(0);
+        }
+    }
+
     /// Opens a file that may still be written, and keeps reading what is added to it.
     pub fn follow_path(&mut self, path: &std::path::Path) {
         let name = path.to_string_lossy().into_owned();

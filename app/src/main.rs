@@ -65,15 +65,15 @@ fn main() -> std::process::ExitCode {
             .with_storage(cc.storage);
             if one_run {
                 app.open_as_one_run(&paths);
-            }
-            for path in paths.iter().filter(|_| !one_run) {
-                if follow {
+                app.select(0);
+            } else if follow {
+                for path in &paths {
                     app.follow_path(path);
-                } else {
-                    app.open_path(path);
                 }
+                app.select(0);
+            } else {
+                app.open_paths(&paths);
             }
-            app.select(0);
             Ok(Box::new(app))
         }),
     );

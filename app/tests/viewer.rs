@@ -1485,23 +1485,24 @@ fn two_moments_of_a_snapshots_memory_timeline_show_what_was_kept_by_site() {
     ));
 }
 
-/// Opens `paths`, shows the last, and compares it with the first on the Compare tab.
+/// Opens `paths` as `tidemark A B` does: the last is shown, already compared with the first (the
+/// baseline, A), as `collector diff A B` compares them; then the Compare tab.
 fn compared(paths: &[PathBuf]) -> Harness<'static, TidemarkApp> {
     let mut app = TidemarkApp::empty();
-    for path in paths {
-        app.open_path(path);
-    }
+    app.open_paths(paths);
+    assert_eq!(app.current(), paths.len() - 1);
+    assert_eq!(app.compare, Some(0));
     let mut harness = harness(app);
     harness.run();
     harness.get_by_label("Compare").click();
     harness.run();
     assert_eq!(harness.state().tab, Tab::Compare);
-    harness.get_by_label("compare with").click();
-    harness.run();
-    let first = paths[0].file_name().unwrap().to_string_lossy().into_owned();
-    harness.query_all_by_label(&first).last().unwrap().click();
-    harness.run();
-    assert_eq!(harness.state().compare, Some(0));
+    let name = |p: &PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
+    harness.get_by_label(&format!(
+        "A (baseline): {}    B: {}",
+        name(&paths[0]),
+        name(&paths[paths.len() - 1])
+    ));
     harness
 }
 
