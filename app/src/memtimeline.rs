@@ -110,8 +110,11 @@ pub fn stack_text(snapshot: &Snapshot, stack: u32) -> String {
         .map(|f| snapshot.frame_text(f))
         .collect();
     if frames.is_empty() {
-        "(no frames recorded: allocated before the history was recorded, or recorded without stacks)"
-            .to_owned()
+        // The bucket's one name, as every view and the report give it.
+        format!(
+            "{} (no frames: or recorded without stacks)",
+            collector::snapshot::BEFORE_HISTORY
+        )
     } else {
         frames.join("\n")
     }
