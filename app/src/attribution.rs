@@ -68,9 +68,9 @@ pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &
                 );
                 ui.label(stats.net_trend.as_ref().map_or("–".to_owned(), |t| {
                     format!(
-                        "{}/occurrence (p = {:.1e})",
+                        "{}/occurrence (p = {})",
                         format_bytes(t.slope_per_step),
-                        t.p_value
+                        collector::format::format_p(t.p_value)
                     )
                 }));
                 ui.end_row();

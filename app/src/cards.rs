@@ -111,12 +111,12 @@ pub fn verdict_ui(ui: &mut egui::Ui, run: &Run) {
     }
     if let Some(trend) = &analysis.trend {
         ui.label(format!(
-            "Trend of {} at the same point of every {}: {}/{}, Mann–Kendall p = {:.2e}, over {} points",
+            "Trend of {} at the same point of every {}: {}/{}, Mann–Kendall p = {}, over {} points",
             analysis.basis.name(),
             analysis.unit(),
             format_bytes(trend.slope_per_step),
             analysis.unit(),
-            trend.p_value,
+            collector::format::format_p(trend.p_value),
             trend.points
         ));
     }

@@ -2,6 +2,16 @@
 //! verdict, the collector's summary and the viewer.
 
 /// Formats bytes in binary units with three significant digits (`1.23 GiB`, `-512 KiB`).
+/// A p-value as a reader takes it in: two decimals from 0.01 up ("0.75", "1.00"), else in
+/// scientific form ("4.77e-13"), never "1.0e0".
+pub fn format_p(p: f64) -> String {
+    if p >= 0.01 {
+        format!("{p:.2}")
+    } else {
+        format!("{p:.2e}")
+    }
+}
+
 pub fn format_bytes(bytes: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let sign = if bytes < 0.0 { "-" } else { "" };
@@ -146,5 +156,13 @@ mod tests {
         assert_eq!(format_duration(12.4), "12 s");
         assert_eq!(format_duration(200.0), "3 min 20 s");
         assert_eq!(format_duration(3900.0), "1 h 05 min");
+    }
+
+    #[test]
+    fn p_values_read_as_a_reader_takes_them_in() {
+        assert_eq!(super::format_p(1.0), "1.00");
+        assert_eq!(super::format_p(0.7712), "0.77");
+        assert_eq!(super::format_p(0.01), "0.01");
+        assert_eq!(super::format_p(4.77e-13), "4.77e-13");
     }
 }

@@ -286,9 +286,9 @@ fn host_leak(recording: &Recording, analysis: &Analysis, limit: Option<u64>) -> 
         })
         .unwrap_or_default();
     Some(format!(
-        "the cause: the job's host memory rose {} a {unit} from {unit} {first} to {unit} {last} (p = {:.1e}), from {} to {}{reach}: a host-memory leak that reached the limit",
+        "the cause: the job's host memory rose {} a {unit} from {unit} {first} to {unit} {last} (p = {}), from {} to {}{reach}: a host-memory leak that reached the limit",
         format_bytes(t.slope_per_step),
-        t.p_value,
+        crate::format::format_p(t.p_value),
         format_bytes(t.start_bytes),
         format_bytes(t.end_bytes)
     ))

@@ -217,9 +217,9 @@ fn leak_finding(
             series.values.len()
         ),
         format!(
-            "trend {}/{unit} (Theil–Sen), Mann–Kendall p = {:.2e}, noise ±{}",
+            "trend {}/{unit} (Theil–Sen), Mann–Kendall p = {}, noise ±{}",
             format_bytes(t.slope_per_step),
-            t.p_value,
+            crate::format::format_p(t.p_value),
             format_bytes(t.noise_bytes)
         ),
     ];
@@ -230,10 +230,10 @@ fn leak_finding(
             "the part of the leak made through malloc; the rest grows outside it (Python's own arenas, mmap)"
         };
         evidence.push(format!(
-            "the C heap in use at each {unit}'s start, read by the probe: {}/{unit} (Theil–Sen over {} {unit}s), Mann–Kendall p = {:.2e}, noise ±{}: {role}",
+            "the C heap in use at each {unit}'s start, read by the probe: {}/{unit} (Theil–Sen over {} {unit}s), Mann–Kendall p = {}, noise ±{}: {role}",
             format_bytes(heap.slope_per_step),
             heap.points,
-            heap.p_value,
+            crate::format::format_p(heap.p_value),
             format_bytes(heap.noise_bytes)
         ));
     }
@@ -432,10 +432,10 @@ fn fragmentation(allocator: &phases::AllocatorIndex<'_>, analysis: &mut Analysis
                 growth_per_step_bytes: Some(t.slope_per_step),
                 evidence: vec![
                     format!(
-                        "reserved − allocated went from {} to {} (Mann–Kendall p = {:.2e})",
+                        "reserved − allocated went from {} to {} (Mann–Kendall p = {})",
                         format_bytes(gap[0]),
                         format_bytes(gap[n - 1]),
-                        t.p_value
+                        crate::format::format_p(t.p_value)
                     ),
                     format!(
                         "allocator retries +{retries}, inactive split blocks went from {} to {}",
@@ -556,12 +556,12 @@ fn peak_creep(analysis: &mut Analysis) {
                 basis: analysis.basis,
                 growth_per_step_bytes: Some(t.slope_per_step),
                 evidence: vec![format!(
-                    "watermark (peak − start) of {} went from {} to {} over {} occurrences (Mann–Kendall p = {:.2e})",
+                    "watermark (peak − start) of {} went from {} to {} over {} occurrences (Mann–Kendall p = {})",
                     stats.phase,
                     format_bytes(t.start_bytes),
                     format_bytes(t.end_bytes),
                     stats.occurrences,
-                    t.p_value
+                    crate::format::format_p(t.p_value)
                 )],
                 hints: vec![
                     "ever larger temporaries: growing sequence lengths or batch sizes, a buffer expanded every call (`pos_emb.expand(…)` on a growing size)".to_owned(),

@@ -158,7 +158,11 @@ pub fn text(
                 .share_of_growth
                 .map_or("—".to_owned(), |s| format!("{:.0}%", 100.0 * s));
             let trend = p.watermark_trend.as_ref().map_or("—".to_owned(), |t| {
-                format!("{}/occ, p={:.2}", format_bytes(t.slope_per_step), t.p_value)
+                format!(
+                    "{}/occ, p={}",
+                    format_bytes(t.slope_per_step),
+                    collector::format::format_p(t.p_value)
+                )
             });
             let _ = writeln!(
                 out,
@@ -204,10 +208,10 @@ pub fn text(
     if let Some(t) = &analysis.trend {
         let _ = writeln!(
             out,
-            "  trend after warm-up: {}/{} (Theil–Sen), Mann–Kendall p = {:.2e}, noise ±{}, from {} to {}",
+            "  trend after warm-up: {}/{} (Theil–Sen), Mann–Kendall p = {}, noise ±{}, from {} to {}",
             format_bytes(t.slope_per_step),
             analysis.unit(),
-            t.p_value,
+            collector::format::format_p(t.p_value),
             format_bytes(t.noise_bytes),
             format_bytes(t.start_bytes),
             format_bytes(t.end_bytes)
