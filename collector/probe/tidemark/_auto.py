@@ -2,6 +2,12 @@
 
 - forward / eval: a call of a root model (a module with parameters, called from outside any other
   module). It is eval when gradients are off, in inference mode, or when the model is in eval mode.
+  An evaluation as the loop writes it is one eval phase: from ``model.eval()`` on a model that has
+  trained (a root seen in a training forward) to ``model.train()`` (``Module.train`` is wrapped;
+  the outermost call decides), or to the next training phase where the mode is set back some
+  other way (Lightning sets ``training`` itself); the model's calls inside it are not phases of
+  their own. What the evaluation makes around the model's calls (metrics, figures, the logits
+  kept) is the eval's. A model that never trained (a teacher, an inference job) has its calls.
   Roots are found with global forward hooks until the optimizers' cycle is known (the second
   optimizer step of a loop with one, see below); from then on only the roots are observed, so the
   cost does not grow with the model: through the call that ``Module.__call__`` makes first
@@ -81,6 +87,9 @@ _unobserved = None          # [since_ns, first step, steps]: the run of steps no
 _step_began = False         # whether the step decided last began (a forward or an optimizer step)
 _not_observed = 0           # steps not observed, in all
 _silent_optimizer = None    # the begin time of an optimizer step that is not observed, running
+_trained = weakref.WeakValueDictionary()  # id -> a root seen in a training forward
+_evaluating = False         # whether an evaluation (``model.eval()`` … ``model.train()``) is open
+_mode_depth = 0             # ``Module.train`` calls running (it calls its children's)
 
 
 def install_when_torch_is_imported():
@@ -180,6 +189,7 @@ def _install(torch):
     _global_handles.append(post)
     if _calls_observable:
         _compiles_observed(torch.nn.Module)
+    _modes_observed(torch.nn.Module)
 
     torch.autograd.backward = _as_backward(torch.autograd.backward)
 
@@ -211,6 +221,8 @@ def _as_backward(run):
     the forwards' saved tensors."""
 
     def in_phase(*args, **kwargs):
+        if _evaluating:
+            _end_evaluation()
         if not _observing:
             began = _monotonic_ns()
             _in_backward[0] += 1
@@ -382,7 +394,14 @@ def _root_pre(module, args):
         step = tidemark._step
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not module.training:
             name = "eval"
+            if _evaluating:  # a call inside an evaluation: the evaluation is its phase
+                _open[(id(module), _get_ident())] = None
+                return None
         else:
+            if _evaluating:
+                _end_evaluation()
+            if id(module) not in _trained:
+                _trained[id(module)] = module
             _step_began = True
             if not _observing:
                 return _monotonic_ns()
@@ -511,6 +530,57 @@ def _observe_call(module, root=True):
     return True
 
 
+def _modes_observed(module_class):
+    """Wraps ``Module.train`` (which ``eval()`` calls): an evaluation begins where a model that
+    has trained is put in eval mode outside any phase, and ends where every such model is back
+    in training mode (see the module's doc)."""
+    train = module_class.train
+
+    def train_observed(self, *args, **kwargs):
+        global _mode_depth
+        _mode_depth += 1
+        try:
+            return train(self, *args, **kwargs)
+        finally:
+            _mode_depth -= 1
+            if _mode_depth == 0 and _trained:
+                _mode_changed()
+
+    train_observed.__doc__ = train.__doc__
+    train_observed.__wrapped__ = train
+    module_class.train = train_observed
+
+
+def _mode_changed():
+    """After a model's mode was set: whether an evaluation begins or ends."""
+    global _evaluating
+    try:
+        if _is_compiling():
+            return
+        evaluating = any(not model.training for model in list(_trained.values()))
+        if evaluating and not _evaluating:
+            if _open or _in_backward[0] or tidemark._sock is None:
+                return  # inside a phase (or not recording): not an evaluation of the loop
+            _evaluating = True
+            tidemark._edge("b", "eval")
+        elif not evaluating and _evaluating:
+            _end_evaluation()
+    except Exception:
+        pass
+
+
+def _end_evaluation():
+    """The evaluation open ends (its model back in training mode, a training phase begins, or the
+    job ends)."""
+    global _evaluating
+    _evaluating = False
+    try:
+        if tidemark._sock is not None:
+            tidemark._edge("e", "eval")
+    except Exception:
+        pass
+
+
 def _compiled_pre(module, args):
     """A compiled model's call: a root's where no root is open in this thread (a compiled block
     of a model is not)."""
@@ -617,6 +687,8 @@ def _ends_step(opt):
 
 def _optimizer_pre(opt, args, kwargs):
     global _silent_optimizer, _step_began
+    if _evaluating:
+        _end_evaluation()
     _step_began = True
     if not _observing:
         _silent_optimizer = _monotonic_ns()
@@ -743,6 +815,8 @@ def _at_exit():
     """At exit: an optimizer step cut short, the last run of steps not observed, and a note of
     how many were."""
     try:
+        if _evaluating:
+            _end_evaluation()
         _unobserved_at_error()
         # The step decided last is counted only if it began (a loop ends after a step's end).
         began = int(_step_began)

@@ -411,10 +411,22 @@ pub fn headline(analysis: &Analysis) -> (String, Option<bool>) {
     if let Some(f) = analysis.finding(FindingKind::ResidentGrowth) {
         return (f.title.clone(), None);
     }
+    if let Some(f) = analysis.finding(FindingKind::Cache) {
+        // It rises and falls back: not "does not rise".
+        return (format!("No leak: {}", lower_first(&f.title)), Some(false));
+    }
     let what = if analysis.by_step {
         "memory at the same point of every step"
     } else {
         "the lowest memory of each time window"
     };
     (format!("No leak: {what} does not rise"), Some(false))
+}
+
+/// `text` with its first letter in lower case ("A sawtooth…" after "No leak: ").
+fn lower_first(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_lowercase().chain(chars).collect()
+    })
 }

@@ -64,8 +64,35 @@ pub(super) fn leaks_on_its_own(
         && shape.keeps_pace(t.slope_per_step, KEEPS_PACE)
         && t.growth_bytes >= growth_floor(basis).max(3.0 * t.noise_bytes)
         && (!short || t.slope_per_step >= SHORT_RUN_RATE)
-        && !falls_back(&t, basis))
+        && !falls_back(&t, basis)
+        && gives_back(&y, growth_floor(basis)).is_none())
     .then_some((t, shape))
+}
+
+/// Where memory read at some step starts (`values`, in order) gave back at once at least half of
+/// a rise past `floor`, and stayed down (at two points in a row): the rise's top, and what it
+/// gave back, in bytes, with the index of the point where it was down. Memory freed in one go
+/// is not leaked, however steadily it rose before: figures closed but kept in reference cycles
+/// until Python's cycle collector frees them (every 60 steps or so of an evaluation that draws
+/// one every third step), a cache emptied. The top is a level held at two points in a row, so
+/// that one step's transient (a start that caught a buffer not yet freed) is not a rise.
+pub(super) fn gives_back(values: &[f64], floor: f64) -> Option<(f64, f64, usize)> {
+    let mut lowest = f64::INFINITY; // the lowest point before the pair looked at
+    let (mut base, mut top) = (f64::INFINITY, f64::NEG_INFINITY); // the highest level held, and
+    // the lowest point before it
+    for i in 1..values.len() {
+        let (a, b) = (values[i - 1], values[i]);
+        let rise = top - base;
+        if rise >= floor && a.max(b) <= top - rise / 2.0 {
+            return Some((top, top - a, i - 1));
+        }
+        if a.min(b) > top {
+            top = a.min(b);
+            base = lowest.min(top);
+        }
+        lowest = lowest.min(a);
+    }
+    None
 }
 
 /// `fallback` is the sorted device or host series `analyze` found (none with allocator numbers);
@@ -124,13 +151,47 @@ pub(super) fn judge(
         // run is judged on it as a long one: a steady rise past the floor that keeps its pace
         // (an evaluation that keeps a figure every third step, 620 KiB a step over 90 steps, was
         // a leak or nothing with whether resident memory crossed `SHORT_RUN_RATE`).
-        let heap = heap_at_steps
-            .filter(|h| h.len() == n)
-            .and_then(|h| leaks_on_its_own(&steps, h, warmup, basis, false));
+        let heap_at_steps = heap_at_steps.filter(|h| h.len() == n);
+        let heap = heap_at_steps.and_then(|h| leaks_on_its_own(&steps, h, warmup, basis, false));
+        // Where the heap gave its rise back in one go, what rose was freed: resident memory,
+        // which does not fall when memory is freed, does not make it a leak.
+        let given_back = heap_at_steps.and_then(|h| {
+            let read: Vec<(f64, f64)> = steps
+                .iter()
+                .zip(h)
+                .skip(warmup)
+                .filter_map(|(&step, v)| Some((step, (*v)?)))
+                .collect();
+            let values: Vec<f64> = read.iter().map(|&(_, v)| v).collect();
+            gives_back(&values, growth_floor(basis)).map(|(top, back, i)| (top, back, read[i].0))
+        });
         let steady = shape
             .as_ref()
             .filter(|s| s.keeps_pace(t.slope_per_step, KEEPS_PACE));
-        let rises = steady.is_some() && t.rises(ALPHA) && t.growth_bytes >= floor;
+        let rises =
+            steady.is_some() && t.rises(ALPHA) && t.growth_bytes >= floor && given_back.is_none();
+        if let Some((top, back, step)) = given_back {
+            analysis.findings.push(Finding {
+                kind: FindingKind::Cache,
+                title: format!(
+                    "A sawtooth that falls back: the C heap rose to {} and gave {} back at once at step {step}",
+                    format_bytes(top),
+                    format_bytes(back)
+                ),
+                phase: None,
+                basis,
+                growth_per_step_bytes: None,
+                evidence: vec![format!(
+                    "the C heap in use at each step's start, read by the probe (exact): memory freed in one go was not leaked, however steadily it rose before; {} rose {}/step over the run, by the pages the process keeps around what it freed",
+                    basis.name(),
+                    format_bytes(t.slope_per_step)
+                )],
+                hints: vec![
+                    "objects in reference cycles (figures closed with `plt.close`, models, graphs that refer to themselves) are freed only when Python's cycle collector runs: `gc.collect()` after the evaluation frees them at once".to_owned(),
+                    "a cache or a buffer emptied now and then: not a leak".to_owned(),
+                ],
+            });
+        }
         if (rises && fast_enough && !falls_back(t, basis)) || heap.is_some() {
             analysis.projection = projection(recording, allocator, analysis, t);
             let rise = Rise {

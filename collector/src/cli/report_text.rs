@@ -105,10 +105,14 @@ pub fn text(
             "•"
         };
         // What cannot be told yet leads with its finding's title ("Cannot tell yet — not enough
-        // data: …"): its evidence and hints follow the headline, not the title again.
+        // data: …"), and so does a sawtooth ("No leak: a sawtooth that falls back…"): its
+        // evidence and hints follow the headline, not the title again.
         let leads = snapshot.is_none()
-            && lead.problem.is_none()
-            && lead.text.ends_with(finding.title.as_str());
+            && lead.problem != Some(true)
+            && lead
+                .text
+                .to_lowercase()
+                .ends_with(&finding.title.to_lowercase());
         if !leads {
             let _ = writeln!(out, "  {mark} {}", finding.title);
         }

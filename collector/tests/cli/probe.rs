@@ -107,7 +107,10 @@ print("done")
     );
 }
 
-/// Real PyTorch on CPU, automatic mode: exactly the phases the training loop ran.
+/// Real PyTorch on CPU, automatic mode: exactly the phases the training loop ran. An evaluation
+/// of the model that trains is one eval, from `model.eval()` to `model.train()` (or, where the
+/// mode is set back without it, to the next training forward); a model that never trains (a
+/// teacher) has an eval at each call.
 #[test]
 fn automatic_mode_finds_forward_backward_optimizer_and_eval_in_real_torch() {
     let job = Job::new(
@@ -119,8 +122,11 @@ model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 loss_fn = nn.MSELoss()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(32, 8), torch.randn(32, 1)
+teacher = nn.Linear(8, 1).eval()
 for step in range(6):
     loss = loss_fn(model(x), y)
+    with torch.no_grad():
+        teacher(x)  # a model that never trains: each of its calls is an eval of its own
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -129,7 +135,11 @@ for step in range(6):
         with torch.no_grad():
             for _ in range(2):
                 model(x)
-        model.train()
+        if step == 2:
+            for m in model.modules():  # the mode set back as Lightning does, without train()
+                m.training = True
+        else:
+            model.train()
 with torch.inference_mode():
     model(x)
 print("trained")
@@ -144,15 +154,15 @@ print("trained")
     assert_eq!(count(Phase::Optimizer), 6);
     assert_eq!(
         count(Phase::Eval),
-        5,
-        "2 evals of 2 batches, and one in inference mode"
+        9,
+        "the teacher's 6 calls, 2 evaluations (from model.eval() to model.train() or to the next training forward), and one call in inference mode"
     );
     let ends = recording
         .phases
         .iter()
         .filter(|e| e.edge == Edge::End)
         .count();
-    assert_eq!(ends, 23);
+    assert_eq!(ends, 27);
     // Steps count optimizer steps: forward k and backward k belong to step k.
     let forward_steps: Vec<u64> = begins(&recording, &Phase::Forward)
         .iter()
@@ -163,7 +173,19 @@ print("trained")
         .iter()
         .map(|e| e.step.unwrap())
         .collect();
-    assert_eq!(eval_steps, vec![3, 3, 6, 6, 6]);
+    assert_eq!(eval_steps, vec![0, 1, 2, 3, 3, 4, 5, 6, 6]);
+    // An evaluation holds its model's calls: the first ends as the next training forward begins.
+    let edges: Vec<_> = recording.phases.iter().collect();
+    let first = edges
+        .iter()
+        .position(|e| e.phase == Phase::Eval && e.step == Some(3))
+        .unwrap();
+    let (end, next) = (&edges[first + 1], &edges[first + 2]);
+    assert_eq!(
+        (end.edge, &end.phase, next.edge, &next.phase),
+        (Edge::End, &Phase::Eval, Edge::Begin, &Phase::Forward),
+        "{edges:#?}"
+    );
     // No CUDA here: no allocator numbers, and nothing made up.
     assert!(recording.allocator.is_empty());
 }
