@@ -19,6 +19,7 @@ const GOLDEN_V1_3: &str = "tests/data/golden_v1_3.msgpack";
 const GOLDEN_V1_4: &str = "tests/data/golden_v1_4.msgpack";
 const GOLDEN_V1_5: &str = "tests/data/golden_v1_5.msgpack";
 const GOLDEN_V1_6: &str = "tests/data/golden_v1_6.msgpack";
+const GOLDEN_V1_7: &str = "tests/data/golden_v1_7.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -255,6 +256,7 @@ fn golden_v1_2() -> (Header, Vec<Record>) {
             skipped: 1,
             truncated: false,
             cost_ns: 4_500_000,
+            grown: None,
         }));
     }
     (header, records)
@@ -394,12 +396,49 @@ fn golden_v1_6() -> (Header, Vec<Record>) {
     (header, records)
 }
 
+/// Format 1.7: the 1.6 contents, whose last census (at the out-of-memory error) says which objects
+/// that are not tensors grew since the first, and the module-level container that holds them.
+fn golden_v1_7() -> (Header, Vec<Record>) {
+    let (mut header, mut records) = golden_v1_6();
+    header.format_minor = 7;
+    let grown = collector::recording::ObjectGrowth {
+        since_step: Some(1),
+        types: vec![
+            collector::recording::TypeCount {
+                name: "matplotlib.text.Text".to_owned(),
+                before: 40,
+                now: 1240,
+            },
+            collector::recording::TypeCount {
+                name: "matplotlib.figure.Figure".to_owned(),
+                before: 1,
+                now: 31,
+            },
+        ],
+        containers: vec![collector::recording::ObjectContainer {
+            name: "matplotlib._pylab_helpers.Gcf.figs".to_owned(),
+            what: "OrderedDict, a class attribute of Gcf".to_owned(),
+            items: 31,
+            holds: "matplotlib.backend_bases.FigureManagerBase".to_owned(),
+            grew: 30,
+        }],
+    };
+    for record in &mut records {
+        if let Record::Census(census) = record
+            && census.reason == "oom"
+        {
+            census.grown = Some(grown.clone());
+        }
+    }
+    (header, records)
+}
+
 /// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
 fn write_golden_files() {
     type Contents = fn() -> (Header, Vec<Record>);
-    let files: [(&str, Contents); 7] = [
+    let files: [(&str, Contents); 8] = [
         (GOLDEN_V1, golden_v1),
         (GOLDEN_V1_1, golden_v1_1),
         (GOLDEN_V1_2, golden_v1_2),
@@ -407,6 +446,7 @@ fn write_golden_files() {
         (GOLDEN_V1_4, golden_v1_4),
         (GOLDEN_V1_5, golden_v1_5),
         (GOLDEN_V1_6, golden_v1_6),
+        (GOLDEN_V1_7, golden_v1_7),
     ];
     for (name, contents) in files {
         let path = data_path(name);
@@ -1174,6 +1214,22 @@ fn a_file_read_whole_is_its_records_pushed_one_by_one() {
         bad[at] ^= 0x41;
         same(&bad, &format!("byte {at} changed"));
     }
+}
+
+#[test]
+fn golden_v1_7_reads_back_exactly_with_the_objects_that_grew() {
+    let recording = reads_back_exactly(GOLDEN_V1_7, golden_v1_7, 7);
+    // By hand.
+    let grown = recording.censuses[1].grown.as_ref().unwrap();
+    assert_eq!(grown.types[1].now - grown.types[1].before, 30);
+    assert_eq!(
+        grown.containers[0].name,
+        "matplotlib._pylab_helpers.Gcf.figs"
+    );
+    assert!(recording.censuses[0].grown.is_none());
+    // Older readers' view: the 1.6 file's censuses have none.
+    let v1_6 = read_file(&data_path(GOLDEN_V1_6)).unwrap();
+    assert!(v1_6.censuses.iter().all(|c| c.grown.is_none()));
 }
 
 #[test]

@@ -4,6 +4,7 @@ step, the memory the backward freed of what the forwards saved, the censuses of 
 tensors when one is due (``_census`` takes them), and, once CUDA is up, the allocator's history
 and the snapshots at an out-of-memory error and at exit. Nothing here may raise into the job.
 """
+import atexit
 import math
 import sys
 import time
@@ -181,10 +182,26 @@ def _send_census(torch, models, optimizers, reason):
         # Counting the tensors no name reaches looks at every object: only when the job dies
         # (an out-of-memory error, or an exit by an uncaught exception), where it costs no step.
         died = reason == "oom" or (reason == "end" and getattr(sys, "last_traceback", None) is not None)
-        result = _census.census(torch, models, optimizers, full=died, limit_s=_census_limit_s * (1 if reason == "step" else 4))
+        limit_s = _census_limit_s * (1 if reason == "step" else 4)
+        result = _census.census(torch, models, optimizers, full=died, limit_s=limit_s)
+        step = "-" if _tm._step is None else _tm._step
+        # Objects that are not tensors: counted by type at the first census, and what grew since
+        # said at the last (where it costs no step), with the containers that hold them.
+        started = time.perf_counter_ns()
+        if reason == "step":
+            _census.count_objects(_tm._step)
+            # The census at exit runs before the exit handlers that the job's libraries registered
+            # since the probe's (pyplot closes every figure at exit): registered again, it is the
+            # last in, the first out.
+            atexit.unregister(_census_at_exit)
+            atexit.register(_census_at_exit)
+        else:
+            grown = _census.object_growth(started + int(limit_s * 1e9))
+            if grown is not None:
+                result["grown"] = grown
+        result["cost_ns"] += time.perf_counter_ns() - started
         if reason == "step":
             _census_spent_ns += result["cost_ns"]
-        step = "-" if _tm._step is None else _tm._step
         _tm._send_now(f"{_tm._PROTOCOL} H {_monotonic_ns()} {_tm._pid} {_tm._rank} {step} {reason} {_census.encode(result)}".encode())
     except Exception as error:
         _tm._say(f"tidemark: census not taken ({error!r})")

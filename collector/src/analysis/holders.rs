@@ -14,7 +14,7 @@ use super::categories::{
 };
 use super::{Analysis, Attribution, Basis, Finding, FindingKind};
 use crate::format::format_bytes;
-use crate::recording::{Census, Phase, Recording};
+use crate::recording::{Census, ObjectGrowth, Phase, Recording};
 
 /// A holder must have grown by at least this share of the leak over the same steps to be named.
 const NAMED_SHARE: f64 = 0.5;
@@ -255,6 +255,13 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
     let basis = analysis.basis;
     let holders = analysis.holders.clone();
     let censuses = census_pair(recording, pid);
+    // What grew that is not tensors, said by the last census.
+    let objects = recording
+        .censuses
+        .iter()
+        .filter(|c| pid.is_none_or(|p| c.origin.pid == p))
+        .filter_map(|c| c.grown.as_ref())
+        .next_back();
     if let Some(leak) = analysis
         .findings
         .iter_mut()
@@ -312,7 +319,8 @@ pub(super) fn judge(recording: &Recording, pid: Option<u32>, analysis: &mut Anal
                 .iter()
                 .cloned()
                 .partition(|h| flat_heap.is_some_and(|s| heap_shows(s, h)));
-            let named = name_holder(leak, basis, &outside, censuses, categories_rate);
+            let named = name_holder(leak, basis, &outside, censuses, categories_rate)
+                || basis == Basis::HostRss && objects.is_some_and(|o| name_objects(leak, o));
             if !named && flat_heap.is_some() {
                 restate_as_a_question(leak, &inside);
             }
@@ -463,6 +471,62 @@ fn name_holder(
     named
 }
 
+/// The least number of objects of one type a container must hold of what grew to be named.
+const OBJECTS_NAMED: u64 = 8;
+
+/// Where no tensor holder grew by the leaked amount: the module-level container that holds the
+/// objects that grew (pyplot's figures, a registry), named as the leak's holder with the types
+/// that grew; else those types alone. Whether a container was named.
+fn name_objects(leak: &mut Finding, grown: &ObjectGrowth) -> bool {
+    let since = grown
+        .since_step
+        .map_or_else(|| "the first census".to_owned(), |s| format!("step {s}"));
+    let types: Vec<String> = grown
+        .types
+        .iter()
+        .filter(|t| t.now > t.before)
+        .take(6)
+        .map(|t| format!("{} +{}", short_type(&t.name), t.now - t.before))
+        .collect();
+    let container = grown
+        .containers
+        .iter()
+        .filter(|c| c.items.min(c.grew) >= OBJECTS_NAMED)
+        .max_by_key(|c| c.items.min(c.grew));
+    let Some(c) = container else {
+        if !types.is_empty() {
+            leak.evidence.push(format!(
+                "objects that are not tensors grew since {since} (no container of a module held them): {}",
+                types.join(", ")
+            ));
+        }
+        return false;
+    };
+    leak.title.push_str(&format!(", held by {}", c.name));
+    leak.evidence.push(format!(
+        "held by {} ({}: {} items, mostly {}) — objects, not tensors: {} more {} since {since}; the types that grew most: {}",
+        c.name,
+        c.what,
+        c.items,
+        short_type(&c.holds),
+        c.grew,
+        short_type(&c.holds),
+        types.join(", ")
+    ));
+    let fix = if c.name.starts_with("matplotlib._pylab_helpers.Gcf") {
+        "pyplot keeps every figure it makes until it is closed: `plt.close(fig)` once it is saved or logged (or make it with `matplotlib.figure.Figure()`, which pyplot does not keep)"
+    } else {
+        "it keeps every object added to it: remove what is no longer needed, or keep only the last few"
+    };
+    leak.hints.insert(0, format!("{}: {fix}", c.name));
+    true
+}
+
+/// A type's name without its module (`matplotlib.figure.Figure`: `Figure`).
+fn short_type(name: &str) -> &str {
+    name.rsplit('.').next().unwrap_or(name)
+}
+
 /// What a census cut at its time limit reached, said with the holders it named: breadth first
 /// from the job's names, it stopped before the holders furthest from them, and a holder the
 /// earlier census did not reach counts as grown from nothing.
@@ -573,6 +637,89 @@ mod tests {
             grew("model.seen", attr, None, 10),
         ]);
         assert!(objects.is_empty(), "{objects:#?}");
+    }
+
+    fn growth(containers: Vec<crate::recording::ObjectContainer>) -> ObjectGrowth {
+        let count = |name: &str, before, now| crate::recording::TypeCount {
+            name: name.to_owned(),
+            before,
+            now,
+        };
+        ObjectGrowth {
+            since_step: Some(16),
+            types: vec![
+                count("matplotlib.path.Path", 199, 4674),
+                count("builtins.dict", 6516, 21428),
+                count("matplotlib.figure.Figure", 1, 26),
+            ],
+            containers,
+        }
+    }
+
+    fn container(
+        name: &str,
+        items: u64,
+        holds: &str,
+        grew: u64,
+    ) -> crate::recording::ObjectContainer {
+        crate::recording::ObjectContainer {
+            name: name.to_owned(),
+            what: "OrderedDict, a class attribute of Gcf".to_owned(),
+            items,
+            holds: holds.to_owned(),
+            grew,
+        }
+    }
+
+    fn leak() -> Finding {
+        Finding {
+            kind: FindingKind::Leak,
+            title: "Host memory leak in eval: +623 KiB/step".to_owned(),
+            phase: Some(Phase::Eval),
+            basis: Basis::HostRss,
+            growth_per_step_bytes: Some(623.0 * 1024.0),
+            evidence: Vec::new(),
+            hints: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_container_that_holds_the_objects_that_grew_is_the_holder() {
+        let figs = container(
+            "matplotlib._pylab_helpers.Gcf.figs",
+            26,
+            "matplotlib.backend_bases.FigureManagerBase",
+            25,
+        );
+        // A cache whose last items are of a type that grew by one is not it.
+        let cache = container("re._cache", 254, "re.Pattern", 1);
+        let mut finding = leak();
+        assert!(name_objects(
+            &mut finding,
+            &growth(vec![cache.clone(), figs])
+        ));
+        assert_eq!(
+            finding.title,
+            "Host memory leak in eval: +623 KiB/step, held by matplotlib._pylab_helpers.Gcf.figs"
+        );
+        assert_eq!(
+            finding.evidence,
+            [
+                "held by matplotlib._pylab_helpers.Gcf.figs (OrderedDict, a class attribute of Gcf: 26 items, mostly FigureManagerBase) — objects, not tensors: 25 more FigureManagerBase since step 16; the types that grew most: Path +4475, dict +14912, Figure +25"
+            ]
+        );
+        assert!(finding.hints[0].starts_with("matplotlib._pylab_helpers.Gcf.figs: pyplot keeps every figure it makes until it is closed: `plt.close(fig)`"), "{:?}", finding.hints);
+
+        // Only the cache: the types that grew are said, and no holder is named.
+        let mut finding = leak();
+        assert!(!name_objects(&mut finding, &growth(vec![cache])));
+        assert_eq!(finding.title, leak().title);
+        assert_eq!(
+            finding.evidence,
+            [
+                "objects that are not tensors grew since step 16 (no container of a module held them): Path +4475, dict +14912, Figure +25"
+            ]
+        );
     }
 
     #[test]

@@ -465,6 +465,7 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
                 skipped: body.skipped,
                 truncated: body.truncated,
                 cost_ns: body.cost_ns,
+                grown: body.grown,
             })))
         }
         "P" => {
@@ -552,6 +553,8 @@ struct CensusBody {
     truncated: bool,
     #[serde(default)]
     cost_ns: u64,
+    #[serde(default)]
+    grown: Option<collector::recording::ObjectGrowth>,
 }
 
 /// Sets up the job's environment so that Python loads the probe.

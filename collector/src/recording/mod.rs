@@ -26,8 +26,9 @@ pub use kernel::{CgroupMemory, KernelKill, KernelMemory, TreeProcess};
 pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
     AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
-    FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, Imported, MAGIC, Note, Oom, Origin, Phase,
-    PhaseEdge, Record, SavedFreed, SeriesKey, SeriesKind, SnapshotFile, Unobserved,
+    FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, Imported, MAGIC, Note, ObjectContainer,
+    ObjectGrowth, Oom, Origin, Phase, PhaseEdge, Record, SavedFreed, SeriesKey, SeriesKind,
+    SnapshotFile, TypeCount, Unobserved,
 };
 pub(crate) use read::describe_start;
 pub use read::{ReadError, Reader};

@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 6;
+pub const FORMAT_MINOR: u32 = 7;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -544,6 +544,53 @@ pub struct Census {
     /// What the census cost the job, nanoseconds.
     #[serde(default)]
     pub cost_ns: u64,
+    /// Objects that are not tensors: what grew since the first census, said at the last one (at
+    /// the job's end or its out-of-memory error; since 1.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grown: Option<ObjectGrowth>,
+}
+
+/// The objects Python's cycle collector tracks, by type, that grew between the first census and
+/// this one, and the module-level containers that hold objects of a type that grew (since 1.7).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectGrowth {
+    /// The step of the first census, where the counts began.
+    #[serde(default)]
+    pub since_step: Option<u64>,
+    /// The types whose objects grew most, most first.
+    #[serde(default)]
+    pub types: Vec<TypeCount>,
+    /// The containers that hold most of what grew, most first.
+    #[serde(default)]
+    pub containers: Vec<ObjectContainer>,
+}
+
+/// How many objects of a type there were at the first census and at this one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeCount {
+    /// The type, with its module: `matplotlib.figure.Figure`.
+    #[serde(rename = "type")]
+    pub name: String,
+    /// Objects at the first census.
+    pub before: u64,
+    /// Objects at this one.
+    pub now: u64,
+}
+
+/// A global, or an attribute of a class, of any module, whose items are of a type that grew.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectContainer {
+    /// Its path: `matplotlib._pylab_helpers.Gcf.figs`, `__main__.figures`.
+    pub name: String,
+    /// What it is: "OrderedDict, a class attribute of Gcf".
+    #[serde(default)]
+    pub what: String,
+    /// Its items now.
+    pub items: u64,
+    /// The type of most of its last items: `matplotlib.backend_bases.FigureManagerBase`.
+    pub holds: String,
+    /// How many objects of that type were added since the first census (anywhere).
+    pub grew: u64,
 }
 
 /// Who holds tensors: a name the user would write, and what it is.
