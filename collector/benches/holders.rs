@@ -4,8 +4,8 @@
 //!   1,000 parameter tensors and Adam: µs per step, against a 50 ms step (20 steps/s; budget 1 %;
 //!   the C heap they carry is the next edge's reading, counted in the per-edge cost);
 //! - one census of a process holding 1,000,000 Python objects (measured and reported);
-//! - all censuses of each acceptance job (`tests/data/holders/train.py`) against its wall time
-//!   (budget 1 %).
+//! - all censuses of each acceptance job (`tests/data/holders/train.py`, `objects.py`) against
+//!   its wall time (budget 1 %).
 //!
 //! `cargo bench -p tidemark-collector --bench holders` (needs torch: `TIDEMARK_PYTHON`).
 
@@ -17,19 +17,22 @@ mod python;
 use python::python;
 
 const SCRIPT: &str = r#"
-import sys, time, torch, tidemark
+import sys, time, weakref, torch, tidemark
+from tidemark import _auto, _steps
 from torch import nn
 assert tidemark.enabled()
 torch.set_num_threads(1)
 model = nn.Sequential(*[nn.Linear(16, 16) for _ in range(500)])  # 1,000 parameter tensors
 opt = torch.optim.Adam(model.parameters())
+_auto._roots[id(model)] = model  # what the automatic phases would have found
+_auto._optimizers.append(weakref.ref(opt))
 x = torch.randn(4, 16)
 costs = []
 for step in range(200):
     tidemark._step = step
     start = time.perf_counter_ns()
-    tidemark._at_step_start(torch, [model], [opt])
-    tidemark._send_categories("0 0")  # what the forward's begin edge adds: sending them
+    tidemark._at_step_start(torch)
+    _steps._send_categories(0)  # what the forward's begin edge adds: sending them
     costs.append(time.perf_counter_ns() - start)
     opt.zero_grad(set_to_none=True)
     model(x).sum().backward()
@@ -59,6 +62,16 @@ for full in (False, True):
         elapsed = time.perf_counter_ns() - start
         best = elapsed if best is None else min(best, elapsed)
     print(f"census {int(full)} {best / 1e6:.1f} {result['objects']} {objects}")
+# Objects that are not tensors: counted by type at the first census, and at the last what grew
+# since with the containers that hold it (1,000,000 more `Item`s, held by `held`).
+start = time.perf_counter_ns()
+_census._counted = (0, _census._object_counts())  # (what `count_objects` takes when it counts)
+counted = time.perf_counter_ns() - start
+more = [Item(i) for i in range(1_000_000)]
+start = time.perf_counter_ns()
+grown = _census.object_growth(time.perf_counter_ns() + 10**10)
+growth = time.perf_counter_ns() - start
+print(f"objects {counted / 1e6:.1f} {growth / 1e6:.1f} {len(gc.get_objects())} {grown['containers'][0]['name']}")
 "#;
 
 fn categories_and_census(dir: &Path) {
@@ -98,22 +111,31 @@ fn categories_and_census(dir: &Path) {
                     ""
                 }
             ),
+            ["objects", counted, growth, objects, container] => println!(
+                "objects by type: counted in {counted} ms at the first census; at the last, with {objects} gc-tracked objects, what grew and the container that holds it ({container}) in {growth} ms"
+            ),
             _ => println!("{line}"),
         }
     }
 }
 
 fn acceptance_jobs(dir: &Path) {
-    let train = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/holders/train.py");
-    for case in [
-        "losses",
-        "hook",
-        "detach",
-        "eval_logits",
-        "attention",
-        "buffer",
-        "zero_grad_keep",
-        "healthy",
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/holders");
+    let (train, objects) = (data.join("train.py"), data.join("objects.py"));
+    // The leaks of tensors and the healthy loop, then those that are not tensors (which pay for
+    // counting the objects by type).
+    for (script, case) in [
+        (&train, "losses"),
+        (&train, "hook"),
+        (&train, "detach"),
+        (&train, "eval_logits"),
+        (&train, "attention"),
+        (&train, "buffer"),
+        (&train, "zero_grad_keep"),
+        (&train, "healthy"),
+        (&objects, "figures"),
+        (&objects, "closed"),
+        (&objects, "records"),
     ] {
         let out = dir.join(format!("{case}.msgpack"));
         let status = Command::new(env!("CARGO_BIN_EXE_collector"))
@@ -121,7 +143,7 @@ fn acceptance_jobs(dir: &Path) {
             .arg(&out)
             .arg("--")
             .arg(python())
-            .arg(&train)
+            .arg(script)
             .arg(case)
             .env("OMP_NUM_THREADS", "1")
             .output()

@@ -185,11 +185,12 @@ def _send_census(torch, models, optimizers, reason):
         limit_s = _census_limit_s * (1 if reason == "step" else 4)
         result = _census.census(torch, models, optimizers, full=died, limit_s=limit_s)
         step = "-" if _tm._step is None else _tm._step
-        # Objects that are not tensors: counted by type at the first census, and what grew since
-        # said at the last (where it costs no step), with the containers that hold them.
+        # Objects that are not tensors: counted by type at a step census after which memory grew
+        # outside the tensors, and what grew since said at the last (where it costs no step),
+        # with the containers that hold them.
         started = time.perf_counter_ns()
         if reason == "step":
-            _census.count_objects(_tm._step)
+            _census.count_objects(_tm._step, result)
             # The census at exit runs before the exit handlers that the job's libraries registered
             # since the probe's (pyplot closes every figure at exit): registered again, it is the
             # last in, the first out.

@@ -359,11 +359,22 @@ fn analyze_one(recording: &Recording) -> Analysis {
         ),
         _ => None,
     };
+    // Whether memory beyond the heap leaks on its own, read by the probe at the step starts.
+    let outside_malloc_leaks = heap_at_steps.is_some()
+        && occurrences.first().is_some_and(|o| {
+            let edges: Vec<_> = recording
+                .phases
+                .iter()
+                .filter(|e| e.origin.pid == o.pid)
+                .collect();
+            grows_outside_malloc(&edges)
+        });
     rules::judge(
         recording,
         &allocator,
         fallback.as_ref().map(|(_, s)| s.as_ref()),
         heap_at_steps.as_deref(),
+        outside_malloc_leaks,
         &mut analysis,
     );
     holders::judge(recording, occurrences.first().map(|o| o.pid), &mut analysis);

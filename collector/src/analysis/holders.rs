@@ -480,7 +480,7 @@ const OBJECTS_NAMED: u64 = 8;
 fn name_objects(leak: &mut Finding, grown: &ObjectGrowth) -> bool {
     let since = grown
         .since_step
-        .map_or_else(|| "the first census".to_owned(), |s| format!("step {s}"));
+        .map_or_else(|| "they were counted".to_owned(), |s| format!("step {s}"));
     let types: Vec<String> = grown
         .types
         .iter()

@@ -544,17 +544,19 @@ pub struct Census {
     /// What the census cost the job, nanoseconds.
     #[serde(default)]
     pub cost_ns: u64,
-    /// Objects that are not tensors: what grew since the first census, said at the last one (at
-    /// the job's end or its out-of-memory error; since 1.7).
+    /// Objects that are not tensors: what grew since they were counted (at a step census after
+    /// which memory grew outside the tensors), said at the last census (at the job's end or its
+    /// out-of-memory error; since 1.7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grown: Option<ObjectGrowth>,
 }
 
-/// The objects Python's cycle collector tracks, by type, that grew between the first census and
-/// this one, and the module-level containers that hold objects of a type that grew (since 1.7).
+/// The objects Python's cycle collector tracks, by type, that grew between the step census that
+/// counted them and this one, and the module-level containers that hold objects of a type that
+/// grew (since 1.7).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectGrowth {
-    /// The step of the first census, where the counts began.
+    /// The step of the census that counted them first.
     #[serde(default)]
     pub since_step: Option<u64>,
     /// The types whose objects grew most, most first.
@@ -565,13 +567,13 @@ pub struct ObjectGrowth {
     pub containers: Vec<ObjectContainer>,
 }
 
-/// How many objects of a type there were at the first census and at this one.
+/// How many objects of a type there were when first counted and at this census.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TypeCount {
     /// The type, with its module: `matplotlib.figure.Figure`.
     #[serde(rename = "type")]
     pub name: String,
-    /// Objects at the first census.
+    /// Objects when first counted.
     pub before: u64,
     /// Objects at this one.
     pub now: u64,
@@ -589,7 +591,7 @@ pub struct ObjectContainer {
     pub items: u64,
     /// The type of most of its last items: `matplotlib.backend_bases.FigureManagerBase`.
     pub holds: String,
-    /// How many objects of that type were added since the first census (anywhere).
+    /// How many objects of that type were added since they were first counted (anywhere).
     pub grew: u64,
 }
 

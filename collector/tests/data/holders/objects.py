@@ -59,7 +59,7 @@ def main():
             model.eval()
             with torch.no_grad():
                 pred = model(x)
-            fig, axes = plt.subplots(1, 2, figsize=(8, 4))
+            fig, axes = plt.subplots(1, 2, figsize=(16, 8))
             axes[0].plot(losses)
             axes[1].imshow(pred[:128, :128].numpy())
             fig.savefig(io.BytesIO(), format="png")
