@@ -50,7 +50,7 @@ else
   echo "a pin that cannot be installed: named, exit 2"
 fi
 # The README names the versions the suite proves: the pins.
-for package in torch lightning transformers; do
+for package in torch lightning transformers matplotlib; do
   pinned=$(grep -m1 "^$package==" scripts/python-constraints.txt | cut -d= -f3)
   grep -qi "$package $pinned" README.md \
     || fail "README.md does not say the suite proves $package $pinned (scripts/python-constraints.txt)"
