@@ -67,7 +67,9 @@ enum Command {
 /// What to record, and how.
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
-    /// Where to write the recording. Created (or truncated) before the job starts.
+    /// Where to write the recording. Created (or truncated) before the job starts. `%h` is
+    /// this host, `%r` the node's rank (`SLURM_NODEID`, `GROUP_RANK` or `NODE_RANK`, else 0), `%p`
+    /// the collector's pid, `%%` a percent sign: one command line gives every node its own file.
     #[arg(long, short, value_name = "PATH", required = true)]
     pub out: Option<PathBuf>,
 
@@ -109,9 +111,10 @@ pub struct RecordArgs {
     #[arg(long)]
     pub keep_peaks: bool,
 
-    /// Take no census of who holds the live tensors. By default the probe takes one at steps 16,
-    /// 64, 256, … (each four times the last), at the end and at an out-of-memory error; each
-    /// walks the job's objects from its globals and frames, which pauses the job briefly.
+    /// Take no census of who holds the live tensors. By default the probe takes one at steps 16
+    /// and 24, then at a step at least 1.25 times the last one's while the censuses have taken at
+    /// most 0.1 % of the time since the first step, at the end and at an out-of-memory error;
+    /// each walks the job's objects from its globals and frames, which pauses the job briefly.
     #[arg(long)]
     pub no_census: bool,
 
