@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
 
 mod compare;
+mod docs;
 mod frameworks;
 mod gpu;
 mod holders;
