@@ -136,14 +136,39 @@ fn read_cgroup(version: u8, path: &str, folder: &Path, top: &Path) -> (CgroupMem
             }
         }
     };
-    let number = |text: Option<String>| text.and_then(|t| t.trim().parse::<u64>().ok());
-    let field = |text: &Option<String>, key: &str| {
-        text.as_deref().and_then(|t| {
-            t.lines().find_map(|l| {
-                let (k, v) = l.split_once(' ')?;
-                (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
-            })
-        })
+    // A file read that does not hold what it should is named, with what it held.
+    let number = |name: &str| {
+        let text = read(name)?;
+        let value = text.trim().parse::<u64>().ok();
+        if value.is_none() {
+            unreadable.borrow_mut().push(format!(
+                "{}: not a number of bytes: {:?}",
+                folder.join(name).display(),
+                text.trim()
+            ));
+        }
+        value
+    };
+    // A count in a file of `key value` lines; `missing`: why a kernel may lack the line (`None`:
+    // its lack is not worth a word), where a line that is there but holds no number always is.
+    let field = |text: &Option<String>, name: &str, key: &str, missing: Option<&str>| {
+        let line = text
+            .as_deref()?
+            .lines()
+            .find_map(|l| l.split_once(' ').filter(|(k, _)| *k == key));
+        let value = line.and_then(|(_, v)| v.trim().parse::<u64>().ok());
+        let why = match (line, missing) {
+            (Some((_, v)), _) if value.is_none() => Some(format!(": {:?}", v.trim())),
+            (None, Some(missing)) => Some(missing.to_owned()),
+            _ => None,
+        };
+        if let Some(why) = why {
+            unreadable.borrow_mut().push(format!(
+                "{}: no {key} count{why}",
+                folder.join(name).display()
+            ));
+        }
+        value
     };
     let mut memory = CgroupMemory {
         path: path.to_owned(),
@@ -152,21 +177,20 @@ fn read_cgroup(version: u8, path: &str, folder: &Path, top: &Path) -> (CgroupMem
     };
     if version == 1 {
         let oom = read("memory.oom_control");
-        memory.oom_kills_after = field(&oom, "oom_kill");
-        if oom.is_some() && memory.oom_kills_after.is_none() {
-            unreadable.borrow_mut().push(format!(
-                "{}: no oom_kill count (a kernel before 4.13)",
-                folder.join("memory.oom_control").display()
-            ));
-        }
-        memory.peak_bytes = number(read("memory.max_usage_in_bytes"));
-        memory.usage_bytes = number(read("memory.usage_in_bytes"));
+        memory.oom_kills_after = field(
+            &oom,
+            "memory.oom_control",
+            "oom_kill",
+            Some(" (a kernel before 4.13)"),
+        );
+        memory.peak_bytes = number("memory.max_usage_in_bytes");
+        memory.usage_bytes = number("memory.usage_in_bytes");
     } else {
         let events = read("memory.events");
-        memory.oom_kills_after = field(&events, "oom_kill");
-        memory.group_kills_after = field(&events, "oom_group_kill");
-        memory.peak_bytes = number(read("memory.peak"));
-        memory.usage_bytes = number(read("memory.current"));
+        memory.oom_kills_after = field(&events, "memory.events", "oom_kill", Some(""));
+        memory.group_kills_after = field(&events, "memory.events", "oom_group_kill", None);
+        memory.peak_bytes = number("memory.peak");
+        memory.usage_bytes = number("memory.current");
     }
     // The limit that applies: the smallest of its own and its ancestors' (up to the mount).
     let limit_file = if version == 1 {
@@ -486,6 +510,43 @@ mod tests {
         assert_eq!(cgroup.usage_bytes, Some(4096));
         assert_eq!(cgroup.kills_during(), Some(1));
         assert_eq!(cgroup.group_kills_after, Some(0));
+    }
+
+    /// Files that hold something else than numbers (a kernel that writes another format, a file
+    /// cut short): each is named with what it held, and what there is still read.
+    #[test]
+    fn a_cgroup_file_that_holds_no_number_is_named_with_what_it_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = dir.path().join("job");
+        fs::create_dir_all(&leaf).unwrap();
+        fs::write(dir.path().join("cgroup.controllers"), "memory\n").unwrap();
+        fs::write(leaf.join("memory.max"), "314572800\n").unwrap();
+        fs::write(leaf.join("memory.events"), "low 0\noom_kill many\n").unwrap();
+        fs::write(leaf.join("memory.peak"), "").unwrap();
+        fs::write(leaf.join("memory.current"), "4096\n").unwrap();
+        let mounts = Mounts {
+            v1: None,
+            v2: Some((dir.path().to_owned(), "/".to_owned())),
+        };
+        let mut watch = Watch::start(mounts, u32::MAX - 1);
+        watch.see("0::/job\n");
+        let memory = watch.finish(&ProcessTree::new(u32::MAX - 1));
+        let cgroup = &memory.cgroups[0];
+        assert_eq!(cgroup.limit_bytes, Some(314572800));
+        assert_eq!(cgroup.usage_bytes, Some(4096));
+        assert_eq!((cgroup.peak_bytes, cgroup.oom_kills_after), (None, None));
+        let named = memory.unreadable.join("\n");
+        assert!(
+            named.contains("job/memory.events: no oom_kill count: \"many\""),
+            "{named}"
+        );
+        // A kernel before 5.17 has no group kills to count: not worth a word.
+        assert!(!named.contains("oom_group_kill"), "{named}");
+        assert!(
+            named.contains("job/memory.peak: not a number of bytes: \"\""),
+            "{named}"
+        );
+        assert!(!named.contains("memory.current"), "{named}");
     }
 
     /// Files missing: each is named, and what there is still read.
