@@ -362,8 +362,8 @@ pub struct PairedSnapshot {
 mod path;
 #[cfg(not(target_arch = "wasm32"))]
 pub use path::{
-    open_expecting, open_path, open_recording, open_snapshot, paired_snapshot, peek_header,
-    read_any_file, read_one_run, stream_snapshot,
+    FolderRun, folder_run, open_expecting, open_path, open_recording, open_snapshot,
+    paired_snapshot, peek_header, read_any_file, read_one_run, stream_snapshot,
 };
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use collector::recording::{
 #[cfg(not(target_arch = "wasm32"))] // Files: native only.
 pub mod inputs;
 pub mod snapshots;
+pub mod traces;
 
 /// 1 MiB.
 pub const MIB: u64 = 1 << 20;

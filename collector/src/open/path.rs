@@ -79,18 +79,55 @@ fn look(path: &Path) -> Result<Found, OpenError> {
         .filter(|p| p.is_file())
         .collect();
     files.sort();
-    let (mut nodes, mut ranks, mut unranked, mut recordings) = (Vec::new(), Vec::new(), 0, 0);
-    let mut traces = Vec::new();
-    for file in files {
+    let kinds = files.into_iter().map(|file| {
         let kind = match first_bytes(&file).map_or(Kind::Unknown, |first| Kind::of(&first)) {
             Kind::Gzip => gzip_kind(&file).unwrap_or(Kind::Unknown),
             kind => kind,
         };
+        (file, kind)
+    });
+    match folder_run(kinds) {
+        FolderRun::Nodes(files) | FolderRun::Traces(files) => Ok(Found::Nodes(files)),
+        FolderRun::Ranks(files) => Ok(Found::Ranks(files)),
+        FolderRun::Nothing { unranked } => Err(OpenError::NothingInFolder {
+            path: path.to_owned(),
+            unranked,
+        }),
+    }
+}
+
+/// What a folder's files make, by the one rule `report DIR`, the viewer and `collector serve`
+/// read a folder with ([`folder_run`]).
+#[derive(Debug, PartialEq)]
+pub enum FolderRun<T> {
+    /// Nodes' recordings of one job (with the files named `*.msgpack` that are none, so that
+    /// opening them says what they are).
+    Nodes(Vec<T>),
+    /// Per-rank snapshots (a rank in the file's name: `rank3`, `rank_3`), by rank.
+    Ranks(Vec<(u32, T)>),
+    /// Per-rank profiler traces (each names its rank in `distributedInfo`), merged into one run
+    /// as nodes' recordings are.
+    Traces(Vec<T>),
+    /// None: the snapshots without a rank in their names, counted.
+    Nothing { unranked: usize },
+}
+
+/// The one rule for a folder: its files (each with the path its name is read from, and its kind
+/// from its bytes) in order. Recordings first — the snapshots a `--history` run dumps beside
+/// them are not the run — and files named `*.msgpack` that are no recording with them, unless
+/// the folder holds per-rank snapshots and no recording; else the per-rank snapshots (a file
+/// named `*.pickle`/`*.pkl` with a rank that is no snapshot among them); else the profiler
+/// traces.
+pub fn folder_run<T: AsRef<Path>>(files: impl IntoIterator<Item = (T, Kind)>) -> FolderRun<T> {
+    let (mut nodes, mut ranks, mut traces, mut unranked, mut recordings) =
+        (Vec::new(), Vec::new(), Vec::new(), 0, 0);
+    for (file, kind) in files {
+        let path = file.as_ref();
         let named = |ext: &[&str]| {
-            file.extension()
+            path.extension()
                 .is_some_and(|e| ext.iter().any(|x| e.eq_ignore_ascii_case(x)))
         };
-        let rank = file
+        let rank = path
             .file_name()
             .and_then(|n| crate::snapshot::ranks::rank_of(&n.to_string_lossy()));
         match (kind, rank) {
@@ -103,27 +140,19 @@ fn look(path: &Path) -> Result<Found, OpenError> {
             (Kind::Snapshot, Some(rank)) => ranks.push((rank, file)),
             (Kind::Unknown, Some(rank)) if named(&["pickle", "pkl"]) => ranks.push((rank, file)),
             (Kind::Snapshot, None) => unranked += 1,
-            // A profiler trace: one rank's (`distributedInfo`), when the folder holds several.
             (Kind::Trace, _) => traces.push(file),
             _ => {}
         }
     }
-    // Recordings first (the snapshots a `--history` run dumps beside them are not the run);
-    // files named `*.msgpack` that are no recording are named with what they are, unless the
-    // folder holds per-rank snapshots and no recording.
     if recordings > 0 || (ranks.is_empty() && !nodes.is_empty()) {
-        Ok(Found::Nodes(nodes))
+        FolderRun::Nodes(nodes)
     } else if !ranks.is_empty() {
-        ranks.sort();
-        Ok(Found::Ranks(ranks))
+        ranks.sort_by_key(|(rank, _)| *rank);
+        FolderRun::Ranks(ranks)
     } else if !traces.is_empty() {
-        // Per-rank profiler traces: read and merged into one run as nodes' recordings are.
-        Ok(Found::Nodes(traces))
+        FolderRun::Traces(traces)
     } else {
-        Err(OpenError::NothingInFolder {
-            path: path.to_owned(),
-            unranked,
-        })
+        FolderRun::Nothing { unranked }
     }
 }
 

@@ -360,34 +360,51 @@ impl Runs {
     }
 }
 
-/// A folder that is one run: its kind and which of its files make it. Nodes' recordings of one
-/// job (at least two, each from its own host: [`collector::recording::are_nodes_of_one_run`]),
-/// else at least two snapshots with a rank in their names and no recording.
+/// A folder that is one run: its kind and which of its files make it, by the rule `report DIR`
+/// reads a folder with ([`collector::open::folder_run`]), listed as one run where it is several
+/// files: nodes' recordings of one job (at least two, each from its own host:
+/// [`collector::recording::are_nodes_of_one_run`]), at least two per-rank snapshots, or at least
+/// two per-rank profiler traces.
 fn folder_run(infos: &[(PathBuf, std::fs::Metadata, FileInfo)]) -> Option<(Kind, Vec<usize>)> {
-    let of = |kind: Kind| -> Vec<usize> {
-        (0..infos.len())
-            .filter(|&i| infos[i].2.kind.as_ref().is_ok_and(|k| *k == kind))
-            .collect()
-    };
-    let recordings = of(Kind::Recording);
-    let headers: Vec<&Header> = recordings
-        .iter()
-        .filter_map(|&i| infos[i].2.header.as_ref())
-        .collect();
-    if headers.len() == recordings.len() && collector::recording::are_nodes_of_one_run(&headers) {
-        return Some((Kind::NodeRecordings, recordings));
+    use collector::open::FolderRun;
+    let files = infos.iter().enumerate().map(|(i, (path, _, info))| {
+        let kind = info.kind.as_ref().map_or(Kind::Unknown, |k| *k);
+        (Indexed(i, path), kind)
+    });
+    let indices = |files: Vec<Indexed<'_>>| -> Vec<usize> { files.iter().map(|f| f.0).collect() };
+    match collector::open::folder_run(files) {
+        FolderRun::Nodes(files) => {
+            // The recordings among them (a file named like one that is none is listed on its
+            // own, with what is wrong).
+            let mut chosen = indices(files);
+            chosen.retain(|&i| infos[i].2.header.is_some());
+            let headers: Vec<&Header> = chosen
+                .iter()
+                .filter_map(|&i| infos[i].2.header.as_ref())
+                .collect();
+            collector::recording::are_nodes_of_one_run(&headers)
+                .then_some((Kind::NodeRecordings, chosen))
+        }
+        FolderRun::Ranks(files) => {
+            let chosen: Vec<usize> = files.iter().map(|(_, f)| f.0).collect();
+            (chosen.len() >= 2).then_some((Kind::RankSnapshots, chosen))
+        }
+        // Opened as `report DIR` opens them: merged as nodes' recordings are.
+        FolderRun::Traces(files) => {
+            let chosen = indices(files);
+            (chosen.len() >= 2).then_some((Kind::NodeRecordings, chosen))
+        }
+        FolderRun::Nothing { .. } => None,
     }
-    let ranked: Vec<usize> = of(Kind::Snapshot)
-        .into_iter()
-        .filter(|&i| {
-            infos[i]
-                .0
-                .file_name()
-                .and_then(|n| collector::snapshot::ranks::rank_of(&n.to_string_lossy()))
-                .is_some()
-        })
-        .collect();
-    (recordings.is_empty() && ranked.len() >= 2).then_some((Kind::RankSnapshots, ranked))
+}
+
+/// A file of a folder's listing: its index, and its path (whose name the folder rule reads).
+struct Indexed<'a>(usize, &'a PathBuf);
+
+impl AsRef<Path> for Indexed<'_> {
+    fn as_ref(&self) -> &Path {
+        self.1
+    }
 }
 
 /// A file's kind (gzip data by what it holds) and, for a recording, its header.

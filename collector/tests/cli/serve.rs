@@ -570,3 +570,46 @@ fn a_folder_run_is_sent_again_only_when_its_files_changed() {
         .unwrap();
     assert_eq!(run["growing"], true, "{run}");
 }
+
+/// The one folder rule: a folder `collector report DIR` reads as one run is one run in the list,
+/// whatever it holds — here two ranks' profiler traces, merged as nodes' recordings are — and a
+/// folder it reads as a single recording keeps that file listed on its own.
+#[test]
+fn a_folder_report_reads_as_one_run_is_one_run_in_the_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    for rank in 0..2 {
+        let trace = tidemark_tests::traces::rank_trace(20, u64::from(rank) << 20, rank);
+        std::fs::write(traces.join(format!("rank{rank}.pt.trace.json")), trace).unwrap();
+    }
+    let single = dir.path().join("single");
+    std::fs::create_dir(&single).unwrap();
+    let alone = tidemark_tests::inputs::node_recording(&single, 0, "train").unwrap();
+    // What `report DIR` reads: the files of one run.
+    let report = |folder: &Path| match collector::open::open_path(folder).unwrap() {
+        collector::open::Input::NodeRecordings { files, .. } => files.len(),
+        other => panic!("{}: {:?}", folder.display(), other.kind()),
+    };
+    assert_eq!(report(&traces), 2);
+    assert_eq!(report(&single), 1);
+
+    let server = serve(dir.path(), &[]);
+    let list = judged_list(server.port);
+    let run = by_name(&list, "traces");
+    assert_eq!(run["kind"], "node_recordings", "{run}");
+    assert_eq!(run["files"].as_array().map(Vec::len), Some(2), "{run}");
+    assert!(run["error"].is_null(), "{run}");
+    let (_, headline) = tidemark_tests::inputs::judged(&traces).unwrap();
+    assert_eq!(run["headline"], headline.as_str(), "{run}");
+    assert!(
+        list.iter()
+            .all(|r| !r["name"].as_str().unwrap().starts_with("traces/")),
+        "{list:?}"
+    );
+    let whole = get(server.port, "/runs/traces", &[]);
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    // One recording in a folder: the file itself, the one run `report DIR` opens.
+    let name = alone.file_name().unwrap().to_string_lossy();
+    by_name(&list, &format!("single/{name}"));
+}
