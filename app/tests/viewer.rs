@@ -408,7 +408,7 @@ fn a_snapshot_without_a_trace_opens_on_its_blocks_with_the_reports_headline() {
     let view = run.snapshot.as_ref().unwrap();
     let headline = view.verdict.headline.clone();
     assert!(
-        headline.starts_with("At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114) "),
+        headline.starts_with("At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (vllm_rollout/vllm_rollout_spmd.py:114) "),
         "{headline}"
     );
     harness.get_by_label(&headline);
@@ -422,7 +422,7 @@ fn a_snapshot_without_a_trace_opens_on_its_blocks_with_the_reports_headline() {
     // 24 KV-cache blocks of 866 MiB are one row, not 24: the row of the user's code (verl's)
     // that allocates the cache through vLLM, with the other blocks it allocates.
     let row = harness.get_by_label_contains(
-        "340 blocks   cuda:0   __init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114)",
+        "340 blocks   cuda:0   __init__ (vllm_rollout/vllm_rollout_spmd.py:114)",
     );
     row.click();
     harness.run();
@@ -931,7 +931,7 @@ fn snapshot_suspects_marked() {
         assert!(y > 0.0);
     }
     // Named by the user's code (`main`), not by torch's `convert` under it.
-    harness.get_by_label("leak suspect: main (attention.py:358) (256 MiB in 16 blocks alive)");
+    harness.get_by_label("leak suspect: main (misc/attention.py:358) (256 MiB in 16 blocks alive)");
     harness.get_by_label_contains(
         "marked: where the blocks of 1 leak suspect still alive at the end were allocated",
     );

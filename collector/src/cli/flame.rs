@@ -167,10 +167,6 @@ fn draw(
 ) {
     let n = &flame.nodes[node as usize];
     let name = flame.name(snapshot, node);
-    let short = match n.label {
-        Label::Frame(f) => snapshot.frame_text_short(&f),
-        _ => name.clone(),
-    };
     let share = 100.0 * n.weight / flame.total();
     let amount = match flame.weigh {
         Weigh::LiveAt(_) => format_bytes(n.weight),
@@ -195,14 +191,13 @@ fn draw(
     // About 6 px a character at this size.
     let fits = ((width - 6.0) / 6.0).floor() as usize;
     if fits >= 4 {
-        let text: String = if short.chars().count() > fits {
-            short
-                .chars()
+        let text: String = if name.chars().count() > fits {
+            name.chars()
                 .take(fits.saturating_sub(1))
                 .chain(['…'])
                 .collect()
         } else {
-            short
+            name.clone()
         };
         let _ = writeln!(
             out,

@@ -6,38 +6,15 @@ use foldhash::HashMap;
 use serde::Serialize;
 
 use super::Pair;
-use crate::snapshot::{BEFORE_HISTORY, BlockState, CPP_ONLY, Frame, LiveIndex, SiteKey, Snapshot};
+use crate::snapshot::{BlockState, LiveIndex, Snapshot};
 
-/// Where a block was allocated, as a person names it: the one rule the report, the viewer and
-/// the leak suspects share ([`Snapshot::site`]: the stack's first frame of the user's own code,
-/// else an installed package's, else PyTorch's or Python's; [`CPP_ONLY`] or [`BEFORE_HISTORY`]
-/// without a Python frame). Files are named by their last two path components, so that two
-/// checkouts name a line alike.
+/// Where a block was allocated, as a person names it: the one rule and the one spelling the
+/// report, the viewer and the leak suspects share ([`Snapshot::site`], [`Snapshot::site_name`]:
+/// the stack's first frame of the user's own code, else an installed package's, else PyTorch's or
+/// Python's, its file by its last two path parts, so that two checkouts name a line alike;
+/// [`crate::snapshot::CPP_ONLY`] or [`crate::snapshot::BEFORE_HISTORY`] without a Python frame).
 pub fn site_of(snapshot: &Snapshot, stack: u32) -> String {
-    match snapshot.site(stack) {
-        SiteKey::Frame(frame) => site_text(snapshot, &frame),
-        SiteKey::CppOnly => CPP_ONLY.to_owned(),
-        SiteKey::NoFrames => BEFORE_HISTORY.to_owned(),
-    }
-}
-
-/// `name (dir/file.py:line)`.
-fn site_text(snapshot: &Snapshot, frame: &Frame) -> String {
-    let file = snapshot.string(frame.filename).replace('\\', "/");
-    let mut parts = file.rsplit('/');
-    let last = parts.next().unwrap_or("");
-    let short = match parts.next() {
-        Some(dir) if !dir.is_empty() => format!("{dir}/{last}"),
-        _ => last.to_owned(),
-    };
-    let name = snapshot.string(frame.name);
-    if frame.line > 0 && frame.line < u64::from(u32::MAX) && !short.is_empty() {
-        format!("{name} ({short}:{})", frame.line)
-    } else if short.is_empty() || short == "??" {
-        name.to_owned()
-    } else {
-        format!("{name} ({short})")
-    }
+    snapshot.site_name(snapshot.site(stack))
 }
 
 /// What one snapshot holds, by device and by site: what a comparison reads off it.

@@ -161,10 +161,11 @@ impl Flame {
         self.nodes[0].weight
     }
 
-    /// A node's name: `name (file:line)`, or what it stands for.
+    /// A node's name: `name (dir/file:line)` as a site is named ([`Snapshot::frame_text_short`]),
+    /// or what it stands for.
     pub fn name(&self, snapshot: &Snapshot, node: u32) -> String {
         match self.nodes.get(node as usize).map(|n| n.label) {
-            Some(Label::Frame(frame)) => snapshot.frame_text(&frame),
+            Some(Label::Frame(frame)) => snapshot.frame_text_short(&frame),
             Some(Label::CppOnly) => CPP_ONLY.to_owned(),
             Some(Label::BeforeHistory) => BEFORE_HISTORY.to_owned(),
             Some(Label::Root) | None => "all".to_owned(),

@@ -54,14 +54,23 @@ impl Snapshot {
         }
     }
 
-    /// A frame as `name (file:line)` with the file's name only (for legends).
+    /// A frame as a site is named everywhere (the report, its JSON, `diff`, `diff --at`, the
+    /// flame graph, the viewer's legends): `name (dir/file.py:line)`, the file by its last two
+    /// path parts — short, and alike in two checkouts of the same code.
     pub fn frame_text_short(&self, frame: &Frame) -> String {
-        let file = self.string(frame.filename);
-        let short = file.rsplit(['/', '\\']).next().unwrap_or(file);
+        let file = self.string(frame.filename).replace('\\', "/");
+        let mut parts = file.rsplit('/');
+        let last = parts.next().unwrap_or("");
+        let short = match parts.next() {
+            Some(dir) if !dir.is_empty() => format!("{dir}/{last}"),
+            _ => last.to_owned(),
+        };
         if frame.line > 0 && frame.line < u64::from(u32::MAX) && !short.is_empty() {
             format!("{} ({short}:{})", self.string(frame.name), frame.line)
+        } else if short.is_empty() || short == "??" {
+            self.string(frame.name).to_owned()
         } else {
-            self.frame_text(frame)
+            format!("{} ({short})", self.string(frame.name))
         }
     }
 

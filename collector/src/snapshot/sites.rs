@@ -105,21 +105,13 @@ impl Snapshot {
         }
     }
 
-    /// A site as the report and the viewer name it: `name (file:line)`, or
-    /// [`CPP_ONLY`], or [`BEFORE_HISTORY`].
+    /// A site as every face names it: `name (dir/file.py:line)` ([`Snapshot::frame_text_short`]),
+    /// or [`CPP_ONLY`], or [`BEFORE_HISTORY`].
     pub fn site_name(&self, site: SiteKey) -> String {
         match site {
-            SiteKey::Frame(f) => self.frame_text(&f),
+            SiteKey::Frame(f) => self.frame_text_short(&f),
             SiteKey::CppOnly => CPP_ONLY.to_owned(),
             SiteKey::NoFrames => BEFORE_HISTORY.to_owned(),
-        }
-    }
-
-    /// [`Snapshot::site_name`] with the file's name only (for legends).
-    pub fn site_name_short(&self, site: SiteKey) -> String {
-        match site {
-            SiteKey::Frame(f) => self.frame_text_short(&f),
-            other => self.site_name(other),
         }
     }
 }

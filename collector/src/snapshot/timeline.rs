@@ -408,7 +408,7 @@ impl MemoryTimeline {
     /// A site's name: its frame, short (`name (file:line)`), or why it has none.
     pub fn site_name(&self, snapshot: &Snapshot, site: u32) -> String {
         match self.sites.get(site as usize) {
-            Some(s) => snapshot.site_name_short(snapshot.site(s.stack)),
+            Some(s) => snapshot.site_name(snapshot.site(s.stack)),
             None => super::BEFORE_HISTORY.to_owned(),
         }
     }

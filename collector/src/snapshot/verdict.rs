@@ -294,7 +294,7 @@ impl SnapshotVerdict {
                         (t_ns, allocated_after(recording, s.device, t_ns))
                     })
                     .collect();
-                let site = snapshot.site_name_short(snapshot.site(s.stack));
+                let site = snapshot.site_name(snapshot.site(s.stack));
                 SuspectMarks {
                     label: format!(
                         "leak suspect: {site} ({} in {} alive)",

@@ -410,7 +410,7 @@ fn two_moments_of_a_real_trace_are_what_a_replay_finds() {
         "{text}"
     );
     assert!(
-        text.contains("525 MiB      96  step (optimizer.py:74)"),
+        text.contains("525 MiB      96  step (cs336_basics/optimizer.py:74)"),
         "{text}"
     );
 }
@@ -647,20 +647,20 @@ fn a_flame_graph_is_the_live_bytes_by_stack() {
     assert_eq!(ours, theirs);
     // Folded: torch's einsum, the `__torch_function__` wrapper and the allocator's C++ frames
     // inside the site are folded into it; heaviest first.
-    let call = "_call_impl (/venv/lib/python3.12/site-packages/torch/nn/modules/module.py:1750)";
+    let call = "_call_impl (modules/module.py:1750)";
     assert_eq!(
         folded(&after, &[]),
         vec![
             (
-                format!("cuda:0;<module> (/work/train.py:12);{call};remember (/work/train.py:88)"),
+                format!("cuda:0;<module> (work/train.py:12);{call};remember (work/train.py:88)"),
                 15 << 20
             ),
             (
-                format!("cuda:0;<module> (/work/train.py:12);{call};steady (/work/train.py:20)"),
+                format!("cuda:0;<module> (work/train.py:12);{call};steady (work/train.py:20)"),
                 8 << 20
             ),
             (
-                format!("cuda:0;<module> (/work/train.py:12);{call};fresh (/work/train.py:60)"),
+                format!("cuda:0;<module> (work/train.py:12);{call};fresh (work/train.py:60)"),
                 4 << 20
             ),
         ]
@@ -670,7 +670,7 @@ fn a_flame_graph_is_the_live_bytes_by_stack() {
     assert!(
         at_peak
             .iter()
-            .any(|(p, w)| p.ends_with("forward (/work/model.py:42)") && *w == 32 << 20),
+            .any(|(p, w)| p.ends_with("forward (work/model.py:42)") && *w == 32 << 20),
         "{at_peak:?}"
     );
     // The peak: the same 32 MiB on top of the 27 MiB kept, 59 MiB, the trace's peak as the
@@ -679,7 +679,7 @@ fn a_flame_graph_is_the_live_bytes_by_stack() {
     assert_eq!(peak.iter().map(|l| l.1).sum::<u64>(), 59 << 20, "{peak:?}");
     assert!(
         peak.iter()
-            .any(|(p, w)| p.ends_with("forward (/work/model.py:42)") && *w == 32 << 20)
+            .any(|(p, w)| p.ends_with("forward (work/model.py:42)") && *w == 32 << 20)
     );
     // Bytes × steps alive: remember's five blocks live from their allocation to the end.
     let lifetime = folded(&after, &["--lifetime"]);

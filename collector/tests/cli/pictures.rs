@@ -337,7 +337,7 @@ fn a_snapshots_leak_suspects_are_marked_where_their_blocks_were_allocated() {
     let (names, texts) = parse(&xml);
     assert!(
         texts.contains(
-            &"leak suspect: main (attention.py:358) (256 MiB in 16 blocks alive)".to_owned()
+            &"leak suspect: main (misc/attention.py:358) (256 MiB in 16 blocks alive)".to_owned()
         ),
         "{texts:?}"
     );

@@ -167,7 +167,7 @@ fn report_reads_a_pytorch_snapshot() {
         "{text}"
     );
     assert!(text.contains("LIVE BLOCKS AT THE END"), "{text}");
-    assert!(text.contains("get_input (/home/drisspg/meta/transformer_nuggets/transformer_nuggets/misc/attention.py:206)"), "{text}");
+    assert!(text.contains("get_input (misc/attention.py:206)"), "{text}");
     assert!(text.contains("LEAK SUSPECTS"), "{text}");
 
     let output = collector(&["report", "--json"], &snapshot_fixture());
@@ -231,7 +231,7 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
         .and_then(|v| v.lines().next())
         .unwrap();
     assert!(
-        verdict.starts_with("  • At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114) (20.8 GiB in 340 blocks)"),
+        verdict.starts_with("  • At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (vllm_rollout/vllm_rollout_spmd.py:114) (20.8 GiB in 340 blocks)"),
         "{verdict}"
     );
     assert!(!text.contains("Cannot tell"), "{text}");
@@ -255,7 +255,7 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
     assert_eq!(v["top_sites"][0]["blocks"], 340);
     assert_eq!(
         v["top_sites"][0]["site"],
-        "__init__ (/opt/tiger/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:114)"
+        "__init__ (vllm_rollout/vllm_rollout_spmd.py:114)"
     );
     assert!(v["top_sites"][0]["bytes"].as_u64().unwrap() > 24 * 908_066_816);
     assert_eq!(v["fragmentation"][0]["largest_free_bytes"], 272_629_760);

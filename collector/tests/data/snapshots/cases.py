@@ -637,8 +637,7 @@ def standard_library(path):
 def site(frames):
     """The allocation site as every face of tidemark names it: the first Python frame of the
     user's code, else of an installed package, else the first Python frame; "C++ only" without
-    one; "allocated before the history was recorded" without frames. `collector diff` spells
-    its file by the last two parts of the path."""
+    one; "allocated before the history was recorded" without frames; spelled by `frame_text`."""
     frames = frames or []
     pick = None
     for f in frames:
@@ -650,13 +649,7 @@ def site(frames):
                 break
     if pick is None:
         return "C++ only" if frames else "allocated before the history was recorded"
-    parts = pick["filename"].replace("\\", "/").split("/")
-    short = "/".join(parts[-2:]) if len(parts) >= 2 and parts[-2] else parts[-1]
-    if 0 < pick["line"] < 2**32 and short:
-        return f"{pick['name']} ({short}:{pick['line']})"
-    if short in ("", "??"):
-        return pick["name"]
-    return f"{pick['name']} ({short})"
+    return frame_text(pick)
 
 
 def sites(path):
@@ -706,13 +699,15 @@ def moments(path, device, start, stop):
 
 
 def frame_text(f):
-    """A frame as tidemark names it: `name (file:line)`."""
-    line, file = f["line"], f["filename"]
-    if 0 < line < 2**32:
-        return f"{f['name']} ({file}:{line})"
-    if file in ("", "??"):
+    """A frame as tidemark names it everywhere: `name (dir/file:line)`, the file by the last two
+    parts of its path."""
+    parts = f["filename"].replace("\\", "/").split("/")
+    short = "/".join(parts[-2:]) if len(parts) >= 2 and parts[-2] else parts[-1]
+    if 0 < f["line"] < 2**32 and short:
+        return f"{f['name']} ({short}:{f['line']})"
+    if short in ("", "??"):
         return f["name"]
-    return f"{f['name']} ({file})"
+    return f"{f['name']} ({short})"
 
 
 def flame(path, device, step):
