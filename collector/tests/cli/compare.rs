@@ -911,3 +911,58 @@ fn two_moments_of_a_recording_are_what_the_viewer_shows() {
         "{text}"
     );
 }
+
+/// One spelling of a site: the leak suspect of a real snapshot is written the same in the
+/// report, its JSON, `diff A B`, `diff --at` and the flame graph's frames.
+#[test]
+fn a_site_is_spelled_the_same_by_every_face() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let (fp32, bf16) = (
+        real.join("cs336_large_fw_bw_fp32.pickle"),
+        real.join("cs336_large_fw_bw_bf16.pickle"),
+    );
+    let json: Value = serde_json::from_str(&stdout(&collector(&[
+        "report".as_ref(),
+        "--json".as_ref(),
+        fp32.as_os_str(),
+    ])))
+    .unwrap();
+    let site = json["snapshot"]["leak_suspects"][0]["site"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(site, "forward (cs336_basics/model.py:41)");
+    let faces = [
+        (
+            "report",
+            stdout(&collector(&["report".as_ref(), fp32.as_os_str()])),
+        ),
+        (
+            "diff A B",
+            stdout(&collector(&[
+                "diff".as_ref(),
+                fp32.as_os_str(),
+                bf16.as_os_str(),
+            ])),
+        ),
+        (
+            "diff --at",
+            stdout(&collector(&[
+                "diff".as_ref(),
+                fp32.as_os_str(),
+                "--at".as_ref(),
+                "20%".as_ref(),
+                "--at".as_ref(),
+                "90%".as_ref(),
+            ])),
+        ),
+        (
+            "flame",
+            stdout(&collector(&["flame".as_ref(), fp32.as_os_str()])),
+        ),
+    ];
+    for (face, text) in faces {
+        assert!(text.contains(&site), "{face} does not write {site}: {text}");
+    }
+}
