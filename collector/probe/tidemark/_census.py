@@ -276,6 +276,7 @@ def category_tensors(tensor_type, optimizers):
 # --- the census -------------------------------------------------------------------------------
 
 _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, memoryview)
+_SCALAR_TYPES = frozenset(_SCALARS)
 # What `functools.lru_cache` and `functools.cache` return: its cache is reached only through the
 # garbage collector's view of it (a dict of results, or of list links that hold them).
 _CACHE_TYPE = type(functools.lru_cache(maxsize=1)(lambda: None))
@@ -383,7 +384,12 @@ class _Census:
         for start in range(0, len(items), _CHECK_ITEMS):
             if start and self.out_of_time():
                 return
-            for item in items[start:start + _CHECK_ITEMS]:
+            chunk = items[start:start + _CHECK_ITEMS]
+            # A run of numbers or strings (a record of a step's statistics) holds nothing to
+            # follow: its types are told apart in C, without a call for each item.
+            if set(map(type, chunk)) <= _SCALAR_TYPES:
+                continue
+            for item in chunk:
                 push(item, None, None, holder)
 
     def out_of_time(self):

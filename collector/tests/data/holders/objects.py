@@ -2,7 +2,7 @@
 
 No tidemark calls: phases come from the probe's automatic hooks.
 
-    python objects.py figures|closed|records
+    python objects.py figures|closed|records [STEPS]
 
 figures: an evaluation every third step draws the predictions with pyplot and saves the figure,
 never closing it (pyplot keeps every figure it makes); closed: the same, closing each figure (a
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 CASE = sys.argv[1]
-STEPS = 90
+STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 90
 torch.manual_seed(0)
 torch.set_num_threads(1)
 
