@@ -45,6 +45,9 @@ pub enum Kind {
     NodeRecordings,
     /// A folder of per-rank PyTorch memory snapshots (`rank0_memory_snapshot.pickle`, …).
     RankSnapshots,
+    /// A folder of per-rank profiler traces, opened as nodes' recordings are: merged into one
+    /// run ([`Kind::opens_as`]).
+    RankTraces,
 }
 
 /// How many first bytes [`Kind::of`] needs to tell a file's kind (fewer: the whole file).
@@ -94,6 +97,7 @@ impl Kind {
     pub fn opens_as(self) -> Self {
         match self {
             Self::Trace | Self::MemoryTimeline => Self::Recording,
+            Self::RankTraces => Self::NodeRecordings,
             kind => kind,
         }
     }
@@ -108,6 +112,7 @@ impl Kind {
             }
             Self::NodeRecordings => "a folder of nodes' recordings",
             Self::RankSnapshots => "a folder of per-rank snapshots",
+            Self::RankTraces => "a folder of per-rank profiler traces",
             Self::Trace => "a PyTorch profiler trace",
             Self::MemoryTimeline => "a PyTorch memory timeline",
             Self::Gzip => "gzip data",
@@ -179,7 +184,11 @@ impl Input {
         match self {
             Self::Recording(recording) => Kind::of_recording(recording),
             Self::Snapshot(_) => Kind::Snapshot,
-            Self::NodeRecordings { .. } => Kind::NodeRecordings,
+            // Per-rank profiler traces are merged as nodes' recordings are, and still are traces.
+            Self::NodeRecordings { recording, .. } => match Kind::of_recording(recording) {
+                Kind::Trace => Kind::RankTraces,
+                _ => Kind::NodeRecordings,
+            },
             Self::RankSnapshots(_) => Kind::RankSnapshots,
         }
     }

@@ -325,6 +325,9 @@ fn a_folder_of_per_rank_traces_is_one_run_with_every_rank_judged() {
     )
     .unwrap();
     let input = collector::open::open_path(dir.path()).unwrap();
+    // Merged as nodes' recordings are, and said to be what it is (the report's JSON `input`,
+    // `serve`'s kind).
+    assert_eq!(input.kind(), collector::open::Kind::RankTraces);
     let collector::open::Input::NodeRecordings { recording, files } = input else {
         panic!("not one run: {:?}", input.kind());
     };

@@ -19,7 +19,8 @@ pub const REPORT_SCHEMA: u32 = 1;
 struct JsonReport<'a> {
     schema: u32,
     file: String,
-    /// What the input is: `recording`, `snapshot`, `node_recordings`.
+    /// What the input is: `recording`, `snapshot`, `trace`, `memory_timeline`, `node_recordings`,
+    /// `rank_snapshots`, `rank_traces`.
     input: Kind,
     /// The verdict in one line, as the text report and the viewer lead with it.
     headline: String,

@@ -19,6 +19,8 @@ enum Found {
     Nodes(Vec<PathBuf>),
     /// A folder of per-rank snapshots: the files and their ranks.
     Ranks(Vec<(u32, PathBuf)>),
+    /// A folder of per-rank profiler traces: the files, read as nodes' recordings are.
+    Traces(Vec<PathBuf>),
 }
 
 impl Found {
@@ -27,6 +29,7 @@ impl Found {
             Self::File(kind, _) => *kind,
             Self::Nodes(_) => Kind::NodeRecordings,
             Self::Ranks(_) => Kind::RankSnapshots,
+            Self::Traces(_) => Kind::RankTraces,
         }
     }
 }
@@ -87,7 +90,8 @@ fn look(path: &Path) -> Result<Found, OpenError> {
         (file, kind)
     });
     match folder_run(kinds) {
-        FolderRun::Nodes(files) | FolderRun::Traces(files) => Ok(Found::Nodes(files)),
+        FolderRun::Nodes(files) => Ok(Found::Nodes(files)),
+        FolderRun::Traces(files) => Ok(Found::Traces(files)),
         FolderRun::Ranks(files) => Ok(Found::Ranks(files)),
         FolderRun::Nothing { unranked } => Err(OpenError::NothingInFolder {
             path: path.to_owned(),
@@ -184,7 +188,7 @@ pub fn open_path(path: &Path) -> Result<Input, OpenError> {
 pub fn open_expecting(path: &Path, expected: Kind) -> Result<Input, OpenError> {
     let found = look(path)?;
     let kind = found.kind();
-    if kind.opens_as() != expected && !matches!(kind, Kind::Unknown | Kind::Gzip) {
+    if kind.opens_as() != expected.opens_as() && !matches!(kind, Kind::Unknown | Kind::Gzip) {
         return Err(OpenError::Expected {
             path: path.to_owned(),
             expected,
@@ -225,7 +229,7 @@ fn read_found(path: &Path, found: Found) -> Result<Input, OpenError> {
     match found {
         Found::File(Kind::Unknown, first) => Err(unknown(path, &first)),
         Found::File(_, _) => read_any_file(path).map(Input::from),
-        Found::Nodes(files) => {
+        Found::Nodes(files) | Found::Traces(files) => {
             let list: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
             match read_one_run(&list) {
                 Ok(recording) => Ok(Input::NodeRecordings {

@@ -108,7 +108,7 @@ pub fn follow(run: &Run) -> &'static str {
     match run.kind {
         _ if !run.growing => "",
         collector::open::Kind::Recording => "1",
-        collector::open::Kind::NodeRecordings => "whole",
+        collector::open::Kind::NodeRecordings | collector::open::Kind::RankTraces => "whole",
         _ => "",
     }
 }
@@ -180,6 +180,7 @@ fn kind_word(run: &Run) -> &'static str {
         Kind::MemoryTimeline => "memory timeline",
         Kind::NodeRecordings => "nodes' recordings",
         Kind::RankSnapshots => "per-rank snapshots",
+        Kind::RankTraces => "per-rank profiler traces",
         Kind::Gzip | Kind::Unknown => "unknown",
     }
 }

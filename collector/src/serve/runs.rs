@@ -392,7 +392,7 @@ fn folder_run(infos: &[(PathBuf, std::fs::Metadata, FileInfo)]) -> Option<(Kind,
         // Opened as `report DIR` opens them: merged as nodes' recordings are.
         FolderRun::Traces(files) => {
             let chosen = indices(files);
-            (chosen.len() >= 2).then_some((Kind::NodeRecordings, chosen))
+            (chosen.len() >= 2).then_some((Kind::RankTraces, chosen))
         }
         FolderRun::Nothing { .. } => None,
     }

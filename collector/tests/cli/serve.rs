@@ -597,7 +597,7 @@ fn a_folder_report_reads_as_one_run_is_one_run_in_the_list() {
     let server = serve(dir.path(), &[]);
     let list = judged_list(server.port);
     let run = by_name(&list, "traces");
-    assert_eq!(run["kind"], "node_recordings", "{run}");
+    assert_eq!(run["kind"], "rank_traces", "{run}");
     assert_eq!(run["files"].as_array().map(Vec::len), Some(2), "{run}");
     assert!(run["error"].is_null(), "{run}");
     let (_, headline) = tidemark_tests::inputs::judged(&traces).unwrap();
