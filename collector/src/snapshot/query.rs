@@ -7,8 +7,7 @@ use foldhash::{HashMap, HashSet};
 
 use super::model::Lifetime;
 use super::{
-    Action, BlockState, Frame, LeakSuspect, LiveBlock, SegmentSummary, SiteKey, Snapshot,
-    TraceEntry,
+    Action, BlockState, Frame, LeakSuspect, LiveBlock, SegmentSummary, Snapshot, TraceEntry,
 };
 
 impl Snapshot {
@@ -246,41 +245,35 @@ impl Snapshot {
                 .or_default()
                 .push((span.start_us, span.end_us));
         }
-        // Grouped by allocation site ([`Snapshot::site`]), each group shown with the stack of its
-        // largest block (the first: `alive` comes largest first).
-        type Key<'a> = (u32, SiteKey, Option<&'a str>);
+        // The one grouping by allocation site ([`super::sites::group_by_site`]), each site's
+        // blocks then split by the phase occurrence that allocated them; each group shown with
+        // the stack of its largest block (the first: `alive` comes largest first).
         type Group = (HashSet<usize>, Vec<i64>, u64, u32);
-        let mut groups: HashMap<Key<'_>, Group> = HashMap::default();
-        let mut site_of: HashMap<u32, SiteKey> = HashMap::default();
-        for b in alive {
-            let Some(t) = b.allocated_us else { continue };
-            let site = *site_of.entry(b.stack).or_insert_with(|| self.site(b.stack));
-            let mut found = false;
-            for ((d, name), occ) in &occurrences {
-                if *d != b.device || occ.len() < 2 {
-                    continue;
-                }
-                // The innermost occurrence containing t.
-                if let Some(i) = occ.iter().position(|(s, e)| *s <= t && t <= *e) {
-                    let g = groups
-                        .entry((b.device, site, Some(name)))
-                        .or_insert_with(|| (HashSet::default(), Vec::new(), 0, b.stack));
-                    g.0.insert(i);
-                    g.1.push(t);
-                    g.2 += b.size;
-                    found = true;
-                    break;
-                }
-            }
-            if !found && occurrences.is_empty() {
-                let g = groups
-                    .entry((b.device, site, None))
+        let mut groups: HashMap<(u32, usize, Option<&str>), Group> = HashMap::default();
+        for (g, site) in super::sites::group_by_site(self, alive).iter().enumerate() {
+            for b in site.blocks.iter().map(|&i| &alive[i]) {
+                let Some(t) = b.allocated_us else { continue };
+                // The phase (repeated at least twice on the device) whose occurrence holds t.
+                let phase = occurrences.iter().find_map(|((d, name), occ)| {
+                    (*d == b.device && occ.len() >= 2)
+                        .then(|| occ.iter().position(|(s, e)| *s <= t && t <= *e))
+                        .flatten()
+                        .map(|i| (*name, i))
+                });
+                let (phase, occurrence) = match phase {
+                    Some((name, i)) => (Some(name), i),
+                    // Without phases, distinct allocation times (coarsely, per millisecond).
+                    None if occurrences.is_empty() => {
+                        (None, usize::try_from(t / 1000).unwrap_or(0))
+                    }
+                    None => continue,
+                };
+                let group = groups
+                    .entry((site.device, g, phase))
                     .or_insert_with(|| (HashSet::default(), Vec::new(), 0, b.stack));
-                // Without phases, count distinct allocation times (coarsely, per millisecond).
-                let ms = usize::try_from(t / 1000).unwrap_or(0);
-                g.0.insert(ms);
-                g.1.push(t);
-                g.2 += b.size;
+                group.0.insert(occurrence);
+                group.1.push(t);
+                group.2 += b.size;
             }
         }
         let mut suspects: Vec<LeakSuspect> = groups
