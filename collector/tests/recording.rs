@@ -20,6 +20,7 @@ const GOLDEN_V1_4: &str = "tests/data/golden_v1_4.msgpack";
 const GOLDEN_V1_5: &str = "tests/data/golden_v1_5.msgpack";
 const GOLDEN_V1_6: &str = "tests/data/golden_v1_6.msgpack";
 const GOLDEN_V1_7: &str = "tests/data/golden_v1_7.msgpack";
+const GOLDEN_V1_8: &str = "tests/data/golden_v1_8.msgpack";
 
 fn data_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
@@ -433,12 +434,70 @@ fn golden_v1_7() -> (Header, Vec<Record>) {
     (header, records)
 }
 
+/// Format 1.8: the 1.7 contents with a stall: no step for 2 s, and the stacks the collector
+/// asked for then, of rank 0 (blocked in a queue's get, with a worker thread) and of rank 1 (it
+/// did not answer).
+fn golden_v1_8() -> (Header, Vec<Record>) {
+    use collector::recording::{StackFrame, Stall, StalledProcess, ThreadStack};
+    let (mut header, mut records) = golden_v1_7();
+    header.format_minor = 8;
+    let frame = |file: &str, line, function: &str| StackFrame {
+        file: file.to_owned(),
+        line,
+        function: function.to_owned(),
+    };
+    records.push(Record::Stall(Stall {
+        t_ns: 590_000_000,
+        since_ns: 190_000_000,
+        after_ns: 400_000_000,
+        processes: vec![
+            StalledProcess {
+                origin: Origin {
+                    pid: 4242,
+                    rank: Some(0),
+                },
+                step: Some(5),
+                phase: Some("forward".to_owned()),
+                since_ns: 190_000_000,
+                threads: vec![
+                    ThreadStack {
+                        id: 0x7f35_4ca8_3b80,
+                        main: true,
+                        frames: vec![
+                            frame("/usr/lib/python3.11/queue.py", 171, "get"),
+                            frame("train.py", 40, "<module>"),
+                        ],
+                    },
+                    ThreadStack {
+                        id: 0x7f35_4bf3_76c0,
+                        main: false,
+                        frames: vec![frame("train.py", 12, "load")],
+                    },
+                ],
+                missing: None,
+            },
+            StalledProcess {
+                origin: Origin {
+                    pid: 4243,
+                    rank: Some(1),
+                },
+                step: Some(6),
+                phase: None,
+                since_ns: 180_000_000,
+                threads: Vec::new(),
+                missing: Some("it did not answer within 2 s".to_owned()),
+            },
+        ],
+    }));
+    (header, records)
+}
+
 /// Writes the golden files that do not exist yet: `TIDEMARK_WRITE_GOLDEN=1 cargo test`.
 /// An existing golden file is never overwritten.
 #[test]
 fn write_golden_files() {
     type Contents = fn() -> (Header, Vec<Record>);
-    let files: [(&str, Contents); 8] = [
+    let files: [(&str, Contents); 9] = [
         (GOLDEN_V1, golden_v1),
         (GOLDEN_V1_1, golden_v1_1),
         (GOLDEN_V1_2, golden_v1_2),
@@ -447,6 +506,7 @@ fn write_golden_files() {
         (GOLDEN_V1_5, golden_v1_5),
         (GOLDEN_V1_6, golden_v1_6),
         (GOLDEN_V1_7, golden_v1_7),
+        (GOLDEN_V1_8, golden_v1_8),
     ];
     for (name, contents) in files {
         let path = data_path(name);
@@ -1214,6 +1274,21 @@ fn a_file_read_whole_is_its_records_pushed_one_by_one() {
         bad[at] ^= 0x41;
         same(&bad, &format!("byte {at} changed"));
     }
+}
+
+#[test]
+fn golden_v1_8_reads_back_exactly_with_a_stall_and_its_stacks() {
+    let recording = reads_back_exactly(GOLDEN_V1_8, golden_v1_8, 8);
+    // By hand.
+    let stall = &recording.stalls[0];
+    assert_eq!(stall.t_ns - stall.since_ns, 400_000_000);
+    assert_eq!(stall.processes[0].threads[0].frames[0].function, "get");
+    assert!(stall.processes[0].threads[0].main);
+    assert_eq!(stall.processes[1].origin.rank, Some(1));
+    assert!(stall.processes[1].threads.is_empty());
+    // Older readers' view: the 1.7 file has none.
+    let v1_7 = read_file(&data_path(GOLDEN_V1_7)).unwrap();
+    assert!(v1_7.stalls.is_empty());
 }
 
 #[test]

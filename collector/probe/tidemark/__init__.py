@@ -462,6 +462,16 @@ def _after_fork_in_child():
             _connect(_path)
         except OSError:
             globals()["_sock"] = None
+    # The handler came with the fork, writing to the parent's file: this process gets its own,
+    # and the thread that forked is its main thread.
+    _answer_stacks(threading.get_ident())
+
+
+def _answer_stacks(main_ident):
+    """Registers the stack dump on request (``_stacks``) and tells the collector its signal."""
+    number = _stacks.register(os.environ.get("TIDEMARK_STACKS", ""), main_ident)
+    if number is not None:
+        _send_now(f"{_PROTOCOL} T {_monotonic_ns()} {_pid} {_rank} {number}".encode())
 
 
 def _start_from_environment():
@@ -495,6 +505,7 @@ def _start_from_environment():
     atexit.register(_reading_notes_at_exit)
     atexit.register(_steps._census_at_exit)  # runs first: exit handlers run last in, first out
     os.register_at_fork(after_in_child=_after_fork_in_child)
+    _answer_stacks(_stacks.main_thread_ident())
     if os.environ.get("TIDEMARK_AUTO", "1") == "1":
         from . import _auto
 
@@ -504,7 +515,7 @@ def _start_from_environment():
 # What the edges read of host memory (``_host``) and do at step starts and ends (``_steps``),
 # bound here once: the edge's hot path reads them as globals. (Imported last: both read this
 # module's names.)
-from . import _host, _steps  # noqa: E402
+from . import _host, _stacks, _steps  # noqa: E402
 from ._host import decide as _decide_host, read_heap as _read_heap  # noqa: E402
 from ._host import decided_step as _host_decided, recheck_ns as _host_recheck  # noqa: E402
 from ._host import quiet_edges as _quiet_edges, quiet_step as _quiet_step  # noqa: E402

@@ -145,6 +145,14 @@ pub struct RecordArgs {
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1000))]
     pub flush_interval_ms: u64,
 
+    /// How long no step may end before the job counts as stalled, in seconds. By default 10
+    /// times the median step and at least 60 s (300 s before the first step). At a stall the
+    /// collector asks every probed process for the Python stacks of all its threads (each pauses
+    /// well under a millisecond), and again at 2×, 4× … that long while it lasts; the report
+    /// leads with a stall the job never came out of, and `check` fails on it.
+    #[arg(long, value_name = "SECONDS", value_parser = stall_after)]
+    pub stall_after: Option<f64>,
+
     /// The job to run, after `--`: `collector --out run.msgpack -- python train.py`.
     #[arg(
         value_name = "COMMAND",
@@ -172,6 +180,7 @@ impl From<RecordArgs> for crate::record::Options {
             observe_every_step: args.observe_every_step,
             history: args.history,
             flush_interval_ms: args.flush_interval_ms,
+            stall_after: args.stall_after.map(std::time::Duration::from_secs_f64),
             command: args.command,
         }
     }
@@ -182,6 +191,15 @@ fn census_limit(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(seconds) if (0.001..=60.0).contains(&seconds) => Ok(seconds),
         Ok(_) => Err("a census may take from 0.001 to 60 seconds".to_owned()),
+        Err(_) => Err(format!("not a number of seconds: {text:?}")),
+    }
+}
+
+/// `--stall-after`: seconds, from a tenth of a second to a week.
+fn stall_after(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if (0.1..=604_800.0).contains(&seconds) => Ok(seconds),
+        Ok(_) => Err("a stall is from 0.1 to 604800 seconds (a week) without a step".to_owned()),
         Err(_) => Err(format!("not a number of seconds: {text:?}")),
     }
 }

@@ -9,5 +9,6 @@ mod kernel;
 mod probe;
 mod recorder;
 mod session;
+mod stall;
 
 pub use self::session::{Options, run};

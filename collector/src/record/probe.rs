@@ -15,15 +15,17 @@
 //! <step|-> <device|-> <bytes>` for what a backward that just ended freed of what the forwards
 //! saved for it, per device (`-` is the host), and `tm2 U <t_ns> <pid> <rank> <first_step|->
 //! <steps> <since_ns>` for a run of steps whose phases the probe did not observe (it observes
-//! only a sample of short steps), sent when it observes a step again and at exit.
+//! only a sample of short steps), sent when it observes a step again and at exit, and `tm2 T
+//! <t_ns> <pid> <rank> <signal>` when a process can answer that real-time signal with the Python
+//! stacks of its threads, written to `stacks/<pid>.txt` in the folder (the stall watcher asks).
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 
 use collector::recording::{
     AllocatorSample, Categories, Census, Edge, Note, Origin, Phase, PhaseEdge, Record, SavedFreed,
@@ -36,6 +38,7 @@ use nix::sys::socket::{
 
 use super::clock::Clock;
 use super::recorder::Msg;
+use super::stall::Progress;
 
 /// The probe's Python files, embedded so that the collector is one self-contained binary.
 const PROBE_FILES: &[(&str, &str)] = &[
@@ -58,6 +61,10 @@ const PROBE_FILES: &[(&str, &str)] = &[
     (
         "tidemark/_host.py",
         include_str!("../../probe/tidemark/_host.py"),
+    ),
+    (
+        "tidemark/_stacks.py",
+        include_str!("../../probe/tidemark/_stacks.py"),
     ),
     (
         "tidemark/_steps.py",
@@ -139,6 +146,12 @@ impl Channel {
             std::fs::write(&path, text)
                 .map_err(|err| format!("cannot write the probe ({err}): {}", path.display()))?;
         }
+        std::fs::create_dir(dir.join("stacks")).map_err(|err| {
+            format!(
+                "cannot create the folder for the job's stacks ({err}): {}",
+                dir.join("stacks").display()
+            )
+        })?;
         let path = dir.join("sock");
         let socket = socket(
             AddressFamily::Unix,
@@ -170,19 +183,26 @@ impl Channel {
         self.dir.join("probe")
     }
 
+    /// The folder where each probed process writes its stacks when asked (`TIDEMARK_STACKS`).
+    pub fn stacks_dir(&self) -> PathBuf {
+        self.dir.join("stacks")
+    }
+
     /// The socket's path, for `TIDEMARK_SOCKET`.
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join("sock")
     }
 
     /// Receives until `stop` is set and nothing more is waiting; forwards records and counts to
-    /// the recorder, and asks the host sampler (`edge_seen`) for a sample at every phase edge.
+    /// the recorder, asks the host sampler (`edge_seen`) for a sample at every phase edge, and
+    /// tells the stall watcher of the job's progress.
     pub fn listen(
         &self,
         clock: Clock,
         stop: &AtomicBool,
         tx: &Sender<Msg>,
         edge_seen: &Sender<()>,
+        progress: &Mutex<Progress>,
     ) {
         let uid = nix::unistd::getuid().as_raw();
         let mut buf = vec![0u8; 64 * 1024];
@@ -228,12 +248,20 @@ impl Channel {
                 match parse(line, clock) {
                     Some(Message::Edge(edge, allocator)) => {
                         edges += 1;
+                        if let Ok(mut progress) = progress.lock() {
+                            progress.edge(&edge);
+                        }
                         let _ = tx.send(Msg::Record(Record::Phase(edge)));
                         if let Some(sample) = allocator {
                             let _ = tx.send(Msg::Record(Record::Allocator(sample)));
                         }
                     }
                     Some(Message::Dropped(n)) => counts.dropped += n,
+                    Some(Message::Answers(t_ns, origin, signal)) => {
+                        if let Ok(mut progress) = progress.lock() {
+                            progress.answers(origin, t_ns, signal);
+                        }
+                    }
                     Some(Message::Snapshot(file)) => {
                         let _ = tx.send(Msg::Record(Record::Snapshot(file)));
                     }
@@ -308,6 +336,8 @@ pub enum Message {
     SavedFreed(SavedFreed),
     /// Steps whose phases the probe did not observe.
     Unobserved(Unobserved),
+    /// A process answers this signal with its stacks.
+    Answers(u64, Origin, i32),
 }
 
 /// Parses one datagram; `None` when it is malformed.
@@ -337,6 +367,14 @@ pub fn parse(bytes: &[u8], clock: Clock) -> Option<Message> {
         Some((t_ns, Origin { pid, rank }))
     };
     match fields.next()? {
+        "T" => {
+            let (t_ns, origin) = sender(&mut fields)?;
+            let signal = fields.next()?.trim_end().parse().ok()?;
+            fields
+                .next()
+                .is_none()
+                .then_some(Message::Answers(t_ns, origin, signal))
+        }
         "D" => {
             let _pid: u32 = fields.next()?.parse().ok()?;
             let count = fields.next()?.trim_end().parse().ok()?;
@@ -578,6 +616,10 @@ pub fn job_environment(
             channel.socket_path().into_os_string(),
         ),
         (
+            "TIDEMARK_STACKS".to_owned(),
+            channel.stacks_dir().into_os_string(),
+        ),
+        (
             "TIDEMARK_AUTO".to_owned(),
             if auto_phases { "1" } else { "0" }.into(),
         ),
@@ -616,10 +658,11 @@ pub fn spawn_listener(
     stop: Arc<AtomicBool>,
     tx: Sender<Msg>,
     edge_seen: Sender<()>,
+    progress: Arc<Mutex<Progress>>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("probe-listener".to_owned())
-        .spawn(move || channel.listen(clock, &stop, &tx, &edge_seen))
+        .spawn(move || channel.listen(clock, &stop, &tx, &edge_seen, &progress))
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal as _};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -17,7 +17,7 @@ use super::clock::{Clock, Ticker};
 use super::host::ProcessTree;
 use super::kernel::{Mounts, Watch};
 use super::recorder::{Msg, Recorder, Summary};
-use super::{gpu, job, probe};
+use super::{gpu, job, probe, stall};
 
 /// Exit status when the collector itself cannot start (bad output path, bad arguments).
 const EXIT_SETUP: u8 = 2;
@@ -54,6 +54,9 @@ pub struct Options {
     pub history: Option<u64>,
     /// Between flushes of the recording to disk, in milliseconds.
     pub flush_interval_ms: u64,
+    /// How long without a step ending is a stall (asking for the stacks); `None`: 10× the
+    /// median step and at least a minute.
+    pub stall_after: Option<Duration>,
     /// The job to start.
     pub command: Vec<std::ffi::OsString>,
 }
@@ -263,9 +266,31 @@ pub fn run(args: Options) -> ExitCode {
             }
         }));
     }
+    let progress = Arc::new(Mutex::new(stall::Progress::default()));
     let listener = channel.as_ref().and_then(|channel| {
-        probe::spawn_listener(channel.clone(), clock, stop.clone(), tx.clone(), host_tx).ok()
+        probe::spawn_listener(
+            channel.clone(),
+            clock,
+            stop.clone(),
+            tx.clone(),
+            host_tx,
+            progress.clone(),
+        )
+        .ok()
     });
+    if let Some(channel) = channel.as_ref() {
+        samplers.extend(
+            stall::spawn_watcher(
+                progress,
+                channel.stacks_dir(),
+                args.stall_after,
+                clock,
+                stop.clone(),
+                tx.clone(),
+            )
+            .ok(),
+        );
+    }
     let tail = job::Tail::default();
     let tee = child
         .as_mut()

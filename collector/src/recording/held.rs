@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::{
     AllocatorReadings, Categories, Census, Chunk, Column, Dropped, End, Exit, Header, Note, Oom,
-    PhaseEdges, Record, SavedFreed, SeriesKey, SnapshotFile, Unobserved, Values, codec, wire,
+    PhaseEdges, Record, SavedFreed, SeriesKey, SnapshotFile, Stall, Unobserved, Values, codec,
+    wire,
 };
 
 /// One sampled series, all of it: the times at which it was measured and what it was.
@@ -88,6 +89,8 @@ pub struct Recording {
     pub saved_freed: Vec<SavedFreed>,
     /// Spans of steps whose phases the probe did not observe.
     pub unobserved: Vec<Unobserved>,
+    /// Stalls, each time the collector asked for the stacks.
+    pub stalls: Vec<Stall>,
     /// The end record; `None` when the recording is incomplete.
     pub end: Option<End>,
     /// What the reader noticed: an incomplete file, skipped records.
@@ -112,6 +115,7 @@ impl Recording {
             censuses: Vec::new(),
             saved_freed: Vec::new(),
             unobserved: Vec::new(),
+            stalls: Vec::new(),
             end: None,
             warnings: Vec::new(),
             series_index: BTreeMap::new(),
@@ -135,6 +139,7 @@ impl Recording {
             Record::Census(census) => self.censuses.push(census),
             Record::SavedFreed(freed) => self.saved_freed.push(freed),
             Record::Unobserved(unobserved) => self.unobserved.push(unobserved),
+            Record::Stall(stall) => self.stalls.push(stall),
             Record::End(end) => self.end = Some(end),
         }
     }

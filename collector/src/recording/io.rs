@@ -193,7 +193,8 @@ pub fn write_to<W: std::io::Write>(out: W, recording: &Recording) -> std::io::Re
                 .cloned()
                 .map(Record::SavedFreed),
         )
-        .chain(recording.unobserved.iter().cloned().map(Record::Unobserved));
+        .chain(recording.unobserved.iter().cloned().map(Record::Unobserved))
+        .chain(recording.stalls.iter().cloned().map(Record::Stall));
     for record in rest {
         writer.write(&record)?;
     }

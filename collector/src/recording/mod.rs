@@ -28,7 +28,7 @@ pub use model::{
     AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
     FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, Imported, MAGIC, Note, ObjectContainer,
     ObjectGrowth, Oom, Origin, Phase, PhaseEdge, Record, SavedFreed, SeriesKey, SeriesKind,
-    SnapshotFile, TypeCount, Unobserved,
+    SnapshotFile, StackFrame, Stall, StalledProcess, ThreadStack, TypeCount, Unobserved,
 };
 pub(crate) use read::describe_start;
 pub use read::{ReadError, Reader};

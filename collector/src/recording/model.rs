@@ -13,7 +13,7 @@ pub const MAGIC: &[u8; 8] = b"TIDEMARK";
 pub const FORMAT_MAJOR: u32 = 1;
 
 /// The minor version of the format this crate writes. Minor versions only add fields and records.
-pub const FORMAT_MINOR: u32 = 7;
+pub const FORMAT_MINOR: u32 = 8;
 
 /// What the collector knew when it started. Always the first record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -493,6 +493,70 @@ pub struct Unobserved {
     pub steps: u64,
 }
 
+/// A stall (since 1.8): no step ended anywhere in the job for far longer than steps took (10× the
+/// median step and at least a minute, or `--stall-after`), so the collector asked every probed
+/// process for the Python stacks of all its threads. Written at each ask while the stall lasts
+/// (when it passes the threshold, then at 2×, 4× … that long). A stall that a step ended after was
+/// a pause (a checkpoint written), not a hang.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stall {
+    /// Nanoseconds after the start when the stacks were asked for.
+    pub t_ns: u64,
+    /// When the job last made progress (a step ended in any process): the stall's start.
+    pub since_ns: u64,
+    /// How long without progress counted as a stall, in nanoseconds.
+    pub after_ns: u64,
+    /// Each probed process and what it answered.
+    #[serde(default)]
+    pub processes: Vec<StalledProcess>,
+}
+
+/// One process of a stalled job: where it was, and its threads' Python stacks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StalledProcess {
+    /// Which process.
+    #[serde(flatten)]
+    pub origin: Origin,
+    /// The last step it was in, if the steps are numbered.
+    #[serde(default)]
+    pub step: Option<u64>,
+    /// The phase it was in (its last edge began it), if any.
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// When it last made progress (ended a step), nanoseconds after the start.
+    pub since_ns: u64,
+    /// Its threads, the main thread first; empty when it did not answer.
+    #[serde(default)]
+    pub threads: Vec<ThreadStack>,
+    /// Why there are no stacks, when there are none (it did not answer, it had ended).
+    #[serde(default)]
+    pub missing: Option<String>,
+}
+
+/// The Python stack of one thread, as `faulthandler` wrote it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadStack {
+    /// The thread's identifier (`threading.get_ident()`).
+    pub id: u64,
+    /// Whether it is the process' main thread.
+    #[serde(default)]
+    pub main: bool,
+    /// Its frames, the innermost (most recent call) first.
+    #[serde(default)]
+    pub frames: Vec<StackFrame>,
+}
+
+/// One frame of a Python stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackFrame {
+    /// The source file.
+    pub file: String,
+    /// The line running in it.
+    pub line: u32,
+    /// The function (`<module>` at a module's top level).
+    pub function: String,
+}
+
 /// Live tensors grouped by who holds them, counted by the probe at a step's start, at the end
 /// or at an out-of-memory error (since 1.2).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -774,6 +838,8 @@ pub enum Record {
     SavedFreed(SavedFreed),
     /// Steps whose phases the probe did not observe (since 1.5).
     Unobserved(Unobserved),
+    /// A stall, and the stacks the collector asked for (since 1.8).
+    Stall(Stall),
     /// The end of the recording.
     End(End),
 }

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use super::model::SeriesKey;
 use super::model::{
     AllocatorSample, Categories, Census, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note,
-    Oom, PhaseEdge, Record, SavedFreed, SnapshotFile, Unobserved,
+    Oom, PhaseEdge, Record, SavedFreed, SnapshotFile, Stall, Unobserved,
 };
 use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 
@@ -233,6 +233,7 @@ impl<'a> Reader<'a> {
                 kind::UNOBSERVED => {
                     Record::Unobserved(decode::<Unobserved>(body).map_err(corrupt)?)
                 }
+                kind::STALL => Record::Stall(decode::<Stall>(body).map_err(corrupt)?),
                 kind::END => {
                     self.ended = true;
                     Record::End(decode::<End>(body).map_err(corrupt)?)

@@ -24,6 +24,7 @@ pub mod kind {
     pub const CENSUS: &str = "census";
     pub const SAVED_FREED: &str = "saved_freed";
     pub const UNOBSERVED: &str = "unobserved";
+    pub const STALL: &str = "stall";
     pub const ALLOCATORS: &str = "allocators";
     pub const PHASES: &str = "phases";
     pub const END: &str = "end";

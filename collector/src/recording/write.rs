@@ -73,6 +73,7 @@ impl<W: Write> Writer<W> {
             Record::Census(census) => self.write_body(kind::CENSUS, census),
             Record::SavedFreed(freed) => self.write_body(kind::SAVED_FREED, freed),
             Record::Unobserved(unobserved) => self.write_body(kind::UNOBSERVED, unobserved),
+            Record::Stall(stall) => self.write_body(kind::STALL, stall),
             Record::End(end) => self.write_body(kind::END, end),
         }
     }

@@ -186,3 +186,14 @@ fn malformed_messages_are_none() {
         );
     }
 }
+
+#[test]
+fn parses_the_signal_a_process_answers_with_its_stacks() {
+    let clock = Clock::start();
+    let Some(Message::Answers(_, origin, signal)) = parse(b"tm2 T 1 42 3 47\n", clock) else {
+        panic!("not parsed");
+    };
+    assert_eq!((origin.pid, origin.rank, signal), (42, Some(3), 47));
+    assert_eq!(parse(b"tm2 T 1 42 3 x", clock), None);
+    assert_eq!(parse(b"tm2 T 1 42 3 47 more", clock), None);
+}

@@ -1,0 +1,48 @@
+"""Stacks on request, for a job that hangs.
+
+When no step has ended for far longer than steps take, the collector asks each probed process for
+the Python stacks of all its threads, with the signal this process named when it started (``tm2 T
+<pid> <signal>``). ``faulthandler`` answers from its C signal handler into this process' own file
+in the collector's folder (``TIDEMARK_STACKS``), so a thread blocked in C (a collective, a lock, a
+queue's ``get``) answers too, and the job pauses for well under a millisecond. The file's first
+line names the main thread, which ``faulthandler`` does not.
+
+A signal the job or a library already handles is left alone: the process then names none, and
+the collector never sends it one (a real-time signal's default is to end the process).
+"""
+import faulthandler
+import os
+import signal
+import threading
+
+_OFFSET = 13   # the signal is SIGRTMIN + this: far from the few that libraries take
+_file = None   # kept open: faulthandler writes to its descriptor
+
+
+def register(folder, main_ident):
+    """Registers the handler; returns the signal's number, or None where it cannot be had."""
+    global _file
+    if not folder:
+        return None
+    try:
+        number = signal.SIGRTMIN + _OFFSET
+        if number > signal.SIGRTMAX or signal.getsignal(number) not in (signal.SIG_DFL, None):
+            return None
+        path = os.path.join(folder, f"{os.getpid()}.txt")
+        stream = open(path, "w", encoding="utf-8")
+        stream.write(f"tidemark stacks pid {os.getpid()} main 0x{main_ident:016x}\n")
+        stream.flush()
+        faulthandler.register(number, file=stream, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return None
+    old, _file = _file, stream
+    if old is not None:
+        try:
+            old.close()
+        except OSError:
+            pass
+    return int(number)
+
+
+def main_thread_ident():
+    return threading.main_thread().ident or threading.get_ident()
