@@ -213,6 +213,14 @@ pub(super) fn judge_ending(
             hints: source_hints,
         });
     }
+    // A job that hung ended in its stall, whatever then stopped it: the stall leads, and says
+    // how the job ended; the kernel's word on a kill still follows it.
+    let hang = verdicts
+        .is_empty()
+        .then(|| super::stalled::judge(recording, analysis.basis))
+        .flatten();
+    let hung = hang.is_some();
+    analysis.findings.extend(hang);
     if verdicts.is_empty()
         && let Some(e) = exit
         && e.code != Some(0)
@@ -222,7 +230,7 @@ pub(super) fn judge_ending(
                 analysis.ending.killed_by = Some(death.killer);
                 let mut evidence = death.evidence;
                 evidence.extend(stderr_lines(&e.stderr_tail));
-                Finding {
+                Some(Finding {
                     kind: FindingKind::Failed,
                     title: death.title,
                     phase: None,
@@ -230,11 +238,12 @@ pub(super) fn judge_ending(
                     growth_per_step_bytes: None,
                     evidence,
                     hints: death.hints,
-                }
+                })
             }
-            None => failed(analysis, e),
+            None if hung => None,
+            None => Some(failed(analysis, e)),
         };
-        analysis.findings.push(finding);
+        analysis.findings.extend(finding);
     }
     if recording.end.is_none() && exit.is_none() {
         analysis.lacks.push(super::LACKS_END.to_owned());

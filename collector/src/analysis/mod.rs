@@ -18,6 +18,7 @@ mod oom_cause;
 mod phases;
 mod ranks;
 mod rules;
+mod stalled;
 mod trend;
 
 pub use self::attribution::{PhaseStats, unobserved};

@@ -93,6 +93,8 @@ pub enum FindingKind {
     Oom,
     /// The job failed or was killed for another reason.
     Failed,
+    /// No step ended for far longer than steps took, and the job ended so (a hang).
+    Stalled,
     /// Memory at the same point of every step rises and never falls back.
     Leak,
     /// Fragmentation: reserved minus allocated grows while allocated is flat.
@@ -127,6 +129,7 @@ impl FindingKind {
         match self {
             Self::Oom => "oom",
             Self::Failed => "failed",
+            Self::Stalled => "stalled",
             Self::Leak => "leak",
             Self::Fragmentation => "fragmentation",
             Self::PeakCreep => "peak_creep",
@@ -153,6 +156,7 @@ impl FindingKind {
             self,
             Self::Oom
                 | Self::Failed
+                | Self::Stalled
                 | Self::Leak
                 | Self::Fragmentation
                 | Self::PeakCreep
@@ -163,9 +167,10 @@ impl FindingKind {
 }
 
 /// Every finding kind.
-pub const ALL_KINDS: [FindingKind; 14] = [
+pub const ALL_KINDS: [FindingKind; 15] = [
     FindingKind::Oom,
     FindingKind::Failed,
+    FindingKind::Stalled,
     FindingKind::Leak,
     FindingKind::Fragmentation,
     FindingKind::PeakCreep,

@@ -57,20 +57,11 @@ impl Snapshot {
     /// flame graph, the viewer's legends): `name (dir/file.py:line)`, the file by its last two
     /// path parts — short, and alike in two checkouts of the same code.
     pub fn frame_text_short(&self, frame: &Frame) -> String {
-        let file = self.string(frame.filename).replace('\\', "/");
-        let mut parts = file.rsplit('/');
-        let last = parts.next().unwrap_or("");
-        let short = match parts.next() {
-            Some(dir) if !dir.is_empty() => format!("{dir}/{last}"),
-            _ => last.to_owned(),
-        };
-        if frame.line > 0 && frame.line < u64::from(u32::MAX) && !short.is_empty() {
-            format!("{} ({short}:{})", self.string(frame.name), frame.line)
-        } else if short.is_empty() || short == "??" {
-            self.string(frame.name).to_owned()
-        } else {
-            format!("{} ({short})", self.string(frame.name))
-        }
+        spell_frame(
+            self.string(frame.name),
+            self.string(frame.filename),
+            frame.line,
+        )
     }
 
     /// The frames worth showing first: Python frames (a `.py` file) when the stack has any,
@@ -389,5 +380,24 @@ impl LiveIndex {
                 .then(a.device.cmp(&b.device))
         });
         blocks
+    }
+}
+
+/// How every face spells a frame: `name (dir/file.py:line)`, the file by its last two path parts
+/// (the line left out where unknown, the file where there is none).
+pub fn spell_frame(name: &str, file: &str, line: u64) -> String {
+    let file = file.replace('\\', "/");
+    let mut parts = file.rsplit('/');
+    let last = parts.next().unwrap_or("");
+    let short = match parts.next() {
+        Some(dir) if !dir.is_empty() => format!("{dir}/{last}"),
+        _ => last.to_owned(),
+    };
+    if line > 0 && line < u64::from(u32::MAX) && !short.is_empty() {
+        format!("{name} ({short}:{line})")
+    } else if short.is_empty() || short == "??" {
+        name.to_owned()
+    } else {
+        format!("{name} ({short})")
     }
 }

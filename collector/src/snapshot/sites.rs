@@ -29,7 +29,7 @@ pub enum SiteKey {
 
 /// What wrote a Python frame's file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Owner {
+pub(crate) enum Owner {
     /// The user's own code.
     User,
     /// An installed package other than PyTorch (`site-packages/`, `dist-packages/`).
@@ -40,7 +40,7 @@ enum Owner {
 }
 
 /// Who wrote the Python frame in `file` running the function `name`.
-fn owner(file: &str, name: &str) -> Owner {
+pub(crate) fn owner(file: &str, name: &str) -> Owner {
     let file = file.replace('\\', "/");
     // PyTorch's own files, and the code Inductor generates for compiled functions.
     let torch =

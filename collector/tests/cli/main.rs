@@ -6,6 +6,7 @@ mod compare;
 mod docs;
 mod frameworks;
 mod gpu;
+mod hangs;
 mod holders;
 mod inputs;
 mod jobs;

@@ -1,0 +1,237 @@
+//! Hangs: real jobs that stop making progress under the collector, the stacks it asks for, and
+//! what the report and `check` say once something from outside ends them (as a scheduler's time
+//! limit does). A job that comes out of a long pause is not a hang.
+
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use collector::recording::{Stall, read_file};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::{Job, python, report};
+
+/// Runs `command` (which records to `job.out()`) until its recording holds a stall that `ready`
+/// accepts, then sends SIGTERM to the collector (it passes it to the job), and waits for it.
+/// Returns the collector's exit status and what it printed on stderr.
+fn until_stalled(
+    job: &Job,
+    mut command: Command,
+    ready: impl Fn(&Stall) -> bool,
+) -> (ExitStatus, String) {
+    let log = job.path("collector.log");
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut seen = false;
+    while Instant::now() < deadline && !seen {
+        std::thread::sleep(Duration::from_millis(250));
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "the job ended ({status}) before it stalled: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        // The recording is written as it goes: what it holds so far reads back.
+        seen = read_file(&job.out()).is_ok_and(|r| r.stalls.iter().any(&ready));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    let printed = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(seen, "no stall seen in 300 s: {printed}");
+    (status, printed)
+}
+
+/// `collector check FILE`: its exit status and output.
+fn check(job: &Job) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("check")
+        .arg(job.out())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.code(), text)
+}
+
+#[test]
+fn a_loop_whose_batches_stop_coming_is_a_hang_with_its_stack() {
+    // The thread that feeds the loop ends after six batches (as a producer that dies does): the
+    // loop waits in the queue's get for good.
+    let job = Job::new(
+        r#"
+import queue, threading
+import torch
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+batches = queue.Queue()
+def feed():
+    for _ in range(6):
+        batches.put(torch.randn(32, 64))
+threading.Thread(target=feed, name="feeder", daemon=True).start()
+for step in range(100):
+    x = batches.get()
+    model(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+"#,
+    );
+    let command = job.command(&["--stall-after", "2", "--flush-interval-ms", "100"]);
+    let (status, printed) = until_stalled(&job, command, |stall| {
+        stall
+            .processes
+            .iter()
+            .any(|p| p.step == Some(5) && !p.threads.is_empty())
+    });
+    // The collector passed SIGTERM on to the job, and its status back.
+    assert_eq!(status.code(), Some(128 + 15), "{printed}");
+
+    let recording = job.recording();
+    let stall = recording.stalls.last().unwrap();
+    let main = stall.processes[0].threads.iter().find(|t| t.main).unwrap();
+    assert!(
+        main.frames
+            .iter()
+            .any(|f| f.function == "get" && f.file.ends_with("queue.py")),
+        "{main:?}"
+    );
+    assert!(
+        main.frames
+            .iter()
+            .any(|f| f.function == "<module>" && f.file.ends_with("job.py") && f.line == 12),
+        "{main:?}"
+    );
+
+    let text = report(&job.out());
+    let verdict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('✗'))
+        .unwrap_or("");
+    assert!(
+        verdict.contains("✗ Stalled at step 5 for ")
+            && verdict.contains(": waits in a queue's get in <module> (")
+            && verdict.contains("/job.py:12)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("then the job was killed by signal 15 (SIGTERM)"),
+        "{text}"
+    );
+    assert!(text.contains("DataLoader(timeout="), "{text}");
+    let (code, said) = check(&job);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("Stalled at step 5"), "{said}");
+}
+
+#[test]
+fn a_long_pause_the_job_comes_out_of_is_not_a_hang() {
+    // A checkpoint written for 4 s between steps of a few ms: the collector asks for the stacks
+    // (it cannot know the pause will end), and the job goes on.
+    let job = Job::new(
+        r#"
+import time
+import torch
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(30):
+    model(torch.randn(32, 64)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    if step == 10:
+        time.sleep(4)  # "saving a checkpoint"
+"#,
+    );
+    let output = job.run(&["--stall-after", "1.5"]);
+    assert!(output.status.success(), "{}", crate::stderr(&output));
+    let recording = job.recording();
+    assert!(
+        recording
+            .stalls
+            .iter()
+            .any(|s| s.processes.iter().any(|p| p.step == Some(10)
+                && p.threads.iter().any(|t| t
+                    .frames
+                    .iter()
+                    .any(|f| f.file.ends_with("job.py") && f.line == 11)))),
+        "{:?}",
+        recording.stalls
+    );
+    let text = report(&job.out());
+    assert!(!text.contains("Stalled"), "{text}");
+    let (_, said) = check(&job);
+    assert!(!said.contains("Stalled"), "{said}");
+}
+
+#[test]
+fn the_rank_that_never_reaches_the_collective_is_told_from_the_rank_that_waits() {
+    // Two ranks on gloo average their loss for the log every step; rank 1 gets stuck before its
+    // fourth step (a file lock, a dead data source): rank 0 waits in all_reduce.
+    let job = Job::new(
+        r#"
+import time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    if rank == 1 and step == 3:
+        time.sleep(3600)
+    loss = model(torch.randn(32, 64)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    dist.all_reduce(loss.detach())
+"#,
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_collector"));
+    command
+        .arg("--out")
+        .arg(job.out())
+        .args(["--stall-after", "3", "--flush-interval-ms", "100", "--"])
+        .arg(python())
+        .args([
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+        ])
+        .arg(job.path("job.py"))
+        .current_dir(job.dir.path())
+        .env("OMP_NUM_THREADS", "1");
+    let (_, printed) = until_stalled(&job, command, |stall| {
+        let answered = |rank| {
+            stall
+                .processes
+                .iter()
+                .any(|p| p.origin.rank == Some(rank) && p.step.is_some() && !p.threads.is_empty())
+        };
+        answered(0) && answered(1)
+    });
+
+    let text = report(&job.out());
+    let verdict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('✗'))
+        .unwrap_or("");
+    assert!(
+        verdict.contains("✗ Stalled at step 2 for ")
+            && verdict
+                .contains(": rank 1 never reached the collective rank 0 waits in (all_reduce)"),
+        "{text}\n{printed}"
+    );
+    // Each rank's own stack: rank 1 sleeps in the job, rank 0 waits in all_reduce.
+    assert!(text.contains("rank 0 (pid "), "{text}");
+    assert!(text.contains("rank 1 (pid "), "{text}");
+    assert!(
+        text.contains("waits in a collective (all_reduce)"),
+        "{text}"
+    );
+    assert!(text.contains("runs <module> ("), "{text}");
+    let (code, said) = check(&job);
+    assert_eq!(code, Some(1), "{said}");
+}
