@@ -2,7 +2,9 @@
 //!
 //! - CPU of the collector wrapping an idle job at the default rates (budget < 1 % of one core);
 //! - the probe's cost per phase edge in CPython, manual API, no torch (budget ≤ 5 µs);
-//! - host sampling at 1 kHz on a 10-process tree (budget: sustained).
+//! - host sampling at 1 kHz on a 10-process tree (budget: sustained);
+//! - how long a stack dump on request pauses the thread that takes the signal, in a process of
+//!   9 threads 40 frames deep (budget ≤ 10 ms), and that the collector's asks reach it.
 //!
 //! `cargo bench -p tidemark-collector --bench collector` (60 s idle run; set
 //! `TIDEMARK_BENCH_IDLE_S` for a shorter one).
@@ -17,7 +19,22 @@ use python::python;
 
 /// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_seconds_of(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime of a process' thread of this name, in seconds.
+fn thread_cpu_seconds(pid: u32, name: &str) -> Option<f64> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .find(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .and_then(|task| cpu_seconds_of(&task.path().join("stat").to_string_lossy()))
+}
+
+fn cpu_seconds_of(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
@@ -37,15 +54,25 @@ fn idle_cpu(dir: &Path) {
         .spawn()
         .expect("start the collector");
     std::thread::sleep(Duration::from_secs(1));
-    let (cpu0, t0) = (cpu_seconds(child.id()).unwrap_or(0.0), Instant::now());
+    let watcher = || thread_cpu_seconds(child.id(), "stall-watch").unwrap_or(0.0);
+    let (cpu0, watch0, t0) = (
+        cpu_seconds(child.id()).unwrap_or(0.0),
+        watcher(),
+        Instant::now(),
+    );
     std::thread::sleep(Duration::from_secs(seconds));
-    let (cpu1, wall) = (cpu_seconds(child.id()).unwrap_or(0.0), t0.elapsed());
+    let (cpu1, watch1, wall) = (
+        cpu_seconds(child.id()).unwrap_or(0.0),
+        watcher(),
+        t0.elapsed(),
+    );
     let _ = child.wait();
     println!(
-        "idle job, default rates: collector used {:.3} % of one core over {:.0} s ({:.3} s CPU)",
+        "idle job, default rates: collector used {:.3} % of one core over {:.0} s ({:.3} s CPU), of which the stall watcher {:.4} %",
         100.0 * (cpu1 - cpu0) / wall.as_secs_f64(),
         wall.as_secs_f64(),
-        cpu1 - cpu0
+        cpu1 - cpu0,
+        100.0 * (watch1 - watch0) / wall.as_secs_f64(),
     );
 }
 
@@ -133,9 +160,70 @@ fn host_sampling_1khz(dir: &Path) {
     );
 }
 
+/// The probe's stack dump (faulthandler, all threads) timed in the process itself: the signal
+/// sent to itself is handled before `os.kill` returns, so the call's time is the pause. Then the
+/// job stops stepping, and the collector's own asks (`--stall-after 0.5`) are counted.
+fn stack_dump_pause(dir: &Path) {
+    let script = dir.join("stacks.py");
+    std::fs::write(
+        &script,
+        r#"
+import os, signal, threading, time, tidemark
+assert tidemark.enabled()
+from tidemark import _stacks
+number = signal.SIGRTMIN + _stacks._OFFSET
+assert _stacks._file is not None, "the probe registered no stack dump"
+def deep(n, event):
+    return deep(n - 1, event) if n else event.wait()
+events = [threading.Event() for _ in range(8)]
+for e in events:
+    threading.Thread(target=deep, args=(40, e), daemon=True).start()
+time.sleep(0.2)
+pauses = []
+for _ in range(200):
+    start = time.perf_counter_ns()
+    os.kill(os.getpid(), number)
+    pauses.append(time.perf_counter_ns() - start)
+pauses.sort()
+for step in range(5):
+    tidemark.step(step)
+    with tidemark.phase("forward"):
+        time.sleep(0.01)
+time.sleep(4)  # no step: the collector asks at 0.5, 1, 2 s
+print(f"{pauses[len(pauses) // 2] / 1e3:.0f} {pauses[-1] / 1e3:.0f}")
+for e in events:
+    e.set()
+"#,
+    )
+    .expect("write the script");
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("--out")
+        .arg(dir.join("stacks.msgpack"))
+        .args(["--no-auto-phases", "--stall-after", "0.5", "--"])
+        .arg(python())
+        .arg(&script)
+        .output()
+        .expect("run the collector");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut numbers = stdout.split_whitespace();
+    let (median, worst) = (numbers.next().unwrap_or("?"), numbers.next().unwrap_or("?"));
+    let recording =
+        collector::recording::read_file(&dir.join("stacks.msgpack")).expect("read the recording");
+    let answered = recording
+        .stalls
+        .iter()
+        .filter(|s| s.processes.iter().any(|p| p.threads.len() >= 9))
+        .count();
+    println!(
+        "stack dump on request, 9 threads 40 frames deep: {median} µs median, {worst} µs worst of 200 (the pause of the thread that takes it); the collector asked {} times in the stall, answered with all 9 threads {answered} times",
+        recording.stalls.len()
+    );
+}
+
 fn main() {
-    // Criterion-style filters are ignored: this bench always runs all three measurements.
+    // Criterion-style filters are ignored: this bench always runs all four measurements.
     let dir = tempfile::tempdir().expect("a temporary folder");
+    stack_dump_pause(dir.path());
     host_sampling_1khz(dir.path());
     probe_edge_cost(dir.path());
     idle_cpu(dir.path());
