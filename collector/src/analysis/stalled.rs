@@ -54,10 +54,10 @@ pub(super) fn judge(recording: &Recording, basis: Basis) -> Option<Finding> {
         .or(recording.end.as_ref().map(|e| e.t_ns))
         .unwrap_or(stall.t_ns)
         .max(stall.t_ns);
-    let mut read: Vec<(&StalledProcess, Option<Wait>)> = stall
-        .processes
+    let answers = last_answers(recording, stall);
+    let mut read: Vec<(&StalledProcess, Option<Wait>)> = answers
         .iter()
-        .map(|p| (p, main_thread(p).and_then(|t| wait_of(&t.frames))))
+        .map(|p| (*p, main_thread(p).and_then(|t| wait_of(&t.frames))))
         .collect();
     // Ranks in order, then the processes without one.
     read.sort_by_key(|(p, _)| {
@@ -121,12 +121,24 @@ pub(super) fn judge(recording: &Recording, basis: Basis) -> Option<Finding> {
         if let Some(frame) = main_thread(lead).and_then(|t| user_frame(&t.frames)) {
             title.push_str(&format!(" in {}", spell(frame)));
         }
+        // What the loop waits for: where its DataLoader's worker is.
+        let worker = (*wait == Wait::DataLoader)
+            .then(|| {
+                read.iter().find_map(|(p, _)| {
+                    let thread = main_thread(p).filter(|t| is_worker(t))?;
+                    Some((p.origin.pid, user_frame(&thread.frames)?))
+                })
+            })
+            .flatten();
+        if let Some((pid, frame)) = worker {
+            title.push_str(&format!("; its worker (pid {pid}) is in {}", spell(frame)));
+        }
     } else if let Some(frame) = main_thread(lead).and_then(|t| user_frame(&t.frames)) {
         title.push_str(&format!(": the main thread is in {}", spell(frame)));
     }
 
     let mut evidence = vec![format!(
-        "no step ended for {} before the job's end; the collector counts {} without one as a stall, and asked for the stacks {}",
+        "no step ended for {} before the job's end; the collector counts {} without one as a stall, and asked for the stacks {} (each process' stacks below are its last answer)",
         format_duration(end_ns.saturating_sub(stall.since_ns) as f64 / 1e9),
         format_duration(stall.after_ns as f64 / 1e9),
         match recording
@@ -185,6 +197,28 @@ pub(super) fn judge(recording: &Recording, basis: Basis) -> Option<Finding> {
     })
 }
 
+/// Each process of the stall as it last answered in it: an ask that met it as the job was being
+/// stopped finds it gone, and the one before has its stacks.
+fn last_answers<'a>(recording: &'a Recording, stall: &'a Stall) -> Vec<&'a StalledProcess> {
+    stall
+        .processes
+        .iter()
+        .map(|process| {
+            recording
+                .stalls
+                .iter()
+                .rev()
+                .filter(|s| s.since_ns == stall.since_ns)
+                .find_map(|s| {
+                    s.processes
+                        .iter()
+                        .find(|p| p.origin.pid == process.origin.pid && !p.threads.is_empty())
+                })
+                .unwrap_or(process)
+        })
+        .collect()
+}
+
 /// Whether a step ended after the stall was recorded: a phase edge of a later step (or, where
 /// steps are not numbered, any edge) from a process of the stall.
 fn recovered(recording: &Recording, stall: &Stall) -> bool {
@@ -241,7 +275,7 @@ fn wait_of(frames: &[StackFrame]) -> Option<Wait> {
     };
     if frames
         .iter()
-        .any(|f| file_name(f).contains("/torch/utils/data/"))
+        .any(|f| file_name(f).ends_with("/torch/utils/data/dataloader.py"))
     {
         return Some(Wait::DataLoader);
     }
@@ -258,6 +292,15 @@ fn wait_of(frames: &[StackFrame]) -> Option<Wait> {
                 "wait" | "acquire" | "join" | "_wait_for_tstate_lock"
             ))
         .then(|| Wait::Lock(format!("threading's {}", f.function)))
+    })
+}
+
+/// Whether a thread is a DataLoader worker's loop.
+fn is_worker(thread: &ThreadStack) -> bool {
+    thread.frames.iter().any(|f| {
+        f.file
+            .replace('\\', "/")
+            .ends_with("/torch/utils/data/_utils/worker.py")
     })
 }
 
@@ -293,10 +336,12 @@ fn process_lines(
                 || file.contains("/torch/distributed/launch")
         })
     });
-    let mut place = vec![match (process.origin.rank, launcher) {
-        (Some(_), _) => format!("{name} (pid {})", process.origin.pid),
-        (None, true) => format!("the launcher (pid {})", process.origin.pid),
-        (None, false) => name.to_owned(),
+    let worker = main_thread(process).is_some_and(is_worker);
+    let mut place = vec![match (process.origin.rank, launcher, worker) {
+        (_, _, true) => format!("a DataLoader worker (pid {})", process.origin.pid),
+        (Some(_), _, _) => format!("{name} (pid {})", process.origin.pid),
+        (None, true, _) => format!("the launcher (pid {})", process.origin.pid),
+        (None, false, _) => name.to_owned(),
     }];
     if let Some(step) = process.step {
         place.push(format!("step {step}"));
@@ -319,6 +364,9 @@ fn process_lines(
         )];
     };
     let innermost = user_frame(&main.frames).or(main.frames.first());
+    // A forked worker's stack goes on below its loop with the frames that forked it (the
+    // DataLoader's): what it waits on is its own code's.
+    let wait = wait.filter(|_| !worker);
     let doing = wait.map_or_else(
         || innermost.map_or("runs".to_owned(), |f| format!("runs {}", spell(f))),
         Wait::describe,
@@ -353,7 +401,15 @@ fn process_lines(
         .filter(|t| !std::ptr::eq(*t, main))
         .filter(|t| !t.frames.iter().any(|f| is_probe(&f.file)))
         .filter_map(|t| {
-            let frame = user_frame(&t.frames).or(t.frames.first())?;
+            // The thread's own code, else what it runs (its target, above threading's frames).
+            let frame = user_frame(&t.frames)
+                .or_else(|| {
+                    t.frames
+                        .iter()
+                        .rev()
+                        .find(|f| !f.file.replace('\\', "/").ends_with("/threading.py"))
+                })
+                .or(t.frames.first())?;
             let wait = wait_of(&t.frames).map(|w| format!(", {}", w.describe()));
             Some(format!("{}{}", spell(frame), wait.unwrap_or_default()))
         })
@@ -556,6 +612,37 @@ mod tests {
             judge(&recording(vec![paused], done, None), Basis::Allocated),
             None
         );
+    }
+
+    #[test]
+    fn an_ask_that_met_the_job_stopping_does_not_hide_the_stacks_before_it() {
+        let waiting = process(
+            10,
+            0,
+            vec![
+                frame("/usr/lib/python3.11/queue.py", 171, "get"),
+                frame("/job/hang.py", 13, "<module>"),
+            ],
+        );
+        let mut recording = recording(vec![waiting.clone()], killed(10_000_000_000), None);
+        let mut gone = waiting;
+        gone.threads.clear();
+        gone.missing = Some("it had ended".to_owned());
+        recording.push(Record::Stall(Stall {
+            t_ns: 7_000_000_000,
+            since_ns: 1_000_000_000,
+            after_ns: 2_000_000_000,
+            processes: vec![gone],
+        }));
+        let finding = judge(&recording, Basis::Allocated).unwrap();
+        assert!(
+            finding
+                .title
+                .ends_with("waits in a queue's get in <module> (job/hang.py:13)"),
+            "{}",
+            finding.title
+        );
+        assert!(!finding.evidence.iter().any(|l| l.contains("it had ended")));
     }
 
     #[test]

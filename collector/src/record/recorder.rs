@@ -42,6 +42,9 @@ pub enum Msg {
         /// From another user.
         refused: u64,
     },
+    /// Everything is sent: finish the recording now, though a thread may still hold a sender (the
+    /// stderr tee, blocked on a pipe that a grandchild which outlived the job keeps open).
+    Finish,
     /// A sampler woke up a whole interval or more late.
     Late {
         /// Which sampler.
@@ -165,13 +168,13 @@ impl Recorder {
         loop {
             let timeout = next_flush.saturating_duration_since(Instant::now());
             match rx.recv_timeout(timeout) {
+                Ok(Msg::Finish) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {
                     self.flush();
                     self.draw_status();
                     next_flush = Instant::now() + self.flush_interval;
                 }
-                Err(RecvTimeoutError::Disconnected) => break,
             }
         }
         self.finish()
@@ -253,6 +256,8 @@ impl Recorder {
                 entry.0 += 1;
                 entry.1 = entry.1.max(late_ns);
             }
+            // Ends the loop in `run`.
+            Msg::Finish => {}
         }
     }
 

@@ -387,6 +387,7 @@ pub fn run(args: Options) -> ExitCode {
         }
         let _ = tx.send(Msg::Record(Record::Exit(exit)));
     }
+    let _ = tx.send(Msg::Finish);
     drop(tx);
     if let Some(handle) = signal_handle {
         handle.close();

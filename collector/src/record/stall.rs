@@ -8,8 +8,10 @@
 //! median time between steps and at least a minute (five minutes before the first step: a job's
 //! start loads data and meets its peers), or `--stall-after`. The stacks are asked for when it
 //! passes the threshold, then at 2×, 4× … that long, at most [`MAX_ASKS`] times. The collector
-//! signals only a process that named its signal, and only while its start time is the one it had
-//! then (a pid used again is another process).
+//! signals only a process that named its signal, and only while its start time and program are
+//! the ones it had then (a pid used again is another process; a process that `exec`s another
+//! program lost the handler). The probe keeps the signal ignored under its handler, so an ask
+//! that meets a process as it exits does nothing.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -35,6 +37,10 @@ const MEDIAN_STEPS: u64 = 10;
 const GAPS_KEPT: usize = 64;
 /// Asks for the stacks in one stall, at most.
 pub const MAX_ASKS: u32 = 8;
+/// An answer is whole once its file has not grown for this long: `faulthandler` writes a frame
+/// in several calls, and on a busy machine a writer can be preempted for tens of milliseconds
+/// (the main thread, written last, would be cut off).
+const STEADY_FOR: Duration = Duration::from_millis(250);
 /// How long a process has to write its stacks once signalled.
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
@@ -54,8 +60,8 @@ struct Watched {
     numbered: bool,
     phase: Option<String>,
     progress_ns: u64,
-    /// The signal it answers, and its start time when it named it.
-    answers: Option<(i32, u64)>,
+    /// The signal it answers, and who it was when it named it.
+    answers: Option<(i32, Identity)>,
 }
 
 impl Progress {
@@ -98,9 +104,9 @@ impl Progress {
 
     /// A process named the signal it answers with its stacks.
     pub fn answers(&mut self, origin: Origin, t_ns: u64, signal: i32) {
-        let start = start_time(origin.pid);
+        let identity = identity(origin.pid);
         let watched = self.watched(origin, t_ns);
-        watched.answers = start.map(|start| (signal, start));
+        watched.answers = identity.map(|identity| (signal, identity));
     }
 
     fn watched(&mut self, origin: Origin, t_ns: u64) -> &mut Watched {
@@ -198,8 +204,8 @@ fn ask(
                     );
                     None
                 }
-                Some((_, start)) if start_time(pid) != Some(start) => {
-                    process.missing = Some("it had ended".to_owned());
+                Some((_, ref was)) if identity(pid).as_ref() != Some(was) => {
+                    process.missing = Some("it had ended (or runs another program)".to_owned());
                     None
                 }
                 Some((signal, _)) => {
@@ -217,7 +223,7 @@ fn ask(
         }
     }
     // faulthandler writes from the signal handler at once: an answer is whole once its file has
-    // stopped growing for a moment.
+    // stopped growing for a while (`STEADY_FOR`).
     let deadline = Instant::now() + ANSWER_WITHIN;
     let mut processes = Vec::with_capacity(asked.len());
     for (mut process, asking) in asked {
@@ -268,7 +274,7 @@ fn answer(file: &Path, offset: u64, deadline: Instant) -> Option<String> {
             last = len;
             steady_since = Some(now);
         } else if let Some(steady) = steady_since
-            && now.duration_since(steady) >= Duration::from_millis(30)
+            && now.duration_since(steady) >= STEADY_FOR
         {
             break;
         }
@@ -333,8 +339,22 @@ fn parse_frame(line: &str) -> Option<StackFrame> {
     })
 }
 
-/// A process' start time (clock ticks after boot, `/proc/PID/stat`'s 22nd field): with the pid,
-/// it names one process even when the pid is used again.
+/// Who a process is: its start time, which with the pid names one process even when the pid is
+/// used again, and the program it runs (one that `exec`s another no longer answers).
+#[derive(Debug, PartialEq, Eq)]
+struct Identity {
+    start_time: u64,
+    program: Option<PathBuf>,
+}
+
+fn identity(pid: u32) -> Option<Identity> {
+    Some(Identity {
+        start_time: start_time(pid)?,
+        program: std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
+    })
+}
+
+/// A process' start time (clock ticks after boot, `/proc/PID/stat`'s 22nd field).
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which is in parentheses and may hold anything.

@@ -41,6 +41,19 @@ fn until_stalled(
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
     let printed = std::fs::read_to_string(&log).unwrap_or_default();
+    // A process the job forked may outlive it (a DataLoader worker asleep in its read): the
+    // collector finished all the same; end what is left of this job's own processes.
+    let script = job.path("job.py");
+    for stall in read_file(&job.out()).map(|r| r.stalls).unwrap_or_default() {
+        for process in stall.processes {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", process.origin.pid));
+            if cmdline
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*script.to_string_lossy()))
+            {
+                let _ = kill(Pid::from_raw(process.origin.pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
     assert!(seen, "no stall seen in 300 s: {printed}");
     (status, printed)
 }
@@ -234,4 +247,79 @@ for step in range(100):
     assert!(text.contains("runs <module> ("), "{text}");
     let (code, said) = check(&job);
     assert_eq!(code, Some(1), "{said}");
+}
+
+#[test]
+fn a_dataloader_whose_worker_blocks_names_the_worker_and_where_it_is() {
+    // The worker's read of item 40 never returns (a network file system that hangs): the loop
+    // waits for its eleventh batch for good. The worker was forked: the probe registered its own
+    // stack dump there.
+    let job = Job::new(
+        r#"
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+class Shards(Dataset):
+    def __len__(self):
+        return 400
+    def __getitem__(self, i):
+        if i == 40:
+            time.sleep(3600)
+        return torch.randn(64)
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in DataLoader(Shards(), batch_size=4, num_workers=1):
+    model(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+"#,
+    );
+    let command = job.command(&["--stall-after", "2", "--flush-interval-ms", "100"]);
+    let (_, printed) = until_stalled(&job, command, |stall| {
+        let answered = |steps: bool| {
+            stall
+                .processes
+                .iter()
+                .any(|p| p.step.is_some() == steps && !p.threads.is_empty())
+        };
+        stall.processes.iter().any(|p| p.step == Some(9)) && answered(true) && answered(false)
+    });
+    let text = report(&job.out());
+    let verdict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('✗'))
+        .unwrap_or("");
+    assert!(
+        verdict.contains("✗ Stalled at step 9 for ")
+            && verdict.contains(": waits for the DataLoader's next batch in <module> (")
+            && verdict.contains("/job.py:14); its worker (pid ")
+            && verdict.contains(") is in __getitem__ (")
+            && verdict.ends_with("/job.py:10)"),
+        "{text}\n{printed}"
+    );
+    assert!(text.contains("a DataLoader worker (pid "), "{text}");
+    let (code, _) = check(&job);
+    assert_eq!(code, Some(1));
+}
+
+#[test]
+fn an_ask_that_meets_a_process_as_it_exits_does_not_end_it() {
+    // At the interpreter's exit faulthandler lets go of the signal; an ask then (the collector
+    // cannot know the process is exiting) must find it ignored, not end the process with the
+    // signal's default action.
+    let job = Job::new(
+        r#"
+import faulthandler, os, signal, sys, tidemark
+from tidemark import _stacks
+number = signal.SIGRTMIN + _stacks._OFFSET
+assert _stacks._file is not None, "no stack dump registered"
+faulthandler.unregister(number)  # as the interpreter's exit does
+os.kill(os.getpid(), number)
+print("alive", file=sys.stderr)
+"#,
+    );
+    let output = job.run(&["--no-auto-phases"]);
+    let printed = crate::stderr(&output);
+    assert!(output.status.success(), "{printed}");
+    assert!(printed.contains("alive"), "{printed}");
 }

@@ -76,6 +76,44 @@ time.sleep(60)
 }
 
 #[test]
+fn a_grandchild_that_outlives_the_job_does_not_keep_the_collector_waiting() {
+    // The job starts a process that inherits its stderr and outlives it (as an orphaned
+    // DataLoader worker does), then exits: the collector finishes the recording and exits with
+    // the job, though the pipe it reads the job's stderr from stays open.
+    let job = Job::new(
+        "import subprocess, sys\np = subprocess.Popen(['sleep', '120'])\nopen('sleeper.pid', 'w').write(str(p.pid))\nprint('bye', file=sys.stderr)\nsys.exit(3)\n",
+    );
+    let mut child = job
+        .command(&[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if let Some(pid) = std::fs::read_to_string(job.path("sleeper.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let status = status.expect("the collector still waited a minute after its job had exited");
+    assert_eq!(status.code(), Some(3));
+    let recording = job.recording();
+    assert!(recording.end.is_some(), "the recording was not finished");
+    assert_eq!(recording.exits[0].code, Some(3));
+}
+
+#[test]
 fn a_collector_killed_with_sigkill_leaves_a_file_readable_to_within_a_second() {
     let job = Job::new(
         r#"
