@@ -536,7 +536,7 @@ fn check_on_a_snapshot_gates_on_its_verdict() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(
-        text.starts_with("collector check: ok (the snapshot's own verdict: it has no trace to judge over time; none of: oom, failed, leak"),
+        text.starts_with("collector check: ok (the snapshot's own verdict: it has no trace to judge over time; none of: oom, failed, stalled, leak"),
         "{text}"
     );
 }
