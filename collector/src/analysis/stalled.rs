@@ -6,7 +6,8 @@
 //!
 //! The stacks say where: each process' main thread is read for what it waits on (a collective, a
 //! queue's `get`, a DataLoader's next batch, a lock) and where the user's code called it, so that
-//! ranks that wait in a collective are told from the rank that never reached it.
+//! ranks that wait in a collective are told from the rank that never reached it. (Stacks come
+//! from Linux processes: paths use `/`.)
 
 use super::{Basis, Finding, FindingKind};
 use crate::format::format_duration;
@@ -250,7 +251,7 @@ fn wait_of(frames: &[StackFrame]) -> Option<Wait> {
     let distributed: Vec<&StackFrame> = frames
         .iter()
         .filter(|f| {
-            let file = f.file.replace('\\', "/");
+            let file = &f.file;
             // (The launcher's own loop, `torch.distributed.run` and its elastic agent, waits
             // for its workers, not in a collective.)
             (file.contains("/torch/distributed/")
@@ -268,20 +269,18 @@ fn wait_of(frames: &[StackFrame]) -> Option<Wait> {
     }
     // A queue's get waits on a lock inside it, and a DataLoader's next batch in a queue's get:
     // the outer, more telling wait wins.
-    let file_name = |f: &StackFrame| f.file.replace('\\', "/");
-    let base = |f: &StackFrame| {
-        let file = file_name(f);
-        file.rsplit('/').next().unwrap_or("").to_owned()
-    };
+    fn base(f: &StackFrame) -> &str {
+        f.file.rsplit('/').next().unwrap_or("")
+    }
     if frames
         .iter()
-        .any(|f| file_name(f).ends_with("/torch/utils/data/dataloader.py"))
+        .any(|f| f.file.ends_with("/torch/utils/data/dataloader.py"))
     {
         return Some(Wait::DataLoader);
     }
     if frames
         .iter()
-        .any(|f| matches!(base(f).as_str(), "queue.py" | "queues.py") && f.function == "get")
+        .any(|f| matches!(base(f), "queue.py" | "queues.py") && f.function == "get")
     {
         return Some(Wait::Queue);
     }
@@ -297,11 +296,10 @@ fn wait_of(frames: &[StackFrame]) -> Option<Wait> {
 
 /// Whether a thread is a DataLoader worker's loop.
 fn is_worker(thread: &ThreadStack) -> bool {
-    thread.frames.iter().any(|f| {
-        f.file
-            .replace('\\', "/")
-            .ends_with("/torch/utils/data/_utils/worker.py")
-    })
+    thread
+        .frames
+        .iter()
+        .any(|f| f.file.ends_with("/torch/utils/data/_utils/worker.py"))
 }
 
 /// The innermost frame of the user's own code.
@@ -313,7 +311,6 @@ fn user_frame(frames: &[StackFrame]) -> Option<&StackFrame> {
 
 /// Whether a frame is the probe's own (injected by the collector, or installed).
 fn is_probe(file: &str) -> bool {
-    let file = file.replace('\\', "/");
     file.contains("/probe/tidemark/") || file.contains("-packages/tidemark/")
 }
 
@@ -331,7 +328,7 @@ fn process_lines(
 ) -> Vec<String> {
     let launcher = process.threads.iter().any(|t| {
         t.frames.iter().any(|f| {
-            let file = f.file.replace('\\', "/");
+            let file = &f.file;
             file.ends_with("/torch/distributed/run.py")
                 || file.contains("/torch/distributed/launch")
         })
@@ -407,7 +404,7 @@ fn process_lines(
                     t.frames
                         .iter()
                         .rev()
-                        .find(|f| !f.file.replace('\\', "/").ends_with("/threading.py"))
+                        .find(|f| !f.file.ends_with("/threading.py"))
                 })
                 .or(t.frames.first())?;
             let wait = wait_of(&t.frames).map(|w| format!(", {}", w.describe()));

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use collector::recording::{
-    Edge, Origin, PhaseEdge, Record, StackFrame, Stall, StalledProcess, ThreadStack,
+    Edge, Origin, Phase, PhaseEdge, Record, StackFrame, Stall, StalledProcess, ThreadStack,
 };
 
 use super::clock::Clock;
@@ -58,7 +58,7 @@ struct Watched {
     step: Option<u64>,
     /// Whether its steps are numbered (then only a new step is progress, else any edge).
     numbered: bool,
-    phase: Option<String>,
+    phase: Option<Phase>,
     progress_ns: u64,
     /// The signal it answers, and who it was when it named it.
     answers: Option<(i32, Identity)>,
@@ -69,9 +69,10 @@ impl Progress {
     pub fn edge(&mut self, edge: &PhaseEdge) {
         let watched = self.watched(edge.origin, edge.t_ns);
         match edge.edge {
-            Edge::Begin => watched.phase = Some(edge.phase.as_str().to_owned()),
+            // (The listener's path: a phase of PyTorch's is kept without allocating.)
+            Edge::Begin => watched.phase = Some(edge.phase.clone()),
             Edge::End => {
-                if watched.phase.as_deref() == Some(edge.phase.as_str()) {
+                if watched.phase.as_ref() == Some(&edge.phase) {
                     watched.phase = None;
                 }
             }
@@ -191,7 +192,7 @@ fn ask(
             let mut process = StalledProcess {
                 origin: watched.origin,
                 step: watched.step,
-                phase: watched.phase.clone(),
+                phase: watched.phase.as_ref().map(|p| p.as_str().to_owned()),
                 since_ns: watched.progress_ns,
                 ..StalledProcess::default()
             };
@@ -229,7 +230,7 @@ fn ask(
     for (mut process, asking) in asked {
         if let Some((file, offset)) = asking {
             match answer(&file, offset, deadline) {
-                Some(text) => process.threads = parse_stacks(&text, main_thread(&file)),
+                Some((main, text)) => process.threads = parse_stacks(&text, main),
                 None => {
                     process.missing = Some(format!(
                         "it did not answer within {} s",
@@ -262,9 +263,10 @@ fn send_signal(pid: u32, signal: i32) -> Result<(), nix::errno::Errno> {
     nix::errno::Errno::result(status).map(drop)
 }
 
-/// The text the process appended to its file after `offset`, once whole; `None` when nothing
-/// came by the deadline.
-fn answer(file: &Path, offset: u64, deadline: Instant) -> Option<String> {
+/// The main thread's identifier (from the file's first line, `tidemark stacks pid P main 0x…`)
+/// and the text the process appended to its file after `offset`, once whole; `None` when nothing
+/// came by the deadline. The file is read once.
+fn answer(file: &Path, offset: u64, deadline: Instant) -> Option<(Option<u64>, String)> {
     let mut last = offset;
     let mut steady_since = None;
     loop {
@@ -288,15 +290,11 @@ fn answer(file: &Path, offset: u64, deadline: Instant) -> Option<String> {
     }
     let bytes = std::fs::read(file).ok()?;
     let from = usize::try_from(offset).ok()?.min(bytes.len());
-    Some(String::from_utf8_lossy(&bytes[from..]).into_owned())
-}
-
-/// The main thread's identifier, from the file's first line (`tidemark stacks pid P main 0x…`).
-fn main_thread(file: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(file).ok()?;
-    let first = text.lines().next()?;
-    let hex = first.rsplit_once(" main 0x")?.1;
-    u64::from_str_radix(hex.trim(), 16).ok()
+    let header = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let main = String::from_utf8_lossy(header)
+        .rsplit_once(" main 0x")
+        .and_then(|(_, hex)| u64::from_str_radix(hex.trim(), 16).ok());
+    Some((main, String::from_utf8_lossy(&bytes[from..]).into_owned()))
 }
 
 /// Parses what `faulthandler` writes for all threads: a `Thread 0x…` or `Current thread 0x…`
@@ -379,7 +377,6 @@ pub fn spawn_watcher(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use collector::recording::Phase;
 
     /// What Python 3.11's faulthandler wrote for a job blocked in a queue's get, with a thread
     /// blocked on a lock.

@@ -323,3 +323,44 @@ print("alive", file=sys.stderr)
     assert!(output.status.success(), "{printed}");
     assert!(printed.contains("alive"), "{printed}");
 }
+
+#[test]
+fn a_process_that_ignores_the_request_is_said_so_and_the_watch_goes_on() {
+    // The job takes the probe's signal over (ignores it) and then hangs: the collector waits
+    // for an answer, says there was none, and the job is untouched until it is stopped.
+    let job = Job::new(
+        r#"
+import signal, time, tidemark
+from tidemark import _stacks
+for step in range(3):
+    tidemark.step(step)
+    with tidemark.phase("forward"):
+        time.sleep(0.01)
+signal.signal(signal.SIGRTMIN + _stacks._OFFSET, signal.SIG_IGN)
+time.sleep(3600)
+"#,
+    );
+    let command = job.command(&[
+        "--no-auto-phases",
+        "--stall-after",
+        "1",
+        "--flush-interval-ms",
+        "100",
+    ]);
+    let (status, printed) = until_stalled(&job, command, |stall| {
+        stall.processes.iter().any(|p| {
+            p.step == Some(2)
+                && p.missing
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with("it did not answer"))
+        })
+    });
+    // It was still running (the ask did not end it): SIGTERM did.
+    assert_eq!(status.code(), Some(128 + 15), "{printed}");
+    let text = report(&job.out());
+    assert!(text.contains("✗ Stalled at step 2 for "), "{text}");
+    assert!(
+        text.contains("no stacks: it did not answer within 2 s"),
+        "{text}"
+    );
+}
