@@ -170,22 +170,27 @@ pub fn watch(
             continue;
         }
         asked = Some((since, asks + 1));
-        let stall = ask(progress, stacks_dir, since, threshold, clock);
+        // An ask that found every process gone (the job being stopped) tells nothing.
+        let Some(stall) = ask(progress, stacks_dir, since, threshold, clock) else {
+            continue;
+        };
         if tx.send(Msg::Record(Record::Stall(stall))).is_err() {
             return;
         }
     }
 }
 
-/// Asks every probed process for its stacks at once, and waits for their answers.
+/// Asks every probed process for its stacks at once, and waits for their answers; `None` when
+/// none of them was there any more.
 fn ask(
     progress: &Mutex<Progress>,
     stacks_dir: &Path,
     since_ns: u64,
     after_ns: u64,
     clock: Clock,
-) -> Stall {
+) -> Option<Stall> {
     let t_ns = clock.now_ns();
+    let mut present = 0;
     let mut asked: Vec<(StalledProcess, Option<(PathBuf, u64)>)> = Vec::new();
     if let Ok(progress) = progress.lock() {
         for (&pid, watched) in &progress.processes {
@@ -199,6 +204,10 @@ fn ask(
             let file = stacks_dir.join(format!("{pid}.txt"));
             let asking = match watched.answers {
                 None => {
+                    // (A zombie has no program any more.)
+                    if identity(pid).is_some_and(|i| i.program.is_some()) {
+                        present += 1;
+                    }
                     process.missing = Some(
                         "it named no signal to ask it by (the job or a library handles the probe's)"
                             .to_owned(),
@@ -210,6 +219,7 @@ fn ask(
                     None
                 }
                 Some((signal, _)) => {
+                    present += 1;
                     let offset = std::fs::metadata(&file).map_or(0, |m| m.len());
                     match send_signal(pid, signal) {
                         Ok(()) => Some((file, offset)),
@@ -241,12 +251,12 @@ fn ask(
         }
         processes.push(process);
     }
-    Stall {
+    (present > 0).then_some(Stall {
         t_ns,
         since_ns,
         after_ns,
         processes,
-    }
+    })
 }
 
 /// Sends a real-time signal the probe named (nix's `Signal` has none of them).
