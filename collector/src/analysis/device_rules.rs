@@ -1,10 +1,10 @@
 //! The rules on the devices as a whole (NVML): memory used near the capacity, other processes on
 //! the GPU, and memory this job holds outside PyTorch's cache.
 
-use super::phases;
-use super::rules::median_u64;
-use super::{Analysis, Basis, Finding, FindingKind, GIB};
-use crate::format::{format_bytes, format_duration};
+use super::phases::{self, StepStart};
+use super::rules::{SHORT_RUN_STEPS, leaks_on_its_own, median_u64};
+use super::{Analysis, Basis, Finding, FindingKind, GIB, MIN_STEPS};
+use crate::format::{format_bytes, format_duration, format_p};
 use crate::recording::{Recording, Series, SeriesKey, SeriesKind};
 
 /// One device's used memory over the run, and its processes' share where the driver has it.
@@ -175,4 +175,102 @@ pub(super) fn devices_rules(
     capacity_pressure(&devices, analysis);
     other_processes(&devices, analysis);
     non_pytorch_memory(&devices, allocator, analysis);
+}
+
+/// The training process' device memory outside PyTorch's cache, rising from step to step: the
+/// driver's count of the process' memory (NVML) less what PyTorch reserved at the last phase
+/// edge before each sample, the lowest of each step (a sample taken after the cache grew, before
+/// the next edge said so, reads high), judged as a leak of the step series is. A leak that
+/// PyTorch's own numbers cannot show: NCCL communicators made again and again, a library's or
+/// an extension's own `cudaMalloc` never freed.
+pub(super) fn outside_pytorch_growth(
+    recording: &Recording,
+    allocator: &phases::AllocatorIndex<'_>,
+    starts: &[StepStart],
+    analysis: &mut Analysis,
+) {
+    let (Some(device), Some(pid), Some(last_start)) =
+        (allocator.device(), allocator.pid(), starts.last())
+    else {
+        return;
+    };
+    let Some(used) = recording.series(&SeriesKey {
+        kind: SeriesKind::ProcessDevice,
+        device: Some(device),
+        pid: Some(pid),
+    }) else {
+        return;
+    };
+    let used = used.sorted();
+    // (step, outside, used, reserved) at the lowest sample of each step; the last step, which
+    // may not have ended, is left out.
+    let mut lowest: Vec<(u64, f64, u64, u64)> = Vec::new();
+    let mut k = 0;
+    for (&t, value) in used.times_ns.iter().zip(used.values.iter()) {
+        if t < starts[0].t_ns || t >= last_start.t_ns {
+            continue;
+        }
+        while starts.get(k + 1).is_some_and(|s| s.t_ns <= t) {
+            k += 1;
+        }
+        let Some(reserved) = allocator.reserved_at(t) else {
+            continue;
+        };
+        let outside = value as f64 - reserved as f64;
+        let step = starts[k].step;
+        match lowest.last_mut() {
+            Some(last) if last.0 == step => {
+                if outside < last.1 {
+                    *last = (step, outside, value, reserved);
+                }
+            }
+            _ => lowest.push((step, outside, value, reserved)),
+        }
+    }
+    if lowest.len() < MIN_STEPS {
+        return;
+    }
+    let steps: Vec<f64> = lowest.iter().map(|p| p.0 as f64).collect();
+    let values: Vec<Option<f64>> = lowest.iter().map(|p| Some(p.1)).collect();
+    let warmup = (lowest.len() / 10).max(1);
+    let short = lowest.len() < SHORT_RUN_STEPS;
+    let Some((trend, _)) = leaks_on_its_own(&steps, &values, warmup, Basis::DeviceUsed, short)
+    else {
+        return;
+    };
+    let (first, last) = (lowest[warmup], lowest[lowest.len() - 1]);
+    analysis.findings.push(Finding {
+        kind: FindingKind::NonPytorchGrowth,
+        title: format!(
+            "Device memory outside PyTorch's cache leaks on GPU {device}: +{}/step",
+            format_bytes(trend.slope_per_step)
+        ),
+        phase: None,
+        basis: Basis::DeviceUsed,
+        growth_per_step_bytes: Some(trend.slope_per_step),
+        evidence: vec![
+            format!(
+                "process {pid} held {} of the device at step {} and {} at step {} (the driver's count, NVML), while PyTorch reserved {} and {}: {} → {} outside its cache",
+                format_bytes(first.2 as f64),
+                first.0,
+                format_bytes(last.2 as f64),
+                last.0,
+                format_bytes(first.3 as f64),
+                format_bytes(last.3 as f64),
+                format_bytes(first.1),
+                format_bytes(last.1)
+            ),
+            format!(
+                "{} steps after warm-up with a reading of the driver's (`--process-interval-ms`; the lowest of a step): slope {}/step, p = {}, noise {}",
+                lowest.len() - warmup,
+                format_bytes(trend.slope_per_step),
+                format_p(trend.p_value),
+                format_bytes(trend.noise_bytes)
+            ),
+        ],
+        hints: vec![
+            "PyTorch's numbers (`torch.cuda.memory_reserved()`, a memory snapshot) cannot show this memory; `nvidia-smi` does".to_owned(),
+            "what allocates outside PyTorch's cache: NCCL communicators made again and again (a `dist.new_group` or process group per step, each with its own buffers: make them once), a library's or a CUDA extension's own `cudaMalloc` that is never freed (CuPy, TensorRT, custom kernels), CUDA graphs captured again".to_owned(),
+        ],
+    });
 }

@@ -2,7 +2,7 @@
 
 use super::{
     Analysis, Attribution, Basis, Ending, FindingKind, Occurrence, RankSummary, StepSeries,
-    attribution, categories, ending, holders, phases, ranks, rules,
+    attribution, categories, device_rules, ending, holders, phases, ranks, rules,
 };
 use crate::format::format_bytes;
 use crate::recording::{Imported, Phase, Recording, Series, SeriesKey, SeriesKind};
@@ -378,6 +378,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         &mut analysis,
     );
     holders::judge(recording, occurrences.first().map(|o| o.pid), &mut analysis);
+    device_rules::outside_pytorch_growth(recording, &allocator, &step_starts, &mut analysis);
     let mut occurrences = occurrences;
     // Kept while the run is shown: a week of steps is millions of entries, each vector's
     // reserve for growth given back.

@@ -97,6 +97,9 @@ pub enum FindingKind {
     Stalled,
     /// Memory at the same point of every step rises and never falls back.
     Leak,
+    /// The job's device memory outside PyTorch's cache (NVML's count less what PyTorch
+    /// reserved) rises from step to step.
+    NonPytorchGrowth,
     /// Fragmentation: reserved minus allocated grows while allocated is flat.
     Fragmentation,
     /// The transient peak of a phase grows.
@@ -131,6 +134,7 @@ impl FindingKind {
             Self::Failed => "failed",
             Self::Stalled => "stalled",
             Self::Leak => "leak",
+            Self::NonPytorchGrowth => "non_pytorch_growth",
             Self::Fragmentation => "fragmentation",
             Self::PeakCreep => "peak_creep",
             Self::CapacityPressure => "capacity_pressure",
@@ -158,6 +162,7 @@ impl FindingKind {
                 | Self::Failed
                 | Self::Stalled
                 | Self::Leak
+                | Self::NonPytorchGrowth
                 | Self::Fragmentation
                 | Self::PeakCreep
                 | Self::CapacityPressure
@@ -167,11 +172,12 @@ impl FindingKind {
 }
 
 /// Every finding kind.
-pub const ALL_KINDS: [FindingKind; 15] = [
+pub const ALL_KINDS: [FindingKind; 16] = [
     FindingKind::Oom,
     FindingKind::Failed,
     FindingKind::Stalled,
     FindingKind::Leak,
+    FindingKind::NonPytorchGrowth,
     FindingKind::Fragmentation,
     FindingKind::PeakCreep,
     FindingKind::CapacityPressure,

@@ -232,6 +232,7 @@ pub struct AllocatorIndex<'a> {
     /// Their times and places, sorted by time.
     by_time: Vec<(u64, u32)>,
     device: Option<u32>,
+    pid: Option<u32>,
 }
 
 impl<'a> AllocatorIndex<'a> {
@@ -247,6 +248,7 @@ impl<'a> AllocatorIndex<'a> {
                 readings,
                 by_time: Vec::new(),
                 device: None,
+                pid: None,
             };
         };
         let times = readings.times_ns();
@@ -261,7 +263,20 @@ impl<'a> AllocatorIndex<'a> {
             readings,
             by_time,
             device: Some(busiest.1),
+            pid: Some(busiest.0),
         }
+    }
+
+    /// The process the samples are from.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// The reserved bytes of the last sample at or before `t_ns`.
+    pub fn reserved_at(&self, t_ns: u64) -> Option<u64> {
+        let i = self.by_time.partition_point(|&(t, _)| t <= t_ns);
+        let &(_, at) = self.by_time.get(i.checked_sub(1)?)?;
+        Some(self.readings.reserved(at as usize))
     }
 
     /// The device the samples are about.

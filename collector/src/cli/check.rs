@@ -17,14 +17,15 @@ pub struct CheckArgs {
     /// oom; a leak or a leak suspect behind most occurrences of a phase: leak; a request that
     /// fits in the free memory but in no free piece: fragmentation).
     pub file: PathBuf,
-    /// Findings that fail the check, comma-separated: oom, failed, stalled, leak, fragmentation,
-    /// peak_creep, capacity_pressure, non_pytorch_memory, other_processes, state_growth,
+    /// Findings that fail the check, comma-separated: oom, failed, stalled, leak,
+    /// non_pytorch_growth, fragmentation, peak_creep, capacity_pressure, non_pytorch_memory,
+    /// other_processes, state_growth,
     /// imbalance, cache, gradients_kept, resident_growth, not_enough_data. By default a job that
     /// failed (exit status other than 0, or killed by a signal) or hung (`stalled`: it ended in a
     /// stall, see `--stall-after`) fails the check too, and so does
     /// resident memory that rises steadily while nothing allocated does (the report asks why; the
     /// job dies of it all the same).
-    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "oom,failed,stalled,leak,fragmentation,peak_creep,state_growth,resident_growth", value_parser = parse_kind)]
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "oom,failed,stalled,leak,non_pytorch_growth,fragmentation,peak_creep,state_growth,resident_growth", value_parser = parse_kind)]
     pub fail_on: Vec<FindingKind>,
     /// Tolerated growth per step, e.g. `1MiB/step` or `512KiB`: a finding that grows less passes.
     /// Default: any finding of the kinds above fails.
@@ -351,6 +352,7 @@ mod tests {
             FindingKind::Stalled,
             FindingKind::Oom,
             FindingKind::Leak,
+            FindingKind::NonPytorchGrowth,
             FindingKind::ResidentGrowth,
         ] {
             assert!(check.args.fail_on.contains(&kind), "{kind:?}");

@@ -342,3 +342,102 @@ print(calls["stats"], calls["reset"])
     let output = job.run(&["--keep-peaks"]);
     assert_eq!(String::from_utf8_lossy(&output.stdout), "12 0\n");
 }
+
+/// A training process whose device memory outside PyTorch's cache grows 8 MiB a step (the
+/// stand-in driver counts what the job says it holds; its `torch.cuda` reports what PyTorch
+/// reserved): a leak that PyTorch's numbers cannot show, found from the driver's count less
+/// PyTorch's, and `check` fails on it. The same growth inside PyTorch's cache (reserved rising
+/// with the driver's count) is PyTorch's and is no such finding, nor is a flat context. The
+/// driver's per-process count is read once a second: each job runs 13 s, the three at once.
+#[test]
+fn device_memory_outside_pytorch_that_grows_is_a_finding() {
+    use collector::analysis::{FindingKind, analyze};
+    const JOB: &str = r#"
+import os, time
+import torch, tidemark
+case = os.environ["CASE"]
+reserved = 512 << 20
+torch.cuda.is_initialized = lambda: True
+torch.cuda.current_device = lambda: 0
+torch.cuda.memory_stats_as_nested_dict = lambda device=None: {
+    "allocated_bytes": {"all": {"current": reserved - (64 << 20), "peak": reserved}},
+    "reserved_bytes": {"all": {"current": reserved}},
+    "active_bytes": {"all": {"current": reserved - (64 << 20)}},
+    "inactive_split_bytes": {"all": {"current": 0}},
+    "num_alloc_retries": 0,
+    "num_ooms": 0,
+}
+torch.cuda.reset_peak_memory_stats = lambda device=None: None
+path = os.environ["STANDIN_NVML_PIDFILE"]
+outside = 300 << 20  # the CUDA context
+for step in range(200):
+    if case == "outside":
+        outside += 8 << 20
+    elif case == "inside":
+        reserved += 8 << 20
+    with open(path + ".new", "w") as f:
+        f.write(f"{os.getpid()} {reserved + outside}")
+    os.replace(path + ".new", path)
+    tidemark.step(step)
+    with tidemark.phase("forward"):
+        time.sleep(0.03)
+    with tidemark.phase("backward"):
+        time.sleep(0.03)
+"#;
+    let runs: Vec<(&str, Job)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ["outside", "inside", "flat"]
+            .into_iter()
+            .map(|case| {
+                scope.spawn(move || {
+                    let job = Job::new(JOB);
+                    let libs = both(&job);
+                    run_with(&job, &libs, &[("CASE", case)], &[]);
+                    (case, job)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (case, job) in &runs {
+        let recording = job.recording();
+        let samples = recording
+            .series
+            .iter()
+            .filter(|s| s.key.kind == SeriesKind::ProcessDevice && s.key.device == Some(0))
+            .map(|s| s.values.len())
+            .sum::<usize>();
+        assert!(samples >= 12, "{case}: {samples} samples of the process");
+        let analysis = analyze(&recording);
+        let found = analysis.finding(FindingKind::NonPytorchGrowth);
+        if *case != "outside" {
+            assert!(found.is_none(), "{case}: {found:#?}");
+            continue;
+        }
+        let found = found.unwrap_or_else(|| panic!("{:#?}", analysis.findings));
+        assert!(
+            found
+                .title
+                .starts_with("Device memory outside PyTorch's cache leaks on GPU 0: +8"),
+            "{found:#?}"
+        );
+        let rate = found.growth_per_step_bytes.unwrap();
+        assert!((rate - 8.0 * MIB as f64).abs() < 0.5 * MIB as f64, "{rate}");
+        assert!(
+            found.evidence[0].contains("outside its cache"),
+            "{:#?}",
+            found.evidence
+        );
+        let check = Command::new(env!("CARGO_BIN_EXE_collector"))
+            .arg("check")
+            .arg(job.out())
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
+        assert!(
+            String::from_utf8_lossy(&check.stdout)
+                .contains("FAILED: Device memory outside PyTorch's cache leaks on GPU 0"),
+            "{}",
+            String::from_utf8_lossy(&check.stdout)
+        );
+    }
+}

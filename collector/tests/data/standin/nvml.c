@@ -6,7 +6,8 @@
  * Two devices, in NVML's (PCI) order:
  *   0: "Stand-in H100", 80 GiB, used = 1 GiB + 1 MiB per memory query of this device so far,
  *      reserved 512 MiB; per-process memory supported: the pid in the file named by
- *      STANDIN_NVML_PIDFILE (if the file exists) holds 768 MiB.
+ *      STANDIN_NVML_PIDFILE (if the file exists) holds 768 MiB, or the bytes the file gives
+ *      after the pid ("PID BYTES": a job that scripts its own use).
  *   1: "Stand-in A100", 40 GiB, used 2 GiB; per-process memory NOT_SUPPORTED; once
  *      STANDIN_NVML_LOSE_AFTER memory queries of it have been answered, it is lost
  *      (GPU_IS_LOST) for good.
@@ -152,10 +153,12 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     if (i < 0) return INVALID_ARGUMENT;
     if (i == 1) return NOT_SUPPORTED;
     unsigned int pid = 0;
+    unsigned long long held = 768ULL * MIB;
     const char *path = getenv("STANDIN_NVML_PIDFILE");
     FILE *f = path ? fopen(path, "r") : NULL;
     if (f) {
         if (fscanf(f, "%u", &pid) != 1) pid = 0;
+        else if (fscanf(f, "%llu", &held) != 1) held = 768ULL * MIB;
         fclose(f);
     }
     unsigned int have = pid ? 1 : 0;
@@ -166,7 +169,7 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     *count = have;
     if (have) {
         infos[0].pid = pid;
-        infos[0].usedGpuMemory = 768ULL * MIB;
+        infos[0].usedGpuMemory = held;
         infos[0].gpuInstanceId = 0xFFFFFFFF;
         infos[0].computeInstanceId = 0xFFFFFFFF;
     }
