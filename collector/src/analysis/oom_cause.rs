@@ -444,6 +444,16 @@ pub(super) fn judge_oom(recording: &Recording, analysis: &Analysis, oom: &Oom) -
                     format!("it is {}", share(c.bytes, shortfall))
                 }
             ));
+            // What the driver counted before the error: a leak outside the cache led to it.
+            if let Some(growth) = analysis.finding(FindingKind::NonPytorchGrowth)
+                && let (Some(rate), Some(counts)) =
+                    (growth.growth_per_step_bytes, growth.evidence.first())
+            {
+                v.evidence.push(format!(
+                    "it had grown step by step before the error, {}/step: {counts}",
+                    format_bytes(rate)
+                ));
+            }
         }
         Some(c) if c.cause == OomCause::Fragmentation => {
             v.cause = OomCause::Fragmentation;
@@ -530,10 +540,15 @@ fn leak_sentence(
     oom: &Oom,
     capacity: Option<u64>,
 ) -> String {
-    let rate = analysis
-        .finding(FindingKind::Leak)
+    let leak = analysis.finding(FindingKind::Leak);
+    let rate = leak
         .and_then(|l| l.growth_per_step_bytes)
         .map_or(String::new(), |g| format!(" by {}/step", format_bytes(g)));
+    // The phase that keeps it, where the leak names one.
+    let rate = match leak.and_then(|l| l.phase.as_ref()) {
+        Some(phase) => format!("{rate} in {phase}"),
+        None => rate,
+    };
     let against = shortfall.map_or(String::new(), |s| format!(", {}", share(part.bytes, s)));
     let filled = oom
         .allocated_bytes

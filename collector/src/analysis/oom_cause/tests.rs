@@ -581,3 +581,69 @@ fn without_numbers_only_the_recording_speaks() {
     let v = alone("RuntimeError: CUDA error: out of memory");
     assert_eq!(v.cause, OomCause::Unknown);
 }
+
+/// Memory outside PyTorch's cache that the driver saw grow step by step before the error: the
+/// error's evidence says so, with the finding's numbers.
+#[test]
+fn memory_outside_the_cache_that_grew_before_the_error_says_so() {
+    let mut recording = Recording::new(Header::new(0, "test".to_owned(), vec![]));
+    recording.push(Record::Oom(
+        parse_oom_line(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 has a total capacity of 4.00 GiB of which 21.56 MiB is free. Including non-PyTorch memory, this process has 3.96 GiB memory in use. Of the allocated memory 1.58 GiB is allocated by PyTorch, and 1.90 MiB is reserved by PyTorch but unallocated.",
+            1,
+        )
+        .unwrap(),
+    ));
+    let mut analysis = analyze(&recording);
+    let without = judge_oom(&recording, &analysis, &recording.ooms[0]);
+    assert_eq!(without.cause, OomCause::OtherMemory, "{without:#?}");
+    assert!(!without.evidence.iter().any(|e| e.contains("step by step")));
+    analysis.findings.push(crate::analysis::Finding {
+        kind: FindingKind::NonPytorchGrowth,
+        title: "Device memory outside PyTorch's cache leaks on GPU 0: +8.00 MiB/step".to_owned(),
+        phase: None,
+        basis: Basis::DeviceUsed,
+        growth_per_step_bytes: Some(8.0 * MIB as f64),
+        evidence: vec![
+            "process 7 held 1.00 GiB of the device at step 3 and 2.20 GiB at step 160".to_owned(),
+        ],
+        hints: Vec::new(),
+    });
+    let with = judge_oom(&recording, &analysis, &recording.ooms[0]);
+    assert_eq!(with.cause, OomCause::OtherMemory);
+    assert!(
+        with.evidence.iter().any(|e| e
+            == "it had grown step by step before the error, 8.00 MiB/step: process 7 held 1.00 GiB of the device at step 3 and 2.20 GiB at step 160"),
+        "{:#?}",
+        with.evidence
+    );
+}
+
+/// The leak's sentence names the phase that keeps it, where the leak finding names one.
+#[test]
+fn a_leak_that_led_to_the_error_is_named_with_its_phase() {
+    let mut recording = run(30, |i| 2 * GIB + i * 400 * MIB, GIB);
+    recording.push(Record::Oom(
+        parse_oom_line(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 15.77 GiB of which 300.00 MiB is free. Of the allocated memory 14.00 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but unallocated.",
+            29 * STEP_NS + STEP_NS / 4,
+        )
+        .unwrap(),
+    ));
+    let mut analysis = analyze(&recording);
+    let leak = analysis
+        .findings
+        .iter_mut()
+        .find(|f| f.kind == FindingKind::Leak)
+        .expect("a leak");
+    leak.phase = Some(Phase::Forward);
+    let v = judge_oom(&recording, &analysis, &recording.ooms[0]);
+    assert_eq!(v.cause, OomCause::Leak, "{v:#?}");
+    assert!(
+        v.evidence.iter().any(|e| e.starts_with(
+            "allocated GPU memory at the start of each step rose by 400 MiB/step in forward and never fell back: 10.2 GiB from step 3 to step 29"
+        )),
+        "{:#?}",
+        v.evidence
+    );
+}
