@@ -91,7 +91,7 @@ fn main() {
         if let (Ok(what), Some(open)) = (std::env::var("VIEWER_BENCH_OFF"), app.current_run_mut()) {
             match what.as_str() {
                 "bands" => open.timeline.phase_bands = false,
-                "curves" => open.timeline.shown = [false; 5],
+                "curves" => open.timeline.shown = [false; tidemark_app::view::TraceKind::ALL.len()],
                 _ => {}
             }
         }

@@ -161,7 +161,10 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
         for (i, kind) in TraceKind::ALL.into_iter().enumerate() {
             if view.traces.iter().any(|t| t.kind == kind) {
                 let text = egui::RichText::new(kind.label()).color(trace_color(kind));
-                ui.checkbox(&mut state.shown[i], text);
+                let toggle = ui.checkbox(&mut state.shown[i], text);
+                if kind == TraceKind::OutsidePytorch {
+                    toggle.on_hover_text("each process' device memory as the driver counts it (about once a second) less what PyTorch reserved: the CUDA context, NCCL's buffers, cuBLAS and cuDNN workspaces, other libraries' own allocations");
+                }
             }
         }
         ui.separator();
@@ -224,7 +227,8 @@ pub fn small_multiples(ui: &mut egui::Ui, id: usize, recording: &Recording, view
         TraceKind::Host => 1,
         TraceKind::DeviceUsed => 2,
         TraceKind::Reserved => 3,
-        TraceKind::Peak => 4,
+        TraceKind::OutsidePytorch => 4,
+        TraceKind::Peak => 5,
     };
     let chosen: Vec<(&String, &crate::view::Trace)> = view
         .origins

@@ -1701,3 +1701,78 @@ fn a_dense_run_is_drawn_as_bands_through_each_columns_span() {
     harness.run();
     harness.snapshot("timeline_dense");
 }
+
+/// A process whose device memory outside PyTorch's cache grows: its own curve and toggle, "outside
+/// PyTorch", the driver's count less what the cache held, and the finding in the verdict.
+#[test]
+fn memory_outside_pytorch_has_its_own_curve_and_finding() {
+    use collector::recording::{
+        AllocatorSample, Chunk, Column, Edge, Origin, Phase, Record, Recording, SeriesKey,
+        SeriesKind,
+    };
+    const MIB: u64 = 1 << 20;
+    let s = 1_000_000_000u64;
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    let origin = Origin { pid: 7, rank: None };
+    for step in 0..60u64 {
+        for (k, edge) in [Edge::Begin, Edge::End].into_iter().enumerate() {
+            let t = step * s + k as u64 * s / 2;
+            recording.push(Record::Phase(tidemark_tests::edge(
+                t,
+                edge,
+                Phase::Forward,
+                Some(step),
+                origin,
+            )));
+            recording.push(Record::Allocator(AllocatorSample {
+                t_ns: t,
+                origin,
+                device: 0,
+                allocated: 400 * MIB,
+                reserved: 512 * MIB,
+                peak: 500 * MIB,
+                ..Default::default()
+            }));
+        }
+    }
+    recording.push(Record::Chunk(Chunk {
+        times_ns: (0..60).map(|step| step * s + 7 * s / 10).collect(),
+        columns: vec![Column {
+            series: SeriesKey {
+                kind: SeriesKind::ProcessDevice,
+                device: Some(0),
+                pid: Some(7),
+            },
+            values: (0..60).map(|step| (812 + 8 * step) * MIB).collect(),
+            valid: None,
+        }],
+    }));
+    let run = tidemark_app::Run::new(recording);
+    let outside: Vec<u64> = run
+        .view
+        .traces
+        .iter()
+        .filter(|t| t.kind == tidemark_app::view::TraceKind::OutsidePytorch)
+        .flat_map(|t| t.data(&run.recording).values.iter().collect::<Vec<_>>())
+        .collect();
+    assert_eq!(
+        outside,
+        (0..60)
+            .map(|step| (300 + 8 * step) * MIB)
+            .collect::<Vec<_>>()
+    );
+    let mut app = TidemarkApp::empty();
+    app.add_run("outside.msgpack", run);
+    let mut harness = harness(app);
+    harness.run();
+    harness.get_by_label("outside PyTorch");
+    // The headline above the tabs and the caption under the timeline.
+    assert!(
+        harness
+            .query_all_by_label_contains(
+                "Device memory outside PyTorch's cache leaks on GPU 0: +8.00 MiB/step"
+            )
+            .count()
+            >= 1
+    );
+}

@@ -26,6 +26,9 @@ pub const PEAK: Rgb = Rgb(0xe6, 0x9f, 0x00);
 pub const DEVICE_USED: Rgb = Rgb(0x00, 0x9e, 0x73);
 /// Host memory (Okabe–Ito reddish purple).
 pub const HOST: Rgb = Rgb(0xcc, 0x79, 0xa7);
+/// A process' device memory outside PyTorch's cache (magenta: apart from every other colour,
+/// and as light as the curves, for both themes).
+pub const OUTSIDE_PYTORCH: Rgb = Rgb(0xdd, 0x22, 0xdd);
 /// The step baseline and its trend: what the verdict judged (neutral dark).
 pub const BASELINE: Rgb = Rgb(0x22, 0x22, 0x22);
 /// Events in pictures on white: out-of-memory errors, the exit (neutral: no hue).
@@ -67,11 +70,12 @@ pub const CATEGORIES: [(&str, Rgb); 4] = [
 ];
 
 /// The curves, with their names (for tests and legends).
-pub const CURVES: [(&str, Rgb); 5] = [
+pub const CURVES: [(&str, Rgb); 6] = [
     ("allocated", ALLOCATED),
     ("reserved", RESERVED),
     ("peak", PEAK),
     ("device used", DEVICE_USED),
+    ("outside PyTorch", OUTSIDE_PYTORCH),
     ("host memory", HOST),
 ];
 

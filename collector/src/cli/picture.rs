@@ -64,6 +64,7 @@ fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve>
             t.device == allocator_device && (!judged || t.pid() == pid)
         }
         TraceKind::DeviceUsed => t.device == first_device(TraceKind::DeviceUsed),
+        TraceKind::OutsidePytorch => t.device == allocator_device && t.origin.is_none(),
         TraceKind::Host => t.origin.is_none(),
         TraceKind::Peak => false,
     };
@@ -73,6 +74,7 @@ fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve>
         TraceKind::Reserved,
         TraceKind::Allocated,
         TraceKind::DeviceUsed,
+        TraceKind::OutsidePytorch,
         TraceKind::Host,
     ] {
         if let Some(trace) = traces.iter().filter(|t| t.kind == kind).find(shown) {

@@ -20,17 +20,21 @@ pub enum TraceKind {
     Peak,
     /// Device memory in use on the whole GPU (NVML): the sawtooth.
     DeviceUsed,
+    /// A process' device memory outside PyTorch's cache: the driver's count of the process
+    /// (NVML, about once a second) less what PyTorch reserved at its last reading before.
+    OutsidePytorch,
     /// Resident host memory of the job's process tree.
     Host,
 }
 
 impl TraceKind {
     /// Every kind, in legend order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Allocated,
         Self::Reserved,
         Self::Peak,
         Self::DeviceUsed,
+        Self::OutsidePytorch,
         Self::Host,
     ];
 
@@ -41,6 +45,7 @@ impl TraceKind {
             Self::Reserved => "reserved",
             Self::Peak => "peak",
             Self::DeviceUsed => "device used",
+            Self::OutsidePytorch => "outside PyTorch",
             Self::Host => "host memory",
         }
     }
@@ -52,6 +57,7 @@ impl TraceKind {
             Self::Reserved => palette::RESERVED,
             Self::Peak => palette::PEAK,
             Self::DeviceUsed => palette::DEVICE_USED,
+            Self::OutsidePytorch => palette::OUTSIDE_PYTORCH,
             Self::Host => palette::HOST,
         }
     }
@@ -237,6 +243,7 @@ fn build(old: Vec<Trace>, recording: &Recording, detail: bool) -> Vec<Trace> {
         });
     }
     traces.extend(rank_host_traces(recording, &levels));
+    traces.extend(outside_pytorch_traces(recording, &levels));
     if !detail {
         // Their levels cover no sample: curves grown from these are made again (the
         // allocator's: as from more readings than there are) or extended from the first sample.
@@ -297,6 +304,82 @@ fn rank_host_traces(
             device: None,
             device_name: None,
             origin: Some(format!("rank {rank}")),
+            levels: levels(&times_ns, &values),
+            covered: values.len(),
+            readings: None,
+            shade: 0,
+            source: Source::Owned {
+                times_ns: std::sync::Arc::new(times_ns),
+                values,
+            },
+        })
+        .collect()
+}
+
+/// Each process' device memory outside PyTorch's cache, where the driver counts the process'
+/// memory and the probe read its cache on that device: the CUDA context, NCCL's buffers,
+/// cuBLAS's and cuDNN's workspaces, other libraries' own allocations. Made again as a followed
+/// file grows (a sample a second).
+fn outside_pytorch_traces(
+    recording: &Recording,
+    levels: &impl Fn(&[u64], &Values) -> Levels,
+) -> Vec<Trace> {
+    let readings = &recording.allocator;
+    let times = readings.times_ns();
+    let mut found = Vec::new();
+    for series in recording
+        .series
+        .iter()
+        .filter(|s| s.key.kind == SeriesKind::ProcessDevice && !s.values.is_empty())
+    {
+        let (Some(device), Some(pid)) = (series.key.device, series.key.pid) else {
+            continue;
+        };
+        let mut reserved: Vec<(u64, u64)> = readings
+            .indices_of(|&(origin, d)| origin.pid == pid && d == device)
+            .map(|i| (times[i], readings.reserved(i)))
+            .collect();
+        if !reserved.is_sorted() {
+            reserved.sort_unstable();
+        }
+        let Some(rank) = readings
+            .indices_of(|&(origin, d)| origin.pid == pid && d == device)
+            .next()
+            .map(|i| readings.source(i).0.rank)
+        else {
+            continue;
+        };
+        let used = series.sorted();
+        let (mut times_ns, mut values) = (Vec::new(), Values::new());
+        let mut k = 0;
+        for (&t, value) in used.times_ns.iter().zip(used.values.iter()) {
+            while reserved.get(k).is_some_and(|&(r, _)| r <= t) {
+                k += 1;
+            }
+            // Less than the cache held (the cache gave memory back after its reading, or numbers
+            // that do not go together): nothing to say of that moment.
+            if let Some(&(_, cache)) = k.checked_sub(1).and_then(|i| reserved.get(i))
+                && value >= cache
+            {
+                times_ns.push(t);
+                values.push(value - cache);
+            }
+        }
+        if !times_ns.is_empty() {
+            found.push((pid, rank, device, times_ns, values));
+        }
+    }
+    let several = found.len() > 1;
+    found
+        .into_iter()
+        .map(|(pid, rank, device, times_ns, values)| Trace {
+            kind: TraceKind::OutsidePytorch,
+            device: Some(device),
+            device_name: Some(recording.header.device_name(device)),
+            origin: several.then(|| match rank {
+                Some(rank) => format!("rank {rank}"),
+                None => format!("pid {pid}"),
+            }),
             levels: levels(&times_ns, &values),
             covered: values.len(),
             readings: None,
@@ -505,6 +588,75 @@ fn grow_allocator_traces(mut old: Vec<Trace>, recording: &Recording) -> Option<V
 mod tests {
     use super::*;
     use crate::recording::{AllocatorSample, Origin, Record};
+
+    /// The driver's count of each process less what PyTorch reserved at the reading before it;
+    /// a sample before the process' first reading, or below what the cache held, is left out;
+    /// two processes, each its own.
+    #[test]
+    fn memory_outside_pytorch_is_the_drivers_count_less_the_cache_before_it() {
+        use crate::recording::{Chunk, Column, SeriesKey};
+        const MIB: u64 = 1 << 20;
+        let mut recording = Recording::new(crate::recording::Header::new(
+            0,
+            "test".to_owned(),
+            vec!["python".to_owned()],
+        ));
+        for (t_ns, pid, reserved) in [(10, 7, 100), (30, 7, 200), (12, 8, 50), (31, 8, 50)] {
+            recording.push(Record::Allocator(AllocatorSample {
+                t_ns,
+                origin: Origin {
+                    pid,
+                    rank: Some(pid - 7),
+                },
+                device: 0,
+                reserved: reserved * MIB,
+                ..Default::default()
+            }));
+        }
+        let column = |pid: u32, values: [u64; 4]| Column {
+            series: SeriesKey {
+                kind: SeriesKind::ProcessDevice,
+                device: Some(0),
+                pid: Some(pid),
+            },
+            values: values.map(|v| v * MIB).to_vec(),
+            valid: None,
+        };
+        recording.push(Record::Chunk(Chunk {
+            times_ns: vec![5, 20, 30, 40],
+            columns: vec![
+                column(7, [90, 400, 500, 520]),
+                column(8, [60, 350, 40, 370]),
+            ],
+        }));
+        let traces = super::traces(&recording);
+        let outside: Vec<(Option<&str>, Vec<u64>, Vec<u64>)> = traces
+            .iter()
+            .filter(|t| t.kind == TraceKind::OutsidePytorch)
+            .map(|t| {
+                let data = t.data(&recording);
+                (
+                    t.origin.as_deref(),
+                    data.times_ns.to_vec(),
+                    data.values.iter().map(|v| v / MIB).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            outside,
+            vec![
+                (Some("rank 0"), vec![20, 30, 40], vec![300, 300, 320]),
+                (Some("rank 1"), vec![20, 40], vec![300, 320]),
+            ]
+        );
+        assert_eq!(
+            traces
+                .iter()
+                .find(|t| t.kind == TraceKind::OutsidePytorch)
+                .map(|t| t.name()),
+            Some("outside PyTorch cuda:0 (rank 0)".to_owned())
+        );
+    }
 
     #[test]
     fn allocator_curves_grown_as_readings_arrive_are_those_made_from_all() {
