@@ -79,3 +79,18 @@ print("host_traces:", type(traces).__name__, len(traces),
       "first:", sorted(traces[0]) if traces and isinstance(traces[0], dict) else traces[:1])
 PY
 ./target/release/collector report "$out/pinned.pickle" || true
+
+# Device memory outside PyTorch's cache: a new NCCL communicator every step (the verdict should
+# lead with "Device memory outside PyTorch's cache leaks on GPU 0: +N/step"), then a second
+# process holding 2 GiB of the device ("Other processes use 2.0 GiB on GPU 0"). The numbers the
+# driver gave per process are printed beside it.
+echo "=== memory outside PyTorch: NCCL communicators made every step"
+./target/release/collector --out "$out/outside.msgpack" -- "$python" collector/gpu-check/outside.py --steps 60 || true
+./target/release/collector report "$out/outside.msgpack" | head -20 || true
+echo "=== another process on the GPU"
+"$python" -c "import torch, time; x = torch.empty(2048 << 20, dtype=torch.uint8, device='cuda'); time.sleep(600)" &
+holder=$!
+sleep 10
+./target/release/collector --out "$out/other.msgpack" -- "$python" collector/gpu-check/outside.py --steps 30 --no-leak || true
+kill "$holder" || true
+./target/release/collector report "$out/other.msgpack" | head -20 || true
