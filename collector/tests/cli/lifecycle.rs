@@ -340,6 +340,26 @@ impl MemoryCgroup {
     }
 }
 
+impl MemoryCgroup {
+    /// Runs the collector on `job` inside the cgroup (the shell moves itself in, then becomes
+    /// the collector).
+    fn run(&self, job: &Job) -> std::process::Output {
+        let command = job.command(&[]);
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec \"$@\"",
+                self.path.display()
+            ))
+            .arg("sh")
+            .arg(command.get_program())
+            .args(command.get_args())
+            .current_dir(job.dir.path())
+            .output()
+            .unwrap()
+    }
+}
+
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
         // Its processes are gone once the collector has returned; a cgroup lingers a moment.
@@ -370,19 +390,7 @@ for step in range(1000):
     time.sleep(0.02)
 "#,
     );
-    let command = job.command(&[]);
-    let output = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "echo $$ > {}/cgroup.procs && exec \"$@\"",
-            cgroup.path.display()
-        ))
-        .arg("sh")
-        .arg(command.get_program())
-        .args(command.get_args())
-        .current_dir(job.dir.path())
-        .output()
-        .unwrap();
+    let output = cgroup.run(&job);
     assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
     let json = crate::report_json(&job.out());
     assert_eq!(
@@ -396,6 +404,108 @@ for step in range(1000):
         text.contains("Killed by the kernel's OOM killer")
             && text.contains(&format!("/{cgroup_name}"))
             && text.contains("300 MiB limit"),
+        "{text}"
+    );
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("check")
+        .arg(job.out())
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
+}
+
+/// A DataLoader worker that keeps 8 MiB of every item it loads, in a memory cgroup of 1 GiB:
+/// the kernel kills the worker, the largest process; the trainer then fails ("DataLoader worker
+/// … exited unexpectedly", exit status 1). The report names the worker killed by the cgroup's
+/// OOM killer at its limit, with the hint about what workers copy.
+#[test]
+fn a_dataloader_worker_the_cgroups_oom_killer_kills_is_named() {
+    let Some(cgroup) = MemoryCgroup::new(1 << 30) else {
+        return;
+    };
+    let job = Job::new(
+        r#"
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Grows(Dataset):
+    def __init__(self):
+        self.kept = []
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        self.kept.append(torch.ones(2 << 20))  # 8 MiB in the worker, touched
+        time.sleep(0.02)
+        return torch.zeros(4)
+
+for batch in DataLoader(Grows(), batch_size=1, num_workers=1):
+    pass
+"#,
+    );
+    let output = cgroup.run(&job);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let json = crate::report_json(&job.out());
+    assert_eq!(
+        json["analysis"]["ending"]["killed_by"], "cgroup_oom",
+        "{:#}",
+        json["analysis"]["ending"]
+    );
+    let text = crate::report(&job.out());
+    assert!(
+        text.contains("✗ A DataLoader worker (pid ")
+            && text.contains("Killed by the kernel's OOM killer")
+            && text.contains("1.00 GiB limit"),
+        "{text}"
+    );
+    assert!(
+        text.contains("DataLoader workers copy what they touch"),
+        "{text}"
+    );
+}
+
+/// `kill -9` from outside a job in a memory cgroup far from its limit: no OOM killer moved, and
+/// the report says so, with the cgroup's peak against its limit; the exit status (137) is passed
+/// through and `check` fails.
+#[test]
+fn a_kill_from_outside_far_from_the_limit_is_not_an_oom() {
+    let Some(cgroup) = MemoryCgroup::new(2 << 30) else {
+        return;
+    };
+    let job = Job::new(
+        r#"
+import os, time
+import torch
+open("pid.new", "w").write(str(os.getpid()))
+os.replace("pid.new", "pid")
+time.sleep(120)
+"#,
+    );
+    let pid_file = job.path("pid");
+    let killer = std::thread::spawn(move || {
+        for _ in 0..600 {
+            if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let pid = nix::unistd::Pid::from_raw(pid.trim().parse().unwrap());
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        false
+    });
+    let output = cgroup.run(&job);
+    assert!(killer.join().unwrap(), "the job never wrote its pid");
+    assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
+    let json = crate::report_json(&job.out());
+    assert_eq!(
+        json["analysis"]["ending"]["killed_by"], "outside",
+        "{:#}",
+        json["analysis"]["ending"]
+    );
+    let text = crate::report(&job.out());
+    assert!(
+        text.contains("Killed from outside (SIGKILL): not by an OOM killer")
+            && text.contains("% of its 2.00 GiB limit"),
         "{text}"
     );
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
