@@ -282,6 +282,7 @@ pub(super) fn events(pui: &mut PlotUi<'_>, view: &RunView, map: &XMap<'_>, t0: u
         let (name, color) = match event.kind {
             EventKind::Oom => ("OOM", crate::style::OOM),
             EventKind::Exit => ("exit", Color32::GRAY),
+            EventKind::Stall => ("stall", Color32::GRAY),
             EventKind::Dropped => ("lost messages", crate::style::DROPPED),
         };
         pui.vline(
