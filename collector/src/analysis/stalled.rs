@@ -56,9 +56,19 @@ pub(super) fn judge(recording: &Recording, basis: Basis) -> Option<Finding> {
         .unwrap_or(stall.t_ns)
         .max(stall.t_ns);
     let answers = last_answers(recording, stall);
+    // With several ranks, a backward that does not return waits on the others: DDP and FSDP
+    // reduce the gradients inside it.
+    let ranks: std::collections::BTreeSet<u32> =
+        answers.iter().filter_map(|p| p.origin.rank).collect();
+    let distributed = ranks.len() > 1;
     let mut read: Vec<(&StalledProcess, Option<Wait>)> = answers
         .iter()
-        .map(|p| (*p, main_thread(p).and_then(|t| wait_of(&t.frames))))
+        .map(|p| {
+            (
+                *p,
+                main_thread(p).and_then(|t| wait_of(&t.frames, distributed)),
+            )
+        })
         .collect();
     // Ranks in order, then the processes without one.
     read.sort_by_key(|(p, _)| {
@@ -182,6 +192,12 @@ pub(super) fn judge(recording: &Recording, basis: Basis) -> Option<Finding> {
     }
     if read
         .iter()
+        .any(|(_, w)| matches!(w, Some(Wait::Collective(c)) if c == IN_BACKWARD))
+    {
+        hints.push("DistributedDataParallel and FSDP reduce the gradients inside `backward()`: every rank must reach backward for the same step — a rank that skips a batch or runs out of data first hangs the others (`with model.join():` for uneven inputs)".to_owned());
+    }
+    if read
+        .iter()
         .any(|(_, w)| matches!(w, Some(Wait::DataLoader | Wait::Queue)))
     {
         hints.push("a DataLoader worker (or a producer thread) that died or blocks leaves the loop waiting for its next batch: give `DataLoader(timeout=…)` so it raises instead, and look at what the producer does".to_owned());
@@ -244,8 +260,14 @@ fn main_thread(process: &StalledProcess) -> Option<&ThreadStack> {
         .or(process.threads.first())
 }
 
-/// What the stack waits on: its innermost frame that says so.
-fn wait_of(frames: &[StackFrame]) -> Option<Wait> {
+/// The collective a rank waits in when its `backward()` does not return in a job of several
+/// ranks: DistributedDataParallel's and FSDP's gradient reduction, run by the autograd engine's
+/// hooks in C++ (no Python frame of torch.distributed on the stack).
+const IN_BACKWARD: &str = "backward's gradient reduction";
+
+/// What the stack waits on: its innermost frame that says so. `in_ranks`: the job has several
+/// ranks.
+fn wait_of(frames: &[StackFrame], in_ranks: bool) -> Option<Wait> {
     // A collective is named by the outermost call into torch.distributed that is not a
     // decorator's wrapper (the job's own call: `all_reduce`, `barrier`).
     let distributed: Vec<&StackFrame> = frames
@@ -266,6 +288,13 @@ fn wait_of(frames: &[StackFrame]) -> Option<Wait> {
     });
     if let Some(frame) = named.or(distributed.first()) {
         return Some(Wait::Collective(frame.function.clone()));
+    }
+    if in_ranks
+        && frames.iter().any(|f| {
+            f.file.ends_with("/torch/autograd/graph.py") && f.function == "_engine_run_backward"
+        })
+    {
+        return Some(Wait::Collective(IN_BACKWARD.to_owned()));
     }
     // A queue's get waits on a lock inside it, and a DataLoader's next batch in a queue's get:
     // the outer, more telling wait wins.
@@ -407,7 +436,7 @@ fn process_lines(
                         .find(|f| !f.file.ends_with("/threading.py"))
                 })
                 .or(t.frames.first())?;
-            let wait = wait_of(&t.frames).map(|w| format!(", {}", w.describe()));
+            let wait = wait_of(&t.frames, false).map(|w| format!(", {}", w.describe()));
             Some(format!("{}{}", spell(frame), wait.unwrap_or_default()))
         })
         .collect();
@@ -454,6 +483,22 @@ mod tests {
             line,
             function: function.to_owned(),
         }
+    }
+
+    /// A backward that does not return waits on the other ranks only where there are others.
+    #[test]
+    fn a_backward_waits_in_the_gradient_reduction_only_among_ranks() {
+        let frames = vec![
+            frame("/v/torch/autograd/graph.py", 1113, "_engine_run_backward"),
+            frame("/v/torch/autograd/__init__.py", 395, "backward"),
+            frame("/v/torch/_tensor.py", 623, "backward"),
+            frame("/job/train.py", 14, "<module>"),
+        ];
+        assert_eq!(
+            wait_of(&frames, true),
+            Some(Wait::Collective(IN_BACKWARD.to_owned()))
+        );
+        assert_eq!(wait_of(&frames, false), None);
     }
 
     fn process(pid: u32, rank: u32, frames: Vec<StackFrame>) -> StalledProcess {

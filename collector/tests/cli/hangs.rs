@@ -364,3 +364,71 @@ time.sleep(3600)
         "{text}"
     );
 }
+
+/// DistributedDataParallel all-reduces the gradients inside `backward()` (its hooks, in C++): a
+/// rank stuck before its backward leaves the other waiting in backward, with no Python frame of
+/// torch.distributed on its stack. The rank that waits is still told from the rank that stalls.
+#[test]
+fn a_ddp_rank_that_waits_inside_backward_is_told_from_the_rank_that_never_got_there() {
+    let job = Job::new(
+        r#"
+import time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100):
+    loss = model(torch.randn(32, 64)).pow(2).mean()
+    if rank == 1 and step == 3:
+        time.sleep(3600)  # a dead data source, a file lock: never reaches backward
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"#,
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_collector"));
+    command
+        .arg("--out")
+        .arg(job.out())
+        .args(["--stall-after", "3", "--flush-interval-ms", "100", "--"])
+        .arg(python())
+        .args([
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+        ])
+        .arg(job.path("job.py"))
+        .current_dir(job.dir.path())
+        .env("OMP_NUM_THREADS", "1");
+    let (_, printed) = until_stalled(&job, command, |stall| {
+        let answered = |rank| {
+            stall
+                .processes
+                .iter()
+                .any(|p| p.origin.rank == Some(rank) && p.step.is_some() && !p.threads.is_empty())
+        };
+        answered(0) && answered(1)
+    });
+    let text = report(&job.out());
+    let verdict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('✗'))
+        .unwrap_or("");
+    assert!(
+        verdict.contains("✗ Stalled at step 3 for ")
+            && verdict.contains(
+                ": rank 1 never reached the collective rank 0 waits in (backward's gradient reduction)"
+            ),
+        "{text}\n{printed}"
+    );
+    assert!(
+        text.contains("DistributedDataParallel and FSDP reduce the gradients inside `backward()`"),
+        "{text}"
+    );
+    let (code, said) = check(&job);
+    assert_eq!(code, Some(1), "{said}");
+}
