@@ -33,9 +33,9 @@ for path in sys.argv[1:]:
     ast.parse(open(path, encoding="utf-8").read(), path, feature_version=(3, 8))
 PY
 
-# The distribution is the one the README tells people to install (`tidemark` on PyPI is someone
+# The distribution is the one the README names for PyPI (`tidemark` on PyPI is someone
 # else's project), and its module is still `tidemark`.
-readme_name=$(grep -m1 -oE '^pip install [a-z][a-z0-9-]*' README.md | awk '{print $3}')
+readme_name=$(grep -m1 -oE '`pip install [a-z][a-z0-9-]*` will install' README.md | awk '{print $3}' | tr -d '`')
 [ "$readme_name" = "tidemark-torch" ] || fail "the README installs ${readme_name:-nothing}, not tidemark-torch"
 .venv/bin/python - "$wheels" "$readme_name" <<'PY' || fail "the wheel's name is not the README's"
 import glob, sys, zipfile

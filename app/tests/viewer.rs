@@ -1776,3 +1776,32 @@ fn memory_outside_pytorch_has_its_own_curve_and_finding() {
             >= 1
     );
 }
+
+/// The README's picture: the recording its sample output comes from (`docs/example.msgpack`,
+/// recorded by the README's first command), in the viewer with the verdict drawn. The image is
+/// `docs/example.png`, compared as every snapshot is (`UPDATE_SNAPSHOTS=1` writes it again).
+#[test]
+fn snapshot_the_readmes_example() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut app = TidemarkApp::empty();
+    app.open_path(&docs.join("example.msgpack"));
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.snapshot_options(
+        "example",
+        &egui_kittest::SnapshotOptions::new().output_path(docs),
+    );
+}
+
+/// docs/viewer.md's picture: the embedded example as the viewer opens with no file
+/// (`docs/screenshot.png`, compared as every snapshot is).
+#[test]
+fn snapshot_the_guides_screenshot() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut harness = snapshot_harness(TidemarkApp::default());
+    harness.run();
+    harness.snapshot_options(
+        "screenshot",
+        &egui_kittest::SnapshotOptions::new().output_path(docs),
+    );
+}

@@ -7,7 +7,7 @@
 import mmap
 import time
 
-import tidemark  # `pip install tidemark-torch`, or put on the path by the collector; a no-op without it
+import tidemark  # put on the path by the collector (or `pip install ./collector`); a no-op without it
 
 
 def tensor(mib):

@@ -67,3 +67,161 @@ fn every_option_the_help_offers_is_in_the_guide() {
         "options no page of the guide names: {missing:?}"
     );
 }
+
+/// The README and every page of `docs/`, with their names.
+fn guide_pages() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut pages = vec![(
+        "README.md".to_owned(),
+        std::fs::read_to_string(root.join("README.md")).unwrap(),
+    )];
+    for page in std::fs::read_dir(root.join("docs")).unwrap() {
+        let page = page.unwrap().path();
+        if page.extension().is_some_and(|e| e == "md") {
+            let name = format!("docs/{}", page.file_name().unwrap().to_string_lossy());
+            pages.push((name, std::fs::read_to_string(&page).unwrap()));
+        }
+    }
+    pages
+}
+
+/// The pieces of a page that are commands: each line of a fenced block, and each inline code span.
+fn code_pieces(page: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut fenced = false;
+    for line in page.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            pieces.push(line.to_owned());
+        } else {
+            pieces.extend(line.split('`').skip(1).step_by(2).map(str::to_owned));
+        }
+    }
+    pieces
+}
+
+/// The other direction: every option the guide gives a `collector` command exists in the binary's
+/// `--help`, and every `TIDEMARK_…` variable it names is read somewhere in the code.
+#[test]
+fn every_option_and_variable_the_guide_names_exists() {
+    let offered: std::collections::BTreeSet<String> =
+        options().into_iter().map(|(_, o)| o).collect();
+    let mut unknown = Vec::new();
+    for (name, page) in guide_pages() {
+        for piece in code_pieces(&page) {
+            // The options after the word `collector` (a command, not `collector/…` or a crate).
+            let words: Vec<&str> = piece.split_whitespace().collect();
+            let Some(at) = words
+                .iter()
+                .position(|w| *w == "collector" || w.ends_with("/collector"))
+            else {
+                continue;
+            };
+            // Up to the job's command (`--`), a pipe or the next command.
+            for word in words[at + 1..]
+                .iter()
+                .take_while(|w| !matches!(**w, "--" | "|" | "&&" | ";" | ">" | ">>"))
+            {
+                let Some(flag) = word.strip_prefix("--") else {
+                    continue;
+                };
+                let flag: String = flag
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                let flag = format!("--{flag}");
+                if flag != "--"
+                    && flag != "--help"
+                    && flag != "--version"
+                    && !offered.contains(&flag)
+                {
+                    unknown.push(format!("{name}: `{flag}` in `{}`", piece.trim()));
+                }
+            }
+        }
+    }
+    assert!(unknown.is_empty(), "options no --help offers: {unknown:#?}");
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut code = String::new();
+    let mut folders = vec![
+        root.join("collector/src"),
+        root.join("collector/probe"),
+        root.join("app/src"),
+        root.join("scripts"),
+    ];
+    code.push_str(&std::fs::read_to_string(root.join("check.sh")).unwrap());
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                code.push_str(&text);
+            }
+        }
+    }
+    let mut unread = Vec::new();
+    for (name, page) in guide_pages() {
+        for (i, _) in page.match_indices("TIDEMARK_") {
+            let variable: String = page[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if !code.contains(&variable) {
+                unread.push(format!("{name}: {variable}"));
+            }
+        }
+    }
+    assert!(unread.is_empty(), "variables no code reads: {unread:#?}");
+}
+
+/// The README's sample output is what `collector report` prints of the recording it names
+/// (`docs/example.msgpack`), made by the README's own first command.
+#[test]
+fn the_readmes_sample_is_what_report_prints_of_its_recording() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let after = readme
+        .split_once("The diagnosis of [`docs/example.msgpack`](docs/example.msgpack)")
+        .expect("the README names its sample's recording")
+        .1;
+    let sample: Vec<&str> = after
+        .split("```")
+        .nth(1)
+        .expect("a sample block")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert!(sample.len() >= 5, "{sample:?}");
+    let recording = collector::recording::read_file(&root.join("docs/example.msgpack")).unwrap();
+    assert_eq!(
+        recording.header.command,
+        ["python3", "collector/examples/leaky_job.py"],
+        "docs/example.msgpack is the README's first command's recording"
+    );
+    assert!(
+        readme.contains("--out run.msgpack -- python3 collector/examples/leaky_job.py"),
+        "the README's first command records the example job"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("report")
+        .arg(root.join("docs/example.msgpack"))
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let report = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<&str> = report.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| *l == sample[0])
+        .unwrap_or_else(|| panic!("{:?} is not in the report:\n{report}", sample[0]));
+    assert_eq!(
+        &lines[start..start + sample.len()],
+        &sample[..],
+        "the README's sample is not what the report prints:\n{report}"
+    );
+}
