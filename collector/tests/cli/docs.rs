@@ -225,3 +225,109 @@ fn the_readmes_sample_is_what_report_prints_of_its_recording() {
         "the README's sample is not what the report prints:\n{report}"
     );
 }
+
+/// A file a sample's command names, found among the test data by its name.
+fn test_data_file(name: &str) -> Option<std::path::PathBuf> {
+    let mut folders = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).ok()? {
+            let path = entry.ok()?.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.file_name().is_some_and(|n| n == name) {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
+/// Every sample of `collector`'s output in the guide is what the command prints today: a block
+/// whose first line is `$ collector …`, or one after a line `<!-- the output of: collector … -->`.
+/// The files it names are the test data's; `…` in a line stands for any text, and the sample's
+/// lines come in the output's order.
+#[test]
+fn every_sample_output_in_the_guide_is_what_its_command_prints() {
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for (name, page) in guide_pages() {
+        let lines: Vec<&str> = page.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i] != "```" {
+                i += if lines[i].starts_with("```") {
+                    // A block of another kind: skip to its end.
+                    lines[i + 1..]
+                        .iter()
+                        .position(|l| l.starts_with("```"))
+                        .map_or(lines.len(), |k| k + 2)
+                } else {
+                    1
+                };
+                continue;
+            }
+            let end = i
+                + 1
+                + lines[i + 1..]
+                    .iter()
+                    .position(|l| l.starts_with("```"))
+                    .expect("a closed block");
+            let block = &lines[i + 1..end];
+            let said = i
+                .checked_sub(1)
+                .and_then(|k| lines[k].strip_prefix("<!-- the output of: "))
+                .and_then(|c| c.strip_suffix(" -->"));
+            let (command, sample) = match (block.first().and_then(|l| l.strip_prefix("$ ")), said) {
+                (Some(command), _) => (command, &block[1..]),
+                (None, Some(command)) => (command, block),
+                (None, None) => {
+                    i = end + 1;
+                    continue;
+                }
+            };
+            i = end + 1;
+            let words: Vec<&str> = command.split_whitespace().collect();
+            assert_eq!(words[0], "collector", "{name}: {command}");
+            let mut run = Command::new(env!("CARGO_BIN_EXE_collector"));
+            for word in &words[1..] {
+                match test_data_file(word) {
+                    Some(path) => run.arg(path),
+                    None => run.arg(word),
+                };
+            }
+            let output = run.output().unwrap();
+            let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+            let mut out = printed.lines();
+            for line in sample.iter().filter(|l| !l.trim().is_empty()) {
+                // `…` stands for any text: the pieces between come in order, the first at the
+                // start (and the whole line where it has none).
+                let matches = |o: &str| {
+                    let mut pieces = line.split('…');
+                    let first = pieces.next().unwrap_or("");
+                    if !line.contains('…') {
+                        return o == *line;
+                    }
+                    let Some(mut rest) = o.strip_prefix(first) else {
+                        return false;
+                    };
+                    pieces.all(|piece| match rest.find(piece) {
+                        Some(at) => {
+                            rest = &rest[at + piece.len()..];
+                            true
+                        }
+                        None => false,
+                    })
+                };
+                if !out.any(matches) {
+                    wrong.push(format!(
+                        "{name}: `{command}` does not print {line:?} (in order); it printed:\n{printed}"
+                    ));
+                    break;
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "{checked} samples found");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
