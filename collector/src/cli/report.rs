@@ -23,7 +23,7 @@ pub struct ReportArgs {
     /// are aligned by wall clock and judged as one run, rank by rank.
     #[arg(value_name = "MORE")]
     pub more: Vec<PathBuf>,
-    /// Print the analysis as JSON (schema 1, in docs/verdict.md) instead of text.
+    /// Print the analysis as JSON (schema 1, in docs/json.md) instead of text.
     #[arg(long)]
     pub json: bool,
     /// Also write the timeline with the verdict drawn (the step baseline, its trend, the
