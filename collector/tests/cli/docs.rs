@@ -331,3 +331,15 @@ fn every_sample_output_in_the_guide_is_what_its_command_prints() {
     assert!(checked >= 2, "{checked} samples found");
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }
+
+/// Every page of the guide is one a user reads through: under 1,200 words.
+#[test]
+fn every_page_of_the_guide_is_short_enough_to_read() {
+    let long: Vec<String> = guide_pages()
+        .into_iter()
+        .map(|(name, page)| (name, page.split_whitespace().count()))
+        .filter(|&(_, words)| words > 1_200)
+        .map(|(name, words)| format!("{name}: {words} words"))
+        .collect();
+    assert!(long.is_empty(), "pages over 1,200 words: {long:?}");
+}
