@@ -193,7 +193,7 @@ impl Arriving {
             Kind::Recording => Reading::Bytes(Vec::new(), TabFile::Recording),
             // A profiler trace or timeline (gzipped or not) is held whole, then read as it
             // streams from those bytes.
-            Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => {
+            Kind::Trace | Kind::MemoryTimeline | Kind::Compressed => {
                 Reading::Bytes(Vec::new(), TabFile::Trace)
             }
             _ => {
@@ -456,7 +456,7 @@ impl Run {
             bytes.len() as u64,
             match Kind::of(bytes) {
                 Kind::Snapshot => TabFile::SnapshotHeld,
-                Kind::Trace | Kind::MemoryTimeline | Kind::Gzip => TabFile::Trace,
+                Kind::Trace | Kind::MemoryTimeline | Kind::Compressed => TabFile::Trace,
                 _ => TabFile::Recording,
             },
         ) {

@@ -39,8 +39,9 @@ pub enum Kind {
     Trace,
     /// A PyTorch memory timeline (`export_memory_timeline`): it starts with `[[`.
     MemoryTimeline,
-    /// Gzip data: what it holds is told from its decompressed start ([`Kind::of_gzip`]).
-    Gzip,
+    /// Compressed data (gzip or zstd): what it holds is told from its decompressed start
+    /// ([`Kind::of_compressed`]).
+    Compressed,
     /// A folder of nodes' recordings of one run (one collector per node), opened as one run.
     NodeRecordings,
     /// A folder of per-rank PyTorch memory snapshots (`rank0_memory_snapshot.pickle`, …).
@@ -72,8 +73,8 @@ impl Kind {
             Self::Recording
         } else if first.first() == Some(&0x80) {
             Self::Snapshot
-        } else if crate::trace::is_gzip(first) {
-            Self::Gzip
+        } else if crate::trace::is_compressed(first) {
+            Self::Compressed
         } else {
             match crate::trace::json_kind(first) {
                 Some(crate::trace::JsonKind::Trace) => Self::Trace,
@@ -83,11 +84,11 @@ impl Kind {
         }
     }
 
-    /// What gzip data holds, from its first bytes (as many as there are: a few hundred tell);
-    /// [`Kind::Gzip`] when its decompressed start tells nothing known.
-    pub fn of_gzip(first: &[u8]) -> Self {
-        match Self::of(&crate::trace::gunzip_start(first, KIND_BYTES)) {
-            Self::Unknown | Self::Gzip => Self::Gzip,
+    /// What compressed data holds, from its first bytes (as many as there are: a few hundred
+    /// tell); [`Kind::Compressed`] when its decompressed start tells nothing known.
+    pub fn of_compressed(first: &[u8]) -> Self {
+        match Self::of(&crate::trace::decompress_start(first, KIND_BYTES)) {
+            Self::Unknown | Self::Compressed => Self::Compressed,
             kind => kind,
         }
     }
@@ -115,7 +116,7 @@ impl Kind {
             Self::RankTraces => "a folder of per-rank profiler traces",
             Self::Trace => "a PyTorch profiler trace",
             Self::MemoryTimeline => "a PyTorch memory timeline",
-            Self::Gzip => "gzip data",
+            Self::Compressed => "compressed data",
         }
     }
 }
@@ -325,8 +326,8 @@ impl std::fmt::Display for OpenError {
 impl std::error::Error for OpenError {}
 
 /// Reads a recording, a PyTorch memory snapshot, or a PyTorch profiler trace or memory
-/// timeline (as a recording) held in memory, as [`Kind::of`] tells; gzip data is decompressed
-/// first.
+/// timeline (as a recording) held in memory, as [`Kind::of`] tells; compressed data (gzip, zstd)
+/// is decompressed first.
 pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
     match Kind::of(bytes) {
         Kind::Snapshot => Ok(Opened::Snapshot(Box::new(read_snapshot(bytes)?))),
@@ -335,15 +336,16 @@ pub fn read_any(bytes: &[u8]) -> Result<Opened, FormatError> {
         Kind::Trace | Kind::MemoryTimeline => {
             Ok(Opened::Recording(Box::new(crate::trace::read_from(bytes)?)))
         }
-        Kind::Gzip if Kind::of_gzip(bytes).opens_as() == Kind::Recording => {
+        Kind::Compressed if Kind::of_compressed(bytes).opens_as() == Kind::Recording => {
             Ok(Opened::Recording(Box::new(crate::trace::read_from(bytes)?)))
         }
-        Kind::Gzip => {
-            let inner = crate::trace::gunzip(bytes)?;
+        Kind::Compressed => {
+            let codec = crate::trace::Compression::of(bytes).map_or("compressed", |c| c.name());
+            let inner = crate::trace::decompress(bytes)?;
             match Kind::of(&inner) {
-                Kind::Gzip => Err(crate::trace::TraceError::GzipTwice.into()),
+                Kind::Compressed => Err(crate::trace::TraceError::CompressedTwice(codec).into()),
                 Kind::Unknown => Err(FormatError::Unknown {
-                    found: format!("gzip data; decompressed, {}", describe(&inner)),
+                    found: format!("{codec} data; decompressed, {}", describe(&inner)),
                 }),
                 _ => read_any(&inner),
             }

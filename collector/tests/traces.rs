@@ -417,7 +417,7 @@ fn bad_inputs_say_what_they_are() {
     // What the kinds are told as.
     assert_eq!(Kind::of(br#"{"traceEvents""#), Kind::Trace);
     assert_eq!(Kind::of(b"[[-1, 1, 5"), Kind::MemoryTimeline);
-    assert_eq!(Kind::of(b"\x1f\x8b\x08\0"), Kind::Gzip);
+    assert_eq!(Kind::of(b"\x1f\x8b\x08\0"), Kind::Compressed);
 }
 
 /// Every real file of `../shared/fixtures` that tidemark reads (a snapshot, a profiler trace or
@@ -438,7 +438,7 @@ fn the_open_dialog_offers_every_real_file_tidemark_reads() {
             let bytes = std::fs::read(&path).unwrap();
             let first = &bytes[..bytes.len().min(collector::open::KIND_BYTES)];
             let kind = match Kind::of(first) {
-                Kind::Gzip => Kind::of_gzip(&bytes),
+                Kind::Compressed => Kind::of_compressed(&bytes),
                 kind => kind,
             };
             if kind == Kind::Unknown {

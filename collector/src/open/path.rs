@@ -1,4 +1,4 @@
-//! Inputs at a path (natively): a file's kind told from its first bytes (inside gzip too), a
+//! Inputs at a path (natively): a file's kind told from its first bytes (inside gzip or zstd too), a
 //! folder of nodes' recordings or of per-rank snapshots, each read the one way [`super`] tells;
 //! snapshots and traces streamed from the file rather than read whole.
 
@@ -44,18 +44,18 @@ fn first_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(first)
 }
 
-/// What the gzip file at `path` holds, from its first 64 KiB.
-fn gzip_kind(path: &Path) -> std::io::Result<Kind> {
-    gzip_holds(&mut std::fs::File::open(path)?)
+/// What the compressed file at `path` holds, from its first 64 KiB.
+fn compressed_kind(path: &Path) -> std::io::Result<Kind> {
+    compressed_holds(&mut std::fs::File::open(path)?)
 }
 
-/// What the gzip data in `file` holds, from its first 64 KiB; the file is left at its start.
-fn gzip_holds(file: &mut std::fs::File) -> std::io::Result<Kind> {
+/// What the compressed data in `file` holds, from its first 64 KiB; the file is left at its start.
+fn compressed_holds(file: &mut std::fs::File) -> std::io::Result<Kind> {
     use std::io::{Read as _, Seek as _};
     let mut start = Vec::new();
     file.take(1 << 16).read_to_end(&mut start)?;
     file.rewind()?;
-    Ok(Kind::of_gzip(&start))
+    Ok(Kind::of_compressed(&start))
 }
 
 /// What is at `path` ([`Found`]).
@@ -67,7 +67,7 @@ fn look(path: &Path) -> Result<Found, OpenError> {
     if !std::fs::metadata(path).map_err(io)?.is_dir() {
         let first = first_bytes(path).map_err(io)?;
         let kind = match Kind::of(&first) {
-            Kind::Gzip => gzip_kind(path).map_err(io)?,
+            Kind::Compressed => compressed_kind(path).map_err(io)?,
             kind => kind,
         };
         return Ok(Found::File(kind, first));
@@ -84,7 +84,7 @@ fn look(path: &Path) -> Result<Found, OpenError> {
     files.sort();
     let kinds = files.into_iter().map(|file| {
         let kind = match first_bytes(&file).map_or(Kind::Unknown, |first| Kind::of(&first)) {
-            Kind::Gzip => gzip_kind(&file).unwrap_or(Kind::Unknown),
+            Kind::Compressed => compressed_kind(&file).unwrap_or(Kind::Unknown),
             kind => kind,
         };
         (file, kind)
@@ -188,7 +188,7 @@ pub fn open_path(path: &Path) -> Result<Input, OpenError> {
 pub fn open_expecting(path: &Path, expected: Kind) -> Result<Input, OpenError> {
     let found = look(path)?;
     let kind = found.kind();
-    if kind.opens_as() != expected.opens_as() && !matches!(kind, Kind::Unknown | Kind::Gzip) {
+    if kind.opens_as() != expected.opens_as() && !matches!(kind, Kind::Unknown | Kind::Compressed) {
         return Err(OpenError::Expected {
             path: path.to_owned(),
             expected,
@@ -291,10 +291,12 @@ pub fn read_any_file(path: &Path) -> Result<Opened, OpenError> {
         }
         // A profiler file streams from the file (gzip too): a 1 GB trace is not held.
         Kind::Trace | Kind::MemoryTimeline => streamed_trace(file, path),
-        Kind::Gzip if gzip_holds(&mut file).map_err(io)?.opens_as() == Kind::Recording => {
+        Kind::Compressed
+            if compressed_holds(&mut file).map_err(io)?.opens_as() == Kind::Recording =>
+        {
             streamed_trace(file, path)
         }
-        Kind::Gzip => {
+        Kind::Compressed => {
             let len = file.metadata().map_err(io)?.len();
             let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
             file.read_to_end(&mut bytes).map_err(io)?;

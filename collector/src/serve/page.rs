@@ -181,7 +181,7 @@ fn kind_word(run: &Run) -> &'static str {
         Kind::NodeRecordings => "nodes' recordings",
         Kind::RankSnapshots => "per-rank snapshots",
         Kind::RankTraces => "per-rank profiler traces",
-        Kind::Gzip | Kind::Unknown => "unknown",
+        Kind::Compressed | Kind::Unknown => "unknown",
     }
 }
 

@@ -275,7 +275,7 @@ impl Runs {
             }
             let (kind, error) = match &info.kind {
                 Ok(Kind::Unknown) if !named_like_a_run(path) => continue,
-                Ok(Kind::Gzip) => continue,
+                Ok(Kind::Compressed) => continue,
                 Ok(Kind::Unknown) => (Kind::Unknown, info.unknown.clone()),
                 Ok(kind) => (*kind, None),
                 Err(err) => (Kind::Unknown, Some(err.clone())),
@@ -415,7 +415,7 @@ fn read_info(path: &Path, version: Version) -> FileInfo {
         .and_then(|f| f.take(1 << 16).read_to_end(&mut first))
         .map_err(|err| format!("cannot read the file ({err}): {}", path.display()));
     let kind = read.map(|_| match Kind::of(&first) {
-        Kind::Gzip => Kind::of_gzip(&first),
+        Kind::Compressed => Kind::of_compressed(&first),
         kind => kind,
     });
     let header = matches!(kind, Ok(Kind::Recording))

@@ -1,4 +1,4 @@
-//! Reading a profiler trace: what kind of JSON it is, gzip, and the errors a trace gets.
+//! Reading a profiler trace: what kind of JSON it is, gzip or zstd, and the errors a trace gets.
 
 use std::io::Read as _;
 
@@ -7,12 +7,17 @@ use crate::recording::Recording;
 /// Why bytes that look like a profiler file are not a readable one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
-    /// Gzip data that cannot be decompressed.
-    #[error("gzip data that cannot be decompressed ({0})")]
-    Gzip(String),
-    /// Gzip inside gzip.
-    #[error("gzip data that holds gzip data again: decompress it once first")]
-    GzipTwice,
+    /// Compressed data that cannot be decompressed.
+    #[error("{codec} data that cannot be decompressed ({why})")]
+    Decompress {
+        /// How it is compressed: `gzip`, `zstd`.
+        codec: &'static str,
+        /// What went wrong.
+        why: String,
+    },
+    /// Compressed data inside compressed data.
+    #[error("{0} data that holds compressed data again: decompress it once first")]
+    CompressedTwice(&'static str),
     /// The input could not be read.
     #[error("cannot read it ({0})")]
     Read(String),
@@ -55,10 +60,64 @@ pub enum TraceError {
 
 /// The two magic bytes of gzip.
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+/// The four magic bytes of a zstd frame.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
-/// Whether bytes are gzip data.
-pub fn is_gzip(bytes: &[u8]) -> bool {
-    bytes.starts_with(&GZIP_MAGIC)
+/// How data is compressed, told from its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// gzip (`.gz`): what `torch.profiler` and many users write.
+    Gzip,
+    /// zstd (`.zst`).
+    Zstd,
+}
+
+impl Compression {
+    /// How `bytes` are compressed, if they are.
+    pub fn of(bytes: &[u8]) -> Option<Self> {
+        if bytes.starts_with(&GZIP_MAGIC) {
+            Some(Self::Gzip)
+        } else if bytes.starts_with(&ZSTD_MAGIC) {
+            Some(Self::Zstd)
+        } else {
+            None
+        }
+    }
+
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Gzip => "gzip",
+            Self::Zstd => "zstd",
+        }
+    }
+
+    /// The decompressed bytes of `input`, as they are read. A zstd frame's header is read here.
+    pub fn decoder<'a>(
+        self,
+        input: impl std::io::Read + 'a,
+    ) -> std::io::Result<Box<dyn std::io::Read + 'a>> {
+        Ok(match self {
+            Self::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
+            Self::Zstd => Box::new(
+                ruzstd::decoding::StreamingDecoder::new(input)
+                    .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidData, err))?,
+            ),
+        })
+    }
+
+    /// The error of data that cannot be decompressed.
+    fn error(self, err: std::io::Error) -> TraceError {
+        TraceError::Decompress {
+            codec: self.name(),
+            why: err.to_string(),
+        }
+    }
+}
+
+/// Whether bytes are compressed (gzip or zstd).
+pub fn is_compressed(bytes: &[u8]) -> bool {
+    Compression::of(bytes).is_some()
 }
 
 /// What JSON bytes hold, from their first non-blank ones.
@@ -94,11 +153,14 @@ pub fn json_kind(first: &[u8]) -> Option<JsonKind> {
     }
 }
 
-/// The start of gzip data decompressed, at most `limit` bytes (fewer when the data given ends
-/// first or is not gzip): enough to tell what it holds.
-pub fn gunzip_start(bytes: &[u8], limit: usize) -> Vec<u8> {
+/// The start of compressed data decompressed, at most `limit` bytes (fewer when the data given
+/// ends first or is not compressed): enough to tell what it holds.
+pub fn decompress_start(bytes: &[u8], limit: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(limit);
-    let mut decoder = flate2::read::MultiGzDecoder::new(bytes).take(limit as u64);
+    let Some(decoder) = Compression::of(bytes).and_then(|c| c.decoder(bytes).ok()) else {
+        return out;
+    };
+    let mut decoder = decoder.take(limit as u64);
     // A read cut short by the end of the bytes given keeps what came before it.
     let mut buf = [0u8; 512];
     while out.len() < limit {
@@ -110,12 +172,16 @@ pub fn gunzip_start(bytes: &[u8], limit: usize) -> Vec<u8> {
     out
 }
 
-/// Gzip data decompressed, whole.
-pub fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, TraceError> {
+/// Compressed data decompressed, whole (bytes that are not compressed come back as they are).
+pub fn decompress(bytes: &[u8]) -> Result<Vec<u8>, TraceError> {
+    let Some(compression) = Compression::of(bytes) else {
+        return Ok(bytes.to_vec());
+    };
     let mut out = Vec::with_capacity(bytes.len().saturating_mul(4));
-    flate2::read::MultiGzDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .map_err(|err| TraceError::Gzip(err.to_string()))?;
+    compression
+        .decoder(bytes)
+        .and_then(|mut d| d.read_to_end(&mut out))
+        .map_err(|err| compression.error(err))?;
     Ok(out)
 }
 
@@ -128,16 +194,21 @@ pub fn read_trace(bytes: &[u8]) -> Result<Recording, TraceError> {
 /// held whole, nor decompressed whole (a memory timeline, a small file, is).
 pub fn read_from(input: impl std::io::Read) -> Result<Recording, TraceError> {
     let (first, input) = head(input, |err| TraceError::Read(err.to_string()))?;
-    if !is_gzip(&first) {
+    let Some(compression) = Compression::of(&first) else {
         return json_from(first, input, |err| TraceError::Read(err.to_string()));
+    };
+    let broken: fn(std::io::Error) -> TraceError = match compression {
+        Compression::Gzip => |err| Compression::Gzip.error(err),
+        Compression::Zstd => |err| Compression::Zstd.error(err),
+    };
+    let inner = compression
+        .decoder(std::io::Cursor::new(first).chain(input))
+        .map_err(broken)?;
+    let (first, inner) = head(inner, broken)?;
+    if is_compressed(&first) {
+        return Err(TraceError::CompressedTwice(compression.name()));
     }
-    let gzip = |err: std::io::Error| TraceError::Gzip(err.to_string());
-    let inner = flate2::read::MultiGzDecoder::new(std::io::Cursor::new(first).chain(input));
-    let (first, inner) = head(inner, gzip)?;
-    if is_gzip(&first) {
-        return Err(TraceError::GzipTwice);
-    }
-    json_from(first, inner, gzip)
+    json_from(first, inner, broken)
 }
 
 /// The first bytes of `input` (enough to tell what it holds), and the rest of it.
@@ -202,19 +273,53 @@ mod tests {
         let text = format!("[[-1, 1, 512, 7]{}]", ", [5, 2, 512, 0]".repeat(1000));
         encoder.write_all(text.as_bytes()).expect("in memory");
         let gz = encoder.finish().expect("in memory");
-        assert!(is_gzip(&gz));
-        assert_eq!(gunzip_start(&gz, 16), text.as_bytes()[..16].to_vec());
+        assert!(is_compressed(&gz));
+        assert_eq!(decompress_start(&gz, 16), text.as_bytes()[..16].to_vec());
         // Only the first part of the file: its start still comes out.
-        assert_eq!(gunzip_start(&gz[..gz.len() / 2], 8), b"[[-1, 1,".to_vec());
-        assert_eq!(gunzip(&gz).expect("whole"), text.as_bytes());
+        assert_eq!(
+            decompress_start(&gz[..gz.len() / 2], 8),
+            b"[[-1, 1,".to_vec()
+        );
+        assert_eq!(decompress(&gz).expect("whole"), text.as_bytes());
         assert!(matches!(
-            gunzip(&gz[..gz.len() / 2]),
-            Err(TraceError::Gzip(_))
+            decompress(&gz[..gz.len() / 2]),
+            Err(TraceError::Decompress { codec: "gzip", .. })
         ));
         let recording = read_trace(&gz).expect("a timeline");
         // What existed before profiling (time -1) is placed at the first time: one instant.
         assert_eq!(recording.allocator.len(), 1);
         assert_eq!(recording.allocator.allocated(0), 512 * 1001);
+    }
+
+    /// zstd as gzip: told from its magic, peeked, read whole and as it streams; cut short, or
+    /// compressed twice, it says so.
+    #[test]
+    fn zstd_is_peeked_and_read() {
+        let text = format!("[[-1, 1, 512, 7]{}]", ", [5, 2, 512, 0]".repeat(1000));
+        let zst = ruzstd::encoding::compress_to_vec(
+            text.as_bytes(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        assert_eq!(Compression::of(&zst), Some(Compression::Zstd));
+        assert_eq!(decompress_start(&zst, 16), text.as_bytes()[..16].to_vec());
+        assert_eq!(decompress(&zst).expect("whole"), text.as_bytes());
+        let recording = read_trace(&zst).expect("a timeline");
+        assert_eq!(recording.allocator.allocated(0), 512 * 1001);
+        let err = decompress(&zst[..zst.len() / 2]).expect_err("cut short");
+        assert!(
+            err.to_string()
+                .starts_with("zstd data that cannot be decompressed ("),
+            "{err}"
+        );
+        let twice = ruzstd::encoding::compress_to_vec(
+            &zst[..],
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        assert_eq!(
+            read_trace(&twice).expect_err("twice").to_string(),
+            "zstd data that holds compressed data again: decompress it once first"
+        );
+        assert_eq!(Compression::of(b"[[0"), None);
     }
 
     #[test]

@@ -540,3 +540,59 @@ fn check_on_a_snapshot_gates_on_its_verdict() {
         "{text}"
     );
 }
+
+/// A snapshot compressed as users keep them (`snap.pickle.gz`, `snap.pickle.zst`) reads as the
+/// pickle does: the same report, byte for byte but the file's name; compressed twice, or cut
+/// short, it is named with what is wrong (exit 2).
+#[test]
+fn a_compressed_snapshot_reads_as_the_pickle_does() {
+    use std::io::Write as _;
+    let pickle = real_snapshot("bcrafton_cs336_training_step.pickle");
+    let bytes = std::fs::read(&pickle).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&bytes).unwrap();
+    let gz_path = dir.path().join("snap.pickle.gz");
+    std::fs::write(&gz_path, gz.finish().unwrap()).unwrap();
+    let zst =
+        ruzstd::encoding::compress_to_vec(&bytes[..], ruzstd::encoding::CompressionLevel::Fastest);
+    let zst_path = dir.path().join("snap.pickle.zst");
+    std::fs::write(&zst_path, &zst).unwrap();
+    let without_file = |path: &std::path::Path| {
+        let mut json = crate::report_json(path);
+        json.as_object_mut().unwrap().remove("file");
+        json
+    };
+    let plain = without_file(&pickle);
+    assert_eq!(plain["input"], "snapshot");
+    assert_eq!(without_file(&gz_path), plain);
+    assert_eq!(without_file(&zst_path), plain);
+
+    let cut = dir.path().join("cut.pickle.zst");
+    std::fs::write(&cut, &zst[..zst.len() / 2]).unwrap();
+    let twice = dir.path().join("twice.pickle.zst");
+    std::fs::write(
+        &twice,
+        ruzstd::encoding::compress_to_vec(&zst[..], ruzstd::encoding::CompressionLevel::Fastest),
+    )
+    .unwrap();
+    for (path, said) in [
+        (&cut, "zstd data that cannot be decompressed ("),
+        (
+            &twice,
+            "zstd data that holds compressed data again: decompress it once first",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_collector"))
+            .arg("report")
+            .arg(path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(said) && err.contains(&*path.to_string_lossy()),
+            "{err}"
+        );
+    }
+}
