@@ -577,6 +577,20 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Whether the snapshot says its history's ring buffer wrapped (`allocator_settings`'
+    /// `trace_alloc_overflowed`, PyTorch 2.1 and later): `Some` with the buffer's size
+    /// (`trace_alloc_max_entries`) when given.
+    pub fn ring_overflowed(&self) -> Option<Option<u64>> {
+        let setting = |key: &str| {
+            self.allocator_settings
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        (setting("trace_alloc_overflowed") == Some("true"))
+            .then(|| setting("trace_alloc_max_entries").and_then(|v| v.parse().ok()))
+    }
+
     /// How a device is named to a person: `cuda:N`, or `pinned host` for pinned host memory.
     pub fn device_name(&self, device: u32) -> String {
         crate::format::device_name(device, self.host)

@@ -92,6 +92,18 @@ pub struct Lacks {
     /// from 1,000): what `_record_memory_history(max_entries=…)` keeps once its ring buffer has
     /// wrapped, dropping the oldest.
     pub ring_wrapped: bool,
+    /// The snapshot says its history's ring buffer wrapped (`allocator_settings`'
+    /// `trace_alloc_overflowed`), with its size (`trace_alloc_max_entries`) when given: older
+    /// events were overwritten.
+    pub ring_overflowed: Option<Option<u64>>,
+}
+
+/// What a trace whose ring buffer wrapped lacks, as the snapshot says (`entries`: its size).
+pub fn overflow_sentence(entries: Option<u64>) -> String {
+    format!(
+        "the history's ring buffer{} wrapped (the snapshot says trace_alloc_overflowed): older events were overwritten, so the trace is whole only from its first entry; what was alive before it is drawn from its start",
+        entries.map_or(String::new(), |n| format!(" of {n} entries"))
+    )
 }
 
 impl Lacks {
@@ -104,6 +116,9 @@ impl Lacks {
     pub fn describe(&self) -> Vec<String> {
         let n = crate::format::count;
         let mut out = Vec::new();
+        if let Some(entries) = self.ring_overflowed {
+            out.push(overflow_sentence(entries));
+        }
         if self.ring_wrapped {
             out.push(
                 "the trace holds a round number of entries: the history's ring buffer (max_entries) most likely wrapped, dropping the oldest"

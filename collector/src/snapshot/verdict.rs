@@ -234,7 +234,10 @@ impl SnapshotVerdict {
         }
         if snapshot.entries.is_empty() {
             evidence.push("no trace: the snapshot holds the segments only, so there is no timeline; call `torch.cuda.memory._record_memory_history()` before the snapshot for one".to_owned());
-        } else if analysis.finding(FindingKind::NotEnoughData).is_some() {
+        } else if let Some(entries) = snapshot.ring_overflowed() {
+            evidence.push(super::timeline::overflow_sentence(entries));
+        }
+        if !snapshot.entries.is_empty() && analysis.finding(FindingKind::NotEnoughData).is_some() {
             evidence.push(format!(
                 "the trace ({}) is too short for a trend: {}, at least {} are needed",
                 count(snapshot.entries.len(), "entry"),

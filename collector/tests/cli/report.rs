@@ -596,3 +596,42 @@ fn a_compressed_snapshot_reads_as_the_pickle_does() {
         );
     }
 }
+
+/// A snapshot whose history's ring buffer wrapped says so (PyTorch's `allocator_settings`:
+/// `trace_alloc_overflowed`, `trace_alloc_max_entries`): the verdict's evidence, and the memory
+/// timeline's notes (`diff --at`) name it; the same snapshot without the flag does not.
+#[test]
+fn a_snapshot_whose_ring_buffer_wrapped_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrapped = dir.path().join("wrapped.pickle");
+    let output = Command::new(crate::python())
+        .arg("-c")
+        .arg(
+            "import pickle, sys\n\
+             s = pickle.load(open(sys.argv[1], 'rb'))\n\
+             s['allocator_settings'] = dict(s['allocator_settings'], trace_alloc_overflowed=True, trace_alloc_max_entries=6486)\n\
+             pickle.dump(s, open(sys.argv[2], 'wb'), protocol=5)",
+        )
+        .arg(real_snapshot("bcrafton_cs336_training_step.pickle"))
+        .arg(&wrapped)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = "the history's ring buffer of 6486 entries wrapped (the snapshot says trace_alloc_overflowed): older events were overwritten, so the trace is whole only from its first entry";
+    let report = crate::report(&wrapped);
+    assert!(report.contains(said), "{report}");
+    let plain = crate::report(&real_snapshot("bcrafton_cs336_training_step.pickle"));
+    assert!(!plain.contains("ring buffer"), "{plain}");
+    let moments = Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["diff"])
+        .arg(&wrapped)
+        .args(["--at", "20%", "--at", "90%"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&moments.stdout);
+    assert!(text.contains(said), "{text}");
+}

@@ -172,7 +172,10 @@ impl DeviceTimeline {
                     m == 1
                 })
         };
-        lacks.ring_wrapped = lacks.frees_without_alloc > 0 && round(len);
+        // PyTorch says so itself when its ring buffer wrapped.
+        lacks.ring_overflowed = snapshot.ring_overflowed();
+        lacks.ring_wrapped =
+            lacks.ring_overflowed.is_none() && lacks.frees_without_alloc > 0 && round(len);
         bands.shrink_to_fit();
         frees.shrink_to_fit();
         let capacity = (!ooms.is_empty()).then(|| {
