@@ -32,8 +32,12 @@ pub fn format_bytes(bytes: f64) -> String {
     }
 }
 
-/// `1 h 05 min`, `3 min 20 s`, `12 s`.
+/// `1 h 05 min`, `3 min 20 s`, `12 s`, `420 ms`.
 pub fn format_duration(seconds: f64) -> String {
+    // Under half a second, milliseconds: "0 s" says nothing.
+    if seconds < 0.5 {
+        return format!("{} ms", (seconds.max(0.0) * 1e3).round() as u64);
+    }
     let s = seconds.max(0.0).round() as u64;
     if s >= 3600 {
         format!("{} h {:02} min", s / 3600, s / 60 % 60)
@@ -154,6 +158,9 @@ mod tests {
         assert_eq!(format_bytes((12u64 << 30) as f64), "12.0 GiB");
         assert_eq!(format_bytes((300u64 << 20) as f64), "300 MiB");
         assert_eq!(format_duration(12.4), "12 s");
+        assert_eq!(format_duration(0.4204), "420 ms");
+        assert_eq!(format_duration(0.0), "0 ms");
+        assert_eq!(format_duration(0.5), "1 s");
         assert_eq!(format_duration(200.0), "3 min 20 s");
         assert_eq!(format_duration(3900.0), "1 h 05 min");
     }

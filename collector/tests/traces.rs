@@ -251,9 +251,26 @@ fn report_gives_every_real_file_a_verdict() {
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let headline = json["headline"].as_str().unwrap_or_default();
         assert!(!headline.is_empty(), "{name}: {json}");
-        // Judged by time window (no steps): the verdict speaks of windows, not steps.
-        if json["analysis"]["by_step"] == false {
+        // Judged by time window (no steps): the verdict speaks of windows, not steps — except
+        // a profiler trace without steps, which is not judged on windows and says why.
+        if json["analysis"]["by_step"] == false && json["input"] != "trace" {
             assert!(!headline.contains("step"), "{name}: {headline}");
+        }
+        if name == "particle_transformer_a100.json" {
+            // One forward pass, 31 ms, no ProfilerStep: its rise is not called a leak, and its
+            // device's peak is what it holds (959 cuda:0 events, not the CPU's 24).
+            assert_eq!(
+                headline,
+                "Cannot tell yet — not enough data: the trace holds no ProfilerStep spans, so a rise within one step cannot be told from a leak"
+            );
+            assert_eq!(json["analysis"]["basis"], "allocated", "{json}");
+            let evidence = &json["analysis"]["findings"][0]["evidence"];
+            assert!(
+                evidence[0]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("cuda:0 allocated at most 3.09 GiB, ")),
+                "{evidence}"
+            );
         }
         let text = Command::new(env!("CARGO_BIN_EXE_collector"))
             .arg("report")

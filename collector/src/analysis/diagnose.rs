@@ -24,7 +24,9 @@ pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 pub(crate) const GIB: f64 = 1024.0 * MIB;
 
 /// The first device's used memory, or the job's host memory, or (with neither, as in an imported
-/// PyTorch snapshot) the allocator's allocated bytes on the first device.
+/// PyTorch snapshot) the allocator's allocated bytes on the first device. A profiler trace's host
+/// memory is what PyTorch allocated on the CPU: where the trace also has a device's, that is the
+/// one judged.
 fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_, Series>)> {
     let device = recording
         .series
@@ -34,9 +36,11 @@ fn fallback_series(recording: &Recording) -> Option<(Basis, std::borrow::Cow<'_,
     if let Some(series) = device {
         return Some((Basis::DeviceUsed, series.sorted()));
     }
+    let trace_with_device =
+        recording.header.imported() == Some(Imported::Trace) && !recording.allocator.is_empty();
     if let Some(host) = recording
         .series(&SeriesKey::new(SeriesKind::HostRss))
-        .filter(|s| !s.values.is_empty())
+        .filter(|s| !s.values.is_empty() && !trace_with_device)
     {
         return Some((Basis::HostRss, host.sorted()));
     }
@@ -168,6 +172,54 @@ fn as_profiler_file(analysis: &mut Analysis, imported: Imported) {
     }
 }
 
+/// A profiler trace without `ProfilerStep` spans: no trend to judge, and the peak of each device
+/// (PyTorch's allocated bytes, else what it allocated on the CPU), when.
+fn stepless_trace_finding(recording: &Recording) -> super::Finding {
+    let readings = &recording.allocator;
+    let mut peaks: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
+    for i in 0..readings.len() {
+        let (_, device) = readings.source(i);
+        let allocated = readings.allocated(i);
+        let peak = peaks.entry(device).or_insert((0, 0));
+        if allocated > peak.0 {
+            *peak = (allocated, readings.t_ns(i));
+        }
+    }
+    let mut evidence: Vec<String> = peaks
+        .iter()
+        .map(|(&device, &(bytes, t_ns))| {
+            format!(
+                "{} allocated at most {}, {} into the trace",
+                recording.header.device_name(device),
+                format_bytes(bytes as f64),
+                crate::format::format_duration(t_ns as f64 / 1e9)
+            )
+        })
+        .collect();
+    if let Some(host) = recording
+        .series(&SeriesKey::new(SeriesKind::HostRss))
+        .and_then(|s| s.values.iter().max())
+    {
+        evidence.push(format!(
+            "PyTorch allocated at most {} on the CPU",
+            format_bytes(host as f64)
+        ));
+    }
+    super::Finding {
+        kind: FindingKind::NotEnoughData,
+        title: "not enough data: the trace holds no ProfilerStep spans, so a rise within one step cannot be told from a leak".to_owned(),
+        phase: None,
+        basis: if readings.is_empty() {
+            Basis::HostRss
+        } else {
+            Basis::Allocated
+        },
+        growth_per_step_bytes: None,
+        evidence,
+        hints: vec!["call `prof.step()` every training step (with `torch.profiler.schedule`) and profile several steps: a leak shows as a rise from one step to the next".to_owned()],
+    }
+}
+
 /// What a recording lacks without allocator numbers and phases.
 const LACKS_ALLOCATOR_AND_PHASES: &str = "no allocator numbers and no phases: run the job under the collector with the probe (a Python job that uses CUDA) to see allocated vs. reserved memory and the phase of the step";
 /// What a recording with phases lacks without allocator numbers.
@@ -263,7 +315,8 @@ fn analyze_one(recording: &Recording) -> Analysis {
     } else {
         (Basis::HostRss, false, StepSeries::default())
     };
-    if !by_step && !step_series.values.is_empty() {
+    let stepless_trace = recording.header.imported() == Some(Imported::Trace) && !by_step;
+    if !by_step && !step_series.values.is_empty() && !stepless_trace {
         lacks.push("no steps: the trend is taken over time windows (the lowest value of each), which is coarser than per step".to_owned());
     }
 
@@ -369,14 +422,20 @@ fn analyze_one(recording: &Recording) -> Analysis {
                 .collect();
             grows_outside_malloc(&edges)
         });
-    rules::judge(
-        recording,
-        &allocator,
-        fallback.as_ref().map(|(_, s)| s.as_ref()),
-        heap_at_steps.as_deref(),
-        outside_malloc_leaks,
-        &mut analysis,
-    );
+    if stepless_trace {
+        // A profiler trace without steps is a stretch of allocations (often one forward pass):
+        // a rise within a step cannot be told from a leak. Its peaks say what it holds.
+        analysis.findings.push(stepless_trace_finding(recording));
+    } else {
+        rules::judge(
+            recording,
+            &allocator,
+            fallback.as_ref().map(|(_, s)| s.as_ref()),
+            heap_at_steps.as_deref(),
+            outside_malloc_leaks,
+            &mut analysis,
+        );
+    }
     holders::judge(recording, occurrences.first().map(|o| o.pid), &mut analysis);
     device_rules::outside_pytorch_growth(recording, &allocator, &step_starts, &mut analysis);
     let mut occurrences = occurrences;
