@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 constraints=${TIDEMARK_CONSTRAINTS:-scripts/python-constraints.txt}
 venv=${TIDEMARK_VENV:-.venv}
 packages=("$@")
-[ ${#packages[@]} -gt 0 ] || packages=(msgpack torch lightning transformers accelerate selenium pillow matplotlib)
+[ ${#packages[@]} -gt 0 ] || packages=(msgpack torch lightning transformers accelerate selenium pillow matplotlib ipykernel nbclient nbformat)
 
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || { echo "python-env: cannot create $venv (is python3-venv installed?)" >&2; exit 1; }

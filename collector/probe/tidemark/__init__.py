@@ -522,3 +522,10 @@ from ._host import quiet_edges as _quiet_edges, quiet_step as _quiet_step  # noq
 from ._host import heap as _heap, readers as _readers, rss as _rss  # noqa: E402
 from ._steps import _at_step_end, _at_step_start, _saved_freed  # noqa: E402,F401 (for _auto)
 from ._steps import _categories_waiting, _send_categories  # noqa: E402
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext tidemark` in a Jupyter kernel: the `%tidemark` magic (``tidemark.notebook``)."""
+    from . import notebook
+
+    notebook.load_ipython_extension(ipython)

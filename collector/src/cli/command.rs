@@ -78,6 +78,12 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PID", conflicts_with = "command")]
     pub pid: Option<u32>,
 
+    /// With --pid: make the probe's channel anyway and write what the process needs to start the
+    /// probe in itself (its environment, as JSON) to FILE, once the collector listens. What a
+    /// notebook's `%tidemark start` uses to record the kernel it runs in.
+    #[arg(long, value_name = "FILE", requires = "pid")]
+    pub probe_env: Option<PathBuf>,
+
     /// Interval between device-memory samples (NVML), in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
     pub device_interval_ms: u64,
@@ -168,6 +174,7 @@ impl From<RecordArgs> for crate::record::Options {
         Self {
             out: args.out,
             pid: args.pid,
+            probe_env: args.probe_env,
             device_interval_ms: args.device_interval_ms,
             host_interval_ms: args.host_interval_ms,
             process_interval_ms: args.process_interval_ms,

@@ -30,6 +30,9 @@ pub struct Options {
     pub out: Option<std::path::PathBuf>,
     /// A running process to attach to instead of starting `command`.
     pub pid: Option<u32>,
+    /// With `pid`: make the probe's channel and write the environment the process needs to start
+    /// the probe in itself, as JSON, to this file.
+    pub probe_env: Option<std::path::PathBuf>,
     /// Between device-memory samples (NVML), in milliseconds.
     pub device_interval_ms: u64,
     /// Between host-memory samples of the job's process tree, in milliseconds.
@@ -104,7 +107,7 @@ pub fn run(args: Options) -> ExitCode {
         }
     };
 
-    let channel = if args.no_probe || args.pid.is_some() {
+    let channel = if args.no_probe || (args.pid.is_some() && args.probe_env.is_none()) {
         if args.pid.is_some() {
             notes.push(
                 "attached to a running process: no probe, so no phases, steps or allocator numbers"
@@ -278,6 +281,35 @@ pub fn run(args: Options) -> ExitCode {
         )
         .ok()
     });
+    // Attached with the probe's channel: the process starts the probe in itself from what this
+    // file says (a notebook's kernel), once the listener is there to hear it.
+    if let (Some(channel), Some(path)) = (channel.as_ref(), args.probe_env.as_ref()) {
+        let base = std::path::absolute(&out)
+            .unwrap_or_else(|_| out.clone())
+            .with_extension("");
+        let env = probe::job_environment(
+            channel,
+            !args.no_auto_phases,
+            args.keep_peaks,
+            (!args.no_census).then_some(args.census_limit_s),
+            args.observe_every_step,
+            args.history.map(|entries| (entries, base.as_path())),
+        );
+        let json: serde_json::Map<String, serde_json::Value> = env
+            .into_iter()
+            .filter(|(name, _)| name != "PYTHONPATH")
+            .map(|(name, value)| (name, value.to_string_lossy().into_owned().into()))
+            .collect();
+        let written = path.with_extension("partial");
+        let result = std::fs::write(&written, serde_json::Value::Object(json).to_string())
+            .and_then(|()| std::fs::rename(&written, path));
+        if let Err(err) = result {
+            eprintln!(
+                "collector: cannot write the probe's environment to {}: {err}",
+                path.display()
+            );
+        }
+    }
     if let Some(channel) = channel.as_ref() {
         samplers.extend(
             stall::spawn_watcher(

@@ -12,6 +12,7 @@ mod inputs;
 mod jobs;
 mod lifecycle;
 mod loops;
+mod notebook;
 mod oom;
 mod pictures;
 mod probe;

@@ -1,0 +1,153 @@
+"""Recording the Jupyter kernel you are in.
+
+    %load_ext tidemark
+    %tidemark start            # or: %tidemark start run.msgpack
+    ...                        # the cells to record
+    %tidemark stop
+    %tidemark report
+
+`start()`, `stop()` and `report()` do the same from code. `start` runs a collector beside the
+kernel on its pid (`collector --pid`), which samples the kernel's device and host memory, and
+starts the probe in the running interpreter (automatic phases, the allocator's numbers, the
+censuses), as if the kernel had been started under the collector. Nothing here may break the
+kernel: a failure is said, and the kernel runs on.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+# The running collector: (process, recording, its stderr's file), or None.
+_running = None
+# The recording of the last `start`, for `report` after `stop`.
+_last = None
+# Whether the probe was started in this process (once; a later start reconnects it).
+_probe_started = False
+
+_START_TIMEOUT_S = 10.0
+
+
+class NotebookError(RuntimeError):
+    """What `%tidemark` could not do, in words for the cell's output."""
+
+
+def _collector():
+    found = os.environ.get("TIDEMARK_COLLECTOR") or shutil.which("collector")
+    if not found:
+        raise NotebookError(
+            "the collector is not installed where this kernel can find it: `pip install ./collector` "
+            "(from a tidemark checkout; `pip install tidemark-torch` once it is published) puts it "
+            "on PATH, or set TIDEMARK_COLLECTOR to its path"
+        )
+    return found
+
+
+def _default_out():
+    # Jupyter tells the kernel its notebook's path (JPY_SESSION_NAME), VS Code too
+    # (__vsc_ipynb_file__); else the kernel's pid names it.
+    main = sys.modules.get("__main__")
+    notebook = os.environ.get("JPY_SESSION_NAME") or getattr(main, "__vsc_ipynb_file__", None)
+    if notebook:
+        name = os.path.splitext(os.path.basename(notebook))[0]
+    else:
+        name = f"kernel-{os.getpid()}"
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.msgpack"
+
+
+def start(out=None):
+    """Starts recording this kernel to `out` (default: named after the notebook and the time);
+    returns the recording's path."""
+    global _running, _last, _probe_started
+    if _running is not None:
+        raise NotebookError(f"already recording to {_running[1]}: `%tidemark stop` first")
+    out = os.path.abspath(out or _default_out())
+    folder = tempfile.mkdtemp(prefix="tidemark-notebook-")
+    env_file = os.path.join(folder, "probe.json")
+    log = open(os.path.join(folder, "collector.log"), "w+b")
+    # A session of its own: interrupting the kernel (SIGINT to its group) leaves it running.
+    process = subprocess.Popen(
+        [_collector(), "--out", out, "--pid", str(os.getpid()), "--probe-env", env_file],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+    )
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not os.path.exists(env_file):
+        if process.poll() is not None or time.monotonic() > deadline:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            log.seek(0)
+            said = log.read().decode(errors="replace").strip()
+            raise NotebookError(f"the collector did not start: {said or 'it said nothing'}")
+        time.sleep(0.02)
+    with open(env_file) as f:
+        env = json.load(f)
+    os.environ.update(env)
+    import tidemark
+
+    if not _probe_started:
+        tidemark._start_from_environment()
+        _probe_started = True
+    else:
+        # The probe's hooks are in place: the new collector's socket and stack folder.
+        tidemark._connect(env["TIDEMARK_SOCKET"])
+        tidemark._answer_stacks(tidemark._stacks.main_thread_ident())
+    _running = (process, out, log)
+    _last = out
+    return out
+
+
+def stop():
+    """Stops recording; returns the recording's path."""
+    global _running
+    if _running is None:
+        raise NotebookError("not recording: `%tidemark start` first")
+    process, out, log = _running
+    _running = None
+    import tidemark
+
+    tidemark._flush_pending()
+    tidemark._sock = None  # the probe's hooks stay; they send nothing now
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.close()
+    return out
+
+
+def report(path=None):
+    """The verdict on the recording (`collector report`), as text."""
+    path = path or (_running[1] if _running else _last)
+    if path is None:
+        raise NotebookError("no recording yet: `%tidemark start` first")
+    done = subprocess.run([_collector(), "report", path], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise NotebookError(done.stderr.strip())
+    return done.stdout
+
+
+def _magic(line):
+    words = line.split()
+    command, rest = (words[0], words[1:]) if words else ("", [])
+    try:
+        if command == "start":
+            print(f"tidemark: recording this kernel to {start(rest[0] if rest else None)}")
+        elif command == "stop":
+            print(f"tidemark: stopped; the recording is {stop()}")
+        elif command == "report":
+            print(report(rest[0] if rest else None), end="")
+        else:
+            print("usage: %tidemark start [FILE] | stop | report [FILE]")
+    except NotebookError as error:
+        print(f"tidemark: {error}", file=sys.stderr)
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext tidemark`: the `%tidemark` line magic."""
+    ipython.register_magic_function(_magic, "line", "tidemark")

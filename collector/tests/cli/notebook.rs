@@ -1,0 +1,104 @@
+//! A real Jupyter kernel (ipykernel, driven headless by nbclient) records itself:
+//! `%load_ext tidemark`, `%tidemark start`, the cells, `%tidemark stop`, `%tidemark report`.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::python;
+
+/// Runs `cells` in a fresh kernel; each cell's stream and error outputs, joined.
+fn run_notebook(dir: &Path, cells: &[&str]) -> Vec<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let notebook = dir.join("notebook.json");
+    std::fs::write(&notebook, serde_json::to_string(cells).unwrap()).unwrap();
+    let output = Command::new(python())
+        .arg(manifest.join("tests/data/notebook/run.py"))
+        .arg(&notebook)
+        .current_dir(dir)
+        .env("PYTHONPATH", manifest.join("probe"))
+        .env("TIDEMARK_COLLECTOR", env!("CARGO_BIN_EXE_collector"))
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let cells: Vec<(String, Vec<String>)> = serde_json::from_slice(&output.stdout).unwrap();
+    cells.into_iter().map(|(_, texts)| texts.concat()).collect()
+}
+
+/// A training loop in a notebook that keeps every step's outputs: the kernel, recorded from
+/// within, is judged as a script would be — a leak, held by the notebook's `outputs` — by
+/// `%tidemark report` and by `collector report` of the file. A second start says one is
+/// running; a stop with none running says so.
+#[test]
+fn a_kernel_records_itself_and_its_leak_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nb.msgpack");
+    let start = format!("%tidemark start {}", out.display());
+    let cells = run_notebook(
+        dir.path(),
+        &[
+            "%load_ext tidemark",
+            "%tidemark stop",
+            &start,
+            &start,
+            "import torch\n\
+             torch.manual_seed(0)\n\
+             torch.set_num_threads(1)\n\
+             model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256))\n\
+             opt = torch.optim.SGD(model.parameters(), lr=0.01)\n\
+             outputs = []\n\
+             for step in range(60):\n\
+             \x20   opt.zero_grad()\n\
+             \x20   out = model(torch.randn(2048, 256))\n\
+             \x20   out.pow(2).mean().backward()\n\
+             \x20   opt.step()\n\
+             \x20   outputs.append(out.detach())  # 2 MiB kept every step",
+            "%tidemark stop",
+            "%tidemark report",
+        ],
+    );
+    assert!(cells[1].contains("tidemark: not recording"), "{cells:#?}");
+    assert_eq!(
+        cells[2],
+        format!("tidemark: recording this kernel to {}\n", out.display())
+    );
+    assert!(
+        cells[3].contains("tidemark: already recording to"),
+        "{cells:#?}"
+    );
+    assert!(
+        cells[5].starts_with("tidemark: stopped; the recording is"),
+        "{cells:#?}"
+    );
+    let report = &cells[6];
+    let verdict = report
+        .lines()
+        .find(|l| l.trim_start().starts_with('✗'))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        verdict.contains("Host memory leak") && verdict.ends_with("held by __main__.outputs"),
+        "{report}"
+    );
+    // The file, as the CLI reads it: the same verdict, and the kernel's 60 steps.
+    let text = crate::report(&out);
+    assert!(text.contains(verdict), "{text}");
+    let recording = collector::recording::read_file(&out).unwrap();
+    assert!(
+        recording.phases.len() >= 60 * 4,
+        "{} edges",
+        recording.phases.len()
+    );
+    assert!(
+        recording
+            .header
+            .command
+            .iter()
+            .any(|w| w.contains("ipykernel")),
+        "{:?}",
+        recording.header.command
+    );
+}
