@@ -694,6 +694,25 @@ class _Census:
         return count, total
 
 
+def _ipython():
+    """The IPython shell this process runs (a Jupyter kernel), if any."""
+    module = sys.modules.get("IPython")
+    if module is None:
+        return None
+    try:
+        return module.get_ipython()
+    except Exception:
+        return None
+
+
+def _cell_of(shell, filename):
+    """The execution count of the cell whose code IPython compiled as `filename`, if it knows."""
+    try:
+        return shell.compile._filename_map.get(filename)
+    except Exception:
+        return None
+
+
 def _frames(skip):
     """The frames of every thread, innermost first, then those an uncaught exception left."""
     out = []
@@ -752,6 +771,16 @@ def census(torch, models, optimizers, full, limit_s=_LIMIT_S):
     walk = _Census(torch, excluded, deadline)
     walk.seen.update(known)
     main = sys.modules.get("__main__")
+    # In a Jupyter kernel, IPython's output cache first: a value a cell displayed is held by
+    # `Out[N]` (and `_`, `__`, `___`, `_N`, which name the same objects).
+    shell = _ipython()
+    if shell is not None:
+        outputs = getattr(shell, "user_ns", {}).get("Out")
+        if type(outputs) is dict:
+            for n, value in list(outputs.items()):
+                walk.push(value, f"Out[{n}]",
+                          f"the output of cell [{n}], kept by IPython's output cache "
+                          "(`Out`, `_`: `%reset -f out` frees it)", None)
     roots = []
     if main is not None:
         roots.append(("__main__", main))
@@ -764,9 +793,22 @@ def census(torch, models, optimizers, full, limit_s=_LIMIT_S):
     frames = _frames(_probe_file_names())
     walk.live_frames.update(id(f) for f in frames)
     frames.sort(key=lambda f: _is_library(f.f_code.co_filename, walk.libraries))
+    # In a kernel, the frames of the cell that failed last stay alive with their locals.
+    kept_by_error = set()
+    if shell is not None:
+        tb = getattr(sys, "last_traceback", None)
+        while tb is not None:
+            kept_by_error.add(id(tb.tb_frame))
+            tb = tb.tb_next
     for frame in frames:
         code = frame.f_code
-        where = f"a local of {code.co_name}() ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+        cell = _cell_of(shell, code.co_filename) if shell is not None else None
+        place = (f"cell [{cell}], line {frame.f_lineno}" if cell is not None
+                 else f"{os.path.basename(code.co_filename)}:{frame.f_lineno}")
+        where = f"a local of {code.co_name}() ({place})"
+        if id(frame) in kept_by_error:
+            where += (", kept by the last error's traceback "
+                      "(`sys.last_traceback = None` frees it)")
         try:
             local = dict(frame.f_locals)
         except Exception:

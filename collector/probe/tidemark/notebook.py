@@ -109,6 +109,8 @@ def stop():
     _running = None
     import tidemark
 
+    # The last census, as at a job's end: who holds the kernel's memory now.
+    tidemark._steps._census_at_exit()
     tidemark._flush_pending()
     tidemark._sock = None  # the probe's hooks stay; they send nothing now
     process.send_signal(signal.SIGINT)

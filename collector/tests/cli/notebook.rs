@@ -102,3 +102,64 @@ fn a_kernel_records_itself_and_its_leak_is_named() {
         recording.header.command
     );
 }
+
+/// What a notebook holds is named as the notebook knows it: a cell's displayed value by IPython's
+/// output cache (`Out[3]`, not `_`), the locals of the cell that failed by the last error's
+/// traceback (in its cell, not a temporary file's name), each with how to free it; a global is a
+/// global. The census at `%tidemark stop` sees them.
+#[test]
+fn what_a_notebook_holds_is_named_as_the_notebook_knows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nb.msgpack");
+    let start = format!("%tidemark start {}", out.display());
+    let cells = run_notebook(
+        dir.path(),
+        &[
+            "%load_ext tidemark",
+            &start,
+            "import torch\ntorch.ones(2048, 2048)",
+            "def f():\n    big = torch.ones(4096, 1024)\n    raise ValueError('boom')\nf()",
+            "kept = [torch.ones(1024, 1024) for _ in range(3)]",
+            "%tidemark stop",
+        ],
+    );
+    assert!(cells[3].contains("ValueError: boom"), "{cells:#?}");
+    let text = crate::report(&out);
+    let holders: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("HOLDERS"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    let line = |name: &str| {
+        holders
+            .iter()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {text}"))
+            .to_owned()
+    };
+    assert!(
+        line("Out[3] ").contains("16.0 MiB in    1 tensor")
+            && line("Out[3] ").contains(
+                "the output of cell [3], kept by IPython's output cache (`Out`, `_`: `%reset -f out` frees it)"
+            ),
+        "{text}"
+    );
+    assert!(
+        line("big ").contains("16.0 MiB")
+            && line("big ").contains(
+                "a local of f() (cell [4], line 3), kept by the last error's traceback (`sys.last_traceback = None` frees it)"
+            ),
+        "{text}"
+    );
+    assert!(
+        line("__main__.kept ").contains("12.0 MiB in    3 tensors"),
+        "{text}"
+    );
+    assert!(
+        !holders
+            .iter()
+            .any(|l| l.trim_start().starts_with("__main__._ ")),
+        "{text}"
+    );
+}
