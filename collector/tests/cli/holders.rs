@@ -743,6 +743,8 @@ for step in range(20):
     opt.zero_grad()
     model(x).sum().backward()
     opt.step()
+del model, opt  # (freed while the process group lives: see ranks.rs)
+dist.barrier()
 dist.destroy_process_group()
 "#,
     );

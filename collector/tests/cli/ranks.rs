@@ -30,6 +30,10 @@ for step in range(30):
     opt.step()
     if rank in leaky:
         kept.append(torch.randn(2 << 20))  # 8 MiB a step, kept for good
+# DDP holds the process group: freed while the group lives, else gloo's threads may meet the
+# interpreter's teardown and abort ("terminate called without an active exception").
+del model, opt
+dist.barrier()
 dist.destroy_process_group()
 "#;
 
