@@ -4,7 +4,7 @@
     %tidemark start            # or: %tidemark start run.msgpack
     ...                        # the cells to record
     %tidemark stop
-    %tidemark report
+    %tidemark report           # the verdict; in a notebook, the HTML report with its picture
 
 `start()`, `stop()` and `report()` do the same from code. `start` runs a collector beside the
 kernel on its pid (`collector --pid`), which samples the kernel's device and host memory, and
@@ -125,13 +125,45 @@ def stop():
 
 def report(path=None):
     """The verdict on the recording (`collector report`), as text."""
-    path = path or (_running[1] if _running else _last)
-    if path is None:
-        raise NotebookError("no recording yet: `%tidemark start` first")
-    done = subprocess.run([_collector(), "report", path], capture_output=True, text=True)
+    done = subprocess.run([_collector(), "report", _recording(path)], capture_output=True, text=True)
     if done.returncode != 0:
         raise NotebookError(done.stderr.strip())
     return done.stdout
+
+
+def report_html(path=None):
+    """The report as one self-contained HTML page (`collector report --html`): the verdict, the
+    picture of the run, the phases."""
+    folder = tempfile.mkdtemp(prefix="tidemark-report-")
+    page = os.path.join(folder, "report.html")
+    done = subprocess.run([_collector(), "report", _recording(path), "--html", page],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise NotebookError(done.stderr.strip())
+    with open(page, encoding="utf-8") as f:
+        return f.read()
+
+
+def _recording(path):
+    path = path or (_running[1] if _running else _last)
+    if path is None:
+        raise NotebookError("no recording yet: `%tidemark start` first")
+    return path
+
+
+class _Report:
+    """The report as a cell shows it: the page in a frame of its own (its styles stay in it)
+    where the front end draws HTML, the text elsewhere."""
+
+    def __init__(self, text, page):
+        self.text, self.page = text, page
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        import html
+
+        frame = (f'<iframe srcdoc="{html.escape(self.page, quote=True)}" '
+                 'style="width:100%;height:720px;border:0" title="tidemark report"></iframe>')
+        return {"text/plain": self.text, "text/html": frame}
 
 
 def _magic(line):
@@ -143,7 +175,14 @@ def _magic(line):
         elif command == "stop":
             print(f"tidemark: stopped; the recording is {stop()}")
         elif command == "report":
-            print(report(rest[0] if rest else None), end="")
+            path = rest[0] if rest else None
+            text = report(path)
+            try:
+                from IPython.display import display
+
+                display(_Report(text, report_html(path)))
+            except ImportError:
+                print(text, end="")
         else:
             print("usage: %tidemark start [FILE] | stop | report [FILE]")
     except NotebookError as error:

@@ -74,7 +74,14 @@ fn a_kernel_records_itself_and_its_leak_is_named() {
         cells[5].starts_with("tidemark: stopped; the recording is"),
         "{cells:#?}"
     );
-    let report = &cells[6];
+    // The text as the CLI prints it, then the HTML report in a frame of its own, with its picture.
+    let (report, page) = cells[6]
+        .split_once("\n<html output>")
+        .unwrap_or_else(|| panic!("no HTML: {:#?}", cells[6]));
+    assert!(
+        page.starts_with("<iframe srcdoc=\"&lt;!DOCTYPE html&gt;") && page.contains("&lt;svg"),
+        "{page}"
+    );
     let verdict = report
         .lines()
         .find(|l| l.trim_start().starts_with('✗'))

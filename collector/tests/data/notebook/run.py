@@ -1,5 +1,6 @@
 """Runs a notebook in a real Jupyter kernel (ipykernel, driven by nbclient), headless, and prints
-each code cell's outputs as JSON: [[cell source, [stream or error text, ...]], ...].
+each code cell's outputs as JSON: [[cell source, [stream, error or display text, ...]], ...]
+(a display's HTML follows its text, after a line "<html output>").
 
     python run.py NOTEBOOK.json
 
@@ -23,5 +24,10 @@ for cell in nb.cells:
             texts.append(output["text"])
         elif output.get("output_type") == "error":
             texts.append(f"{output['ename']}: {output['evalue']}")
+        elif output.get("output_type") in ("display_data", "execute_result"):
+            data = output.get("data", {})
+            texts.append(data.get("text/plain", ""))
+            if "text/html" in data:
+                texts.append("\n<html output>" + data["text/html"])
     result.append([cell.source, texts])
 print(json.dumps(result))
