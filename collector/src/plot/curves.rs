@@ -298,22 +298,53 @@ fn rank_host_traces(
             }
             (rank, times_ns, values)
         })
-        .map(|(rank, times_ns, values)| (rank, times_ns, Values::from(values)))
-        .map(|(rank, times_ns, values)| Trace {
-            kind: TraceKind::Host,
-            device: None,
-            device_name: None,
-            origin: Some(format!("rank {rank}")),
-            levels: levels(&times_ns, &values),
-            covered: values.len(),
-            readings: None,
-            shade: 0,
-            source: Source::Owned {
-                times_ns: std::sync::Arc::new(times_ns),
-                values,
-            },
+        .map(|(rank, times_ns, values)| {
+            let origin = Some(format!("rank {rank}"));
+            owned(
+                TraceKind::Host,
+                None,
+                None,
+                origin,
+                times_ns,
+                values.into(),
+                levels,
+            )
         })
         .collect()
+}
+
+/// A curve of samples made for the view (not one of the recording's columns), with its levels.
+fn owned(
+    kind: TraceKind,
+    device: Option<u32>,
+    device_name: Option<String>,
+    origin: Option<String>,
+    times_ns: Vec<u64>,
+    values: Values,
+    levels: &impl Fn(&[u64], &Values) -> Levels,
+) -> Trace {
+    Trace {
+        kind,
+        device,
+        device_name,
+        origin,
+        levels: levels(&times_ns, &values),
+        covered: values.len(),
+        readings: None,
+        shade: 0,
+        source: Source::Owned {
+            times_ns: std::sync::Arc::new(times_ns),
+            values,
+        },
+    }
+}
+
+/// A process in a legend: its rank, else its pid.
+fn process_name(pid: u32, rank: Option<u32>) -> String {
+    match rank {
+        Some(rank) => format!("rank {rank}"),
+        None => format!("pid {pid}"),
+    }
 }
 
 /// Each process' device memory outside PyTorch's cache, where the driver counts the process'
@@ -372,22 +403,16 @@ fn outside_pytorch_traces(
     let several = found.len() > 1;
     found
         .into_iter()
-        .map(|(pid, rank, device, times_ns, values)| Trace {
-            kind: TraceKind::OutsidePytorch,
-            device: Some(device),
-            device_name: Some(recording.header.device_name(device)),
-            origin: several.then(|| match rank {
-                Some(rank) => format!("rank {rank}"),
-                None => format!("pid {pid}"),
-            }),
-            levels: levels(&times_ns, &values),
-            covered: values.len(),
-            readings: None,
-            shade: 0,
-            source: Source::Owned {
-                times_ns: std::sync::Arc::new(times_ns),
+        .map(|(pid, rank, device, times_ns, values)| {
+            owned(
+                TraceKind::OutsidePytorch,
+                Some(device),
+                Some(recording.header.device_name(device)),
+                several.then(|| process_name(pid, rank)),
+                times_ns,
                 values,
-            },
+                levels,
+            )
         })
         .collect()
 }
@@ -439,10 +464,7 @@ fn allocator_traces(
         if !indices.is_sorted_by_key(|&i| readings.t_ns(i)) {
             indices.sort_by_key(|&i| readings.t_ns(i));
         }
-        let origin = several.then(|| match rank {
-            Some(rank) => format!("rank {rank}"),
-            None => format!("pid {pid}"),
-        });
+        let origin = several.then(|| process_name(pid, rank));
         let times_ns = std::sync::Arc::new(
             indices
                 .iter()

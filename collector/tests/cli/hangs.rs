@@ -58,6 +58,36 @@ fn until_stalled(
     (status, printed)
 }
 
+/// Runs `job` as two `torchrun` ranks on gloo under the collector (`--stall-after 3`) until a
+/// stall where both ranks answered with their stacks; what the collector printed.
+fn two_ranks_until_both_answered(job: &Job) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_collector"));
+    command
+        .arg("--out")
+        .arg(job.out())
+        .args(["--stall-after", "3", "--flush-interval-ms", "100", "--"])
+        .arg(python())
+        .args([
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+        ])
+        .arg(job.path("job.py"))
+        .current_dir(job.dir.path())
+        .env("OMP_NUM_THREADS", "1");
+    let (_, printed) = until_stalled(job, command, |stall| {
+        let answered = |rank| {
+            stall
+                .processes
+                .iter()
+                .any(|p| p.origin.rank == Some(rank) && p.step.is_some() && !p.threads.is_empty())
+        };
+        answered(0) && answered(1)
+    });
+    printed
+}
+
 /// `collector check FILE`: its exit status and output.
 fn check(job: &Job) -> (Option<i32>, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_collector"))
@@ -201,30 +231,7 @@ for step in range(100):
     dist.all_reduce(loss.detach())
 "#,
     );
-    let mut command = Command::new(env!("CARGO_BIN_EXE_collector"));
-    command
-        .arg("--out")
-        .arg(job.out())
-        .args(["--stall-after", "3", "--flush-interval-ms", "100", "--"])
-        .arg(python())
-        .args([
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-        ])
-        .arg(job.path("job.py"))
-        .current_dir(job.dir.path())
-        .env("OMP_NUM_THREADS", "1");
-    let (_, printed) = until_stalled(&job, command, |stall| {
-        let answered = |rank| {
-            stall
-                .processes
-                .iter()
-                .any(|p| p.origin.rank == Some(rank) && p.step.is_some() && !p.threads.is_empty())
-        };
-        answered(0) && answered(1)
-    });
+    let printed = two_ranks_until_both_answered(&job);
 
     let text = report(&job.out());
     let verdict = text
@@ -389,30 +396,7 @@ for step in range(100):
     opt.zero_grad()
 "#,
     );
-    let mut command = Command::new(env!("CARGO_BIN_EXE_collector"));
-    command
-        .arg("--out")
-        .arg(job.out())
-        .args(["--stall-after", "3", "--flush-interval-ms", "100", "--"])
-        .arg(python())
-        .args([
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-        ])
-        .arg(job.path("job.py"))
-        .current_dir(job.dir.path())
-        .env("OMP_NUM_THREADS", "1");
-    let (_, printed) = until_stalled(&job, command, |stall| {
-        let answered = |rank| {
-            stall
-                .processes
-                .iter()
-                .any(|p| p.origin.rank == Some(rank) && p.step.is_some() && !p.threads.is_empty())
-        };
-        answered(0) && answered(1)
-    });
+    let printed = two_ranks_until_both_answered(&job);
     let text = report(&job.out());
     let verdict = text
         .lines()

@@ -358,6 +358,30 @@ impl MemoryCgroup {
             .output()
             .unwrap()
     }
+
+    /// Runs `job` in the cgroup: it exits with `code`, and the report says who killed it
+    /// (`killed_by`, as the JSON spells it); the report's text.
+    fn died(&self, job: &Job, code: i32, killed_by: &str) -> String {
+        let output = self.run(job);
+        assert_eq!(output.status.code(), Some(code), "{}", stderr(&output));
+        let json = crate::report_json(&job.out());
+        assert_eq!(
+            json["analysis"]["ending"]["killed_by"], killed_by,
+            "{:#}",
+            json["analysis"]["ending"]
+        );
+        crate::report(&job.out())
+    }
+}
+
+/// `collector check` fails on the job's recording (exit 1).
+fn check_fails(job: &Job) {
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("check")
+        .arg(job.out())
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
 }
 
 impl Drop for MemoryCgroup {
@@ -390,15 +414,7 @@ for step in range(1000):
     time.sleep(0.02)
 "#,
     );
-    let output = cgroup.run(&job);
-    assert_eq!(output.status.code(), Some(137), "{}", stderr(&output));
-    let json = crate::report_json(&job.out());
-    assert_eq!(
-        json["analysis"]["ending"]["killed_by"], "cgroup_oom",
-        "{:#}",
-        json["analysis"]["ending"]
-    );
-    let text = crate::report(&job.out());
+    let text = cgroup.died(&job, 137, "cgroup_oom");
     let cgroup_name = cgroup.path.file_name().unwrap().to_string_lossy();
     assert!(
         text.contains("Killed by the kernel's OOM killer")
@@ -406,12 +422,7 @@ for step in range(1000):
             && text.contains("300 MiB limit"),
         "{text}"
     );
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .arg("check")
-        .arg(job.out())
-        .output()
-        .unwrap();
-    assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
+    check_fails(&job);
 }
 
 /// A DataLoader worker that keeps 8 MiB of every item it loads, in a memory cgroup of 1 GiB:
@@ -442,15 +453,7 @@ for batch in DataLoader(Grows(), batch_size=1, num_workers=1):
     pass
 "#,
     );
-    let output = cgroup.run(&job);
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
-    let json = crate::report_json(&job.out());
-    assert_eq!(
-        json["analysis"]["ending"]["killed_by"], "cgroup_oom",
-        "{:#}",
-        json["analysis"]["ending"]
-    );
-    let text = crate::report(&job.out());
+    let text = cgroup.died(&job, 1, "cgroup_oom");
     assert!(
         text.contains("✗ A DataLoader worker (pid ")
             && text.contains("Killed by the kernel's OOM killer")
@@ -508,10 +511,5 @@ time.sleep(120)
             && text.contains("% of its 2.00 GiB limit"),
         "{text}"
     );
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .arg("check")
-        .arg(job.out())
-        .output()
-        .unwrap();
-    assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
+    check_fails(&job);
 }
