@@ -365,7 +365,13 @@ fn frames_ui(ui: &mut egui::Ui, s: &Snapshot, stack: u32) {
 
 fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
     let s = &view.snapshot;
-    ui.heading("Leak suspects");
+    // Without steps (no phase that repeats), sites alive from many moments are shown as such.
+    let stepless = view.verdict.suspects.iter().all(|x| x.phase.is_none());
+    ui.heading(if stepless && !view.verdict.suspects.is_empty() {
+        "Alive at the end, allocated at many moments (the trace has no steps)"
+    } else {
+        "Leak suspects"
+    });
     if view.verdict.suspects.is_empty() {
         ui.label("None: no allocation site left blocks alive from several occurrences of a repeating phase.");
         return;
@@ -376,7 +382,7 @@ fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
             for (i, x) in view.verdict.suspects.iter().take(50).enumerate() {
                 let within = match &x.phase {
                     Some(p) => format!("in {p}: {} of {} occurrences", x.occurrences, x.of),
-                    None => format!("allocated at {} times, never freed", x.occurrences),
+                    None => format!("allocated at {} times, alive at the end", x.occurrences),
                 };
                 egui::CollapsingHeader::new(
                     egui::RichText::new(format!(

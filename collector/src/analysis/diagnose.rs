@@ -172,6 +172,9 @@ fn as_profiler_file(analysis: &mut Analysis, imported: Imported) {
     }
 }
 
+/// What a snapshot whose trace has no steps says instead of a trend.
+pub const STEPLESS_SNAPSHOT: &str = "not enough data: the snapshot's trace has no steps (no phase that repeats), so what one step holds (activations saved for backward) cannot be told from a leak";
+
 /// A profiler trace without `ProfilerStep` spans: no trend to judge, and the peak of each device
 /// (PyTorch's allocated bytes, else what it allocated on the CPU), when.
 fn stepless_trace_finding(recording: &Recording) -> super::Finding {
@@ -207,7 +210,12 @@ fn stepless_trace_finding(recording: &Recording) -> super::Finding {
     }
     super::Finding {
         kind: FindingKind::NotEnoughData,
-        title: "not enough data: the trace holds no ProfilerStep spans, so a rise within one step cannot be told from a leak".to_owned(),
+        title: if recording.header.imported() == Some(Imported::Snapshot) {
+            STEPLESS_SNAPSHOT
+        } else {
+            "not enough data: the trace holds no ProfilerStep spans, so a rise within one step cannot be told from a leak"
+        }
+        .to_owned(),
         phase: None,
         basis: if readings.is_empty() {
             Basis::HostRss
@@ -315,7 +323,12 @@ fn analyze_one(recording: &Recording) -> Analysis {
     } else {
         (Basis::HostRss, false, StepSeries::default())
     };
-    let stepless_trace = recording.header.imported() == Some(Imported::Trace) && !by_step;
+    // A profiler trace or a snapshot's trace without steps is a stretch of allocations (often one
+    // forward pass, or one step): a rise within a step cannot be told from a leak.
+    let stepless_trace = matches!(
+        recording.header.imported(),
+        Some(Imported::Trace | Imported::Snapshot)
+    ) && !by_step;
     if !by_step && !step_series.values.is_empty() && !stepless_trace {
         lacks.push("no steps: the trend is taken over time windows (the lowest value of each), which is coarser than per step".to_owned());
     }

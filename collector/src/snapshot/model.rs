@@ -663,6 +663,10 @@ pub struct LeakSuspect {
 pub struct SuspectMarks {
     /// What the legend says: the site, its bytes and blocks.
     pub label: String,
+    /// A leak suspect (its blocks left alive by several occurrences of a repeating phase), not
+    /// a site whose blocks a trace without steps saw allocated at many moments and alive at its
+    /// end (what one step holds looks so too).
+    pub leak: bool,
     /// The device.
     pub device: u32,
     /// (nanoseconds since the trace's start, allocated bytes on the device just after), at most

@@ -237,7 +237,14 @@ impl SnapshotVerdict {
         } else if let Some(entries) = snapshot.ring_overflowed() {
             evidence.push(super::timeline::overflow_sentence(entries));
         }
-        if !snapshot.entries.is_empty() && analysis.finding(FindingKind::NotEnoughData).is_some() {
+        let stepless = analysis
+            .finding(FindingKind::NotEnoughData)
+            .is_some_and(|f| f.title == crate::analysis::STEPLESS_SNAPSHOT);
+        if stepless {
+            evidence.push("the trace has no steps (no phase that repeats): no trend is judged or drawn, and what one step holds (activations saved for backward) cannot be told from a leak".to_owned());
+        } else if !snapshot.entries.is_empty()
+            && analysis.finding(FindingKind::NotEnoughData).is_some()
+        {
             evidence.push(format!(
                 "the trace ({}) is too short for a trend: {}, at least {} are needed",
                 count(snapshot.entries.len(), "entry"),
@@ -298,12 +305,20 @@ impl SnapshotVerdict {
                     })
                     .collect();
                 let site = snapshot.site_name(snapshot.site(s.stack));
+                let held = format!(
+                    "{} in {}",
+                    format_bytes(s.bytes as f64),
+                    count(s.blocks, "block")
+                );
                 SuspectMarks {
-                    label: format!(
-                        "leak suspect: {site} ({} in {} alive)",
-                        format_bytes(s.bytes as f64),
-                        count(s.blocks, "block")
-                    ),
+                    label: match s.phase {
+                        Some(_) => format!("leak suspect: {site} ({held} alive)"),
+                        None => format!(
+                            "allocated at {} times, alive at the end: {site} ({held})",
+                            s.occurrences
+                        ),
+                    },
+                    leak: s.phase.is_some(),
                     device: s.device,
                     points,
                 }
@@ -318,10 +333,17 @@ impl SuspectMarks {
         if marks.is_empty() {
             return String::new();
         }
-        format!(
-            "; marked: where the blocks of {} still alive at the end were allocated",
-            count(marks.len(), "leak suspect")
-        )
+        if marks.iter().any(|m| m.leak) {
+            format!(
+                "; marked: where the blocks of {} still alive at the end were allocated",
+                count(marks.len(), "leak suspect")
+            )
+        } else {
+            format!(
+                "; marked: where the blocks of {} still alive at the end were allocated (the trace has no steps: what one step holds and a leak look alike)",
+                count(marks.len(), "site")
+            )
+        }
     }
 }
 
@@ -378,7 +400,7 @@ fn suspect_sentence(snapshot: &Snapshot, s: &LeakSuspect) -> String {
             s.of
         ),
         None => format!(
-            "leak suspect: {} in {} on {} {site}, allocated at {} different times and never freed",
+            "alive at the end: {} in {} on {} {site}, allocated at {} different times",
             format_bytes(s.bytes as f64),
             count(s.blocks, "block"),
             snapshot.device_name(s.device),

@@ -337,13 +337,13 @@ fn a_snapshots_leak_suspects_are_marked_where_their_blocks_were_allocated() {
     let (names, texts) = parse(&xml);
     assert!(
         texts.contains(
-            &"leak suspect: main (misc/attention.py:358) (256 MiB in 16 blocks alive)".to_owned()
+            &"allocated at 16 times, alive at the end: main (misc/attention.py:358) (256 MiB in 16 blocks)".to_owned()
         ),
         "{texts:?}"
     );
     assert!(
         texts.join(" ").contains(
-            "marked: where the blocks of 1 leak suspect still alive at the end were allocated"
+            "marked: where the blocks of 1 site still alive at the end were allocated (the trace has no steps: what one step holds and a leak look alike)"
         ),
         "{texts:?}"
     );
