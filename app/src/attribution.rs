@@ -17,10 +17,26 @@ fn mean_spread(mean: f64, std: f64) -> String {
 /// The table, the bars, retained memory per step by phase, and the average step early vs. late.
 pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &RunView) {
     if analysis.phases.is_empty() {
-        ui.label(
-            "No phases in this recording: run the job under the collector with automatic phases \
-             on (PyTorch), or mark them with tidemark.phase(…).",
-        );
+        // Phases marked in a file without steps (a snapshot's `record_function` ranges): named,
+        // and why they are not attributed.
+        let names: std::collections::BTreeSet<String> = analysis
+            .occurrences
+            .iter()
+            .map(|o| o.phase.to_string())
+            .collect();
+        if names.is_empty() {
+            ui.label(
+                "No phases in this recording: run the job under the collector with automatic \
+                 phases on (PyTorch), or mark them with tidemark.phase(…).",
+            );
+        } else {
+            ui.label(format!(
+                "The phases this file marks ({}) are not attributed: a phase's memory is counted \
+                 within the step it belongs to, and the file has no steps (a phase that repeats, \
+                 or ProfilerStep spans). The phase bands on the timeline show where they ran.",
+                names.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
         return;
     }
     ui.heading("Per phase");

@@ -1806,3 +1806,28 @@ fn snapshot_the_guides_screenshot() {
         &egui_kittest::SnapshotOptions::new().output_path(docs),
     );
 }
+
+/// A snapshot whose trace marks phases (`Optimizer.step` ranges) but has no steps: its Phases
+/// tab names them and says why they are not attributed, rather than that there are none.
+#[test]
+fn a_snapshots_phases_without_steps_are_named_on_the_phases_tab() {
+    let mut app = TidemarkApp::empty();
+    app.open_path(&snapshot_file("real/bcrafton_cs336_training_step.pickle"));
+    let mut harness = harness(app);
+    harness.run();
+    let run = harness.state().runs()[0].run.as_ref().unwrap();
+    assert!(run.analysis.phases.is_empty());
+    assert!(
+        !run.analysis.occurrences.is_empty(),
+        "the trace marks phases"
+    );
+    harness.get_by_label("Phases").click();
+    harness.run();
+    harness.get_by_label_contains("The phases this file marks (");
+    harness.get_by_label_contains("are not attributed");
+    assert!(
+        harness
+            .query_by_label_contains("No phases in this recording")
+            .is_none()
+    );
+}
