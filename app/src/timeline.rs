@@ -373,7 +373,7 @@ pub fn timeline_ui(
             } else {
                 (bounds.min()[1], bounds.max()[1])
             };
-            phase_bands(pui, view, &map, (t0, t1), (y0, y1), width);
+            phase_bands(pui, view, &map, (t0, t1), (y0, y1), width, dark);
         }
         step_ticks(pui, view, &map, t0, t1, width);
         if state.verdict {

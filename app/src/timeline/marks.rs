@@ -116,11 +116,18 @@ pub(super) fn extent(
 /// same phase when they are a few pixels wide, else the phase at the middle of each pixel column,
 /// merged. Drawn as filled rectangles, which (unlike spans) lay out no text.
 /// Bands of the phase the verdict names stand out; the others step back.
-pub(super) fn band_alpha(view: &RunView, phase: &Phase) -> u8 {
-    match &view.verdict.problem_phase {
-        Some(p) if p == phase => 90,
-        Some(_) => 22,
-        None => 45,
+/// A phase band's opacity: the phase the verdict blames (`blamed` `Some(true)`) stands out, the
+/// others (`Some(false)`; `None` where the verdict blames none) stay readable behind the curves.
+/// The phases' light tints need more of it on the dark theme, where at the light theme's
+/// opacity they were ~5 % from the background.
+pub(super) fn band_alpha(blamed: Option<bool>, dark: bool) -> u8 {
+    match (blamed, dark) {
+        (Some(true), false) => 90,
+        (Some(true), true) => 120,
+        (Some(false), false) => 22,
+        (Some(false), true) => 48,
+        (None, false) => 45,
+        (None, true) => 70,
     }
 }
 
@@ -216,6 +223,7 @@ pub(super) fn phase_bands(
     (t0, t1): (u64, u64),
     (y0, y1): (f64, f64),
     width: usize,
+    dark: bool,
 ) {
     // Columns of 4 pixels: narrower bands cannot be told apart anyway.
     for (from, to) in collector::plot::spans_in(&view.unobserved, t0, t1, width / 4) {
@@ -227,6 +235,7 @@ pub(super) fn phase_bands(
                 .allow_hover(false),
         );
     }
+    let blamed = |phase: &Phase| view.verdict.problem_phase.as_ref().map(|p| p == phase);
     let bands = collector::plot::phase_bands(&view.occurrences, t0, t1, width / 4);
     for band in bands {
         let phase = band.phase;
@@ -234,7 +243,7 @@ pub(super) fn phase_bands(
         let corners = vec![[xa, y0], [xa, y1], [xb, y1], [xb, y0]];
         pui.polygon(
             Polygon::new(phase.as_str(), corners)
-                .fill_color(phase_color(phase, band_alpha(view, phase)))
+                .fill_color(phase_color(phase, band_alpha(blamed(phase), dark)))
                 // No visible edge; its colour is what the legend shows.
                 .stroke(egui::Stroke::new(0.0, phase_color(phase, 255)))
                 .allow_hover(false),
@@ -331,4 +340,31 @@ pub(super) fn overlay_line(
         .style(LineStyle::dashed_dense())
         .width(1.5),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::band_alpha;
+
+    /// Every built-in phase's band, on the dark theme's plot, is at least 12 % from the
+    /// background in its brightest channel, and the blamed phase more than the others.
+    #[test]
+    fn the_phase_bands_are_seen_on_the_dark_theme() {
+        let background = egui::Visuals::dark().extreme_bg_color;
+        for (name, c) in collector::palette::PHASES {
+            for blamed in [None, Some(false), Some(true)] {
+                let alpha = f32::from(band_alpha(blamed, true)) / 255.0;
+                let apart = [
+                    (c.0, background.r()),
+                    (c.1, background.g()),
+                    (c.2, background.b()),
+                ]
+                .into_iter()
+                .map(|(band, bg)| alpha * (f32::from(band) - f32::from(bg)))
+                .fold(0.0f32, f32::max);
+                assert!(apart >= 0.12 * 255.0, "{name} ({blamed:?}): {apart}");
+            }
+        }
+        assert!(band_alpha(Some(true), true) > band_alpha(Some(false), true));
+    }
 }
