@@ -170,3 +170,47 @@ fn what_a_notebook_holds_is_named_as_the_notebook_knows_it() {
         "{text}"
     );
 }
+
+/// A kernel that dies while it records (here a plain Python process that started recording
+/// itself with `tidemark.notebook.start()`, then ends without a word): the collector, in a
+/// session of its own, sees it gone and finishes the recording, which reads whole.
+#[test]
+fn a_kernel_that_dies_while_recording_leaves_a_whole_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("died.msgpack");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new(python())
+        .arg("-c")
+        .arg(format!(
+            "import os, tidemark.notebook as nb\n\
+             nb.start({:?})\n\
+             import torch\n\
+             kept = [torch.ones(1 << 20) for _ in range(8)]\n\
+             os._exit(3)",
+            out.display().to_string()
+        ))
+        .env("PYTHONPATH", manifest.join("probe"))
+        .env("TIDEMARK_COLLECTOR", env!("CARGO_BIN_EXE_collector"))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3));
+    // The collector notices within its sampling interval, then writes the end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let recording = loop {
+        if let Ok(r) = collector::recording::read_file(&out)
+            && r.end.is_some()
+        {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no whole recording at {}",
+            out.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        recording.series.iter().any(|s| !s.values.is_empty()),
+        "the process' memory was sampled"
+    );
+}
