@@ -39,6 +39,8 @@ pub struct MemoryState {
     start_us: Option<i64>,
     /// The segments' view: their layout and its picture.
     pub segment_view: crate::segtimeline::SegmentView,
+    /// When the pinned block's stack was last copied, and how many lines: said for a moment.
+    copied: Option<(web_time::Instant, usize)>,
 }
 
 /// The blocks a frame of the flame graph stands for: those its stacks allocated.
@@ -493,16 +495,27 @@ fn pinned_panel(
         && let Some(b) = pinned_device.block(snapshot, band)
     {
         let stack = stack_text(snapshot, b.stack);
-        if ui.input(|i| i.events.iter().any(|e| matches!(e, egui::Event::Copy))) {
-            ui.ctx().copy_text(stack.clone());
-        }
+        let mut copy = ui.input(|i| i.events.iter().any(|e| matches!(e, egui::Event::Copy)));
         ui.horizontal(|ui| {
             ui.strong("Pinned block");
-            if ui.small_button("Copy stack").clicked() {
-                ui.ctx().copy_text(stack.clone());
-            }
+            copy |= ui.small_button("Copy stack").clicked();
             if ui.small_button("Unpin").clicked() {
                 state.pinned = None;
+            }
+            if copy {
+                ui.ctx().copy_text(stack.clone());
+                state.copied = Some((web_time::Instant::now(), stack.lines().count()));
+            }
+            // Said for two seconds, so that a copy is never silent.
+            if let Some((at, lines)) = state.copied {
+                let shown = std::time::Duration::from_secs(2);
+                if at.elapsed() < shown {
+                    ui.weak(format!("copied the stack ({lines} lines)"));
+                    ui.ctx()
+                        .request_repaint_after(shown.saturating_sub(at.elapsed()));
+                } else {
+                    state.copied = None;
+                }
             }
         });
         ui.label(block_lines(snapshot, layout, pinned_device, &b, start_us).join("  ·  "));

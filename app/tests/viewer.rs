@@ -1229,6 +1229,12 @@ fn memory_timeline_of_a_real_snapshot() {
         expected.contains(".py:") || expected.contains("??"),
         "{expected}"
     );
+    // A copy is never silent: the panel says what went to the clipboard.
+    harness.run();
+    harness.get_by_label(&format!(
+        "copied the stack ({} lines)",
+        expected.lines().count()
+    ));
 }
 
 #[test]
