@@ -194,28 +194,17 @@ pub(super) fn outside_pytorch_growth(
     else {
         return;
     };
-    let Some(used) = recording.series(&SeriesKey {
-        kind: SeriesKind::ProcessDevice,
-        device: Some(device),
-        pid: Some(pid),
-    }) else {
-        return;
-    };
-    let used = used.sorted();
-    // (step, outside, used, reserved) at the lowest sample of each step; the last step, which
+    // (step, outside, used, reserved) at the lowest reading of each step; the last step, which
     // may not have ended, is left out.
     let mut lowest: Vec<(u64, f64, u64, u64)> = Vec::new();
     let mut k = 0;
-    for (&t, value) in used.times_ns.iter().zip(used.values.iter()) {
+    for (t, value, reserved) in recording.driver_and_cache(pid, device) {
         if t < starts[0].t_ns || t >= last_start.t_ns {
             continue;
         }
         while starts.get(k + 1).is_some_and(|s| s.t_ns <= t) {
             k += 1;
         }
-        let Some(reserved) = allocator.reserved_at(t) else {
-            continue;
-        };
         let outside = value as f64 - reserved as f64;
         let step = starts[k].step;
         match lowest.last_mut() {

@@ -175,8 +175,9 @@ fn as_profiler_file(analysis: &mut Analysis, imported: Imported) {
 /// What a snapshot whose trace has no steps says instead of a trend.
 pub const STEPLESS_SNAPSHOT: &str = "not enough data: the snapshot's trace has no steps (no phase that repeats), so what one step holds (activations saved for backward) cannot be told from a leak";
 
-/// A profiler trace without `ProfilerStep` spans: no trend to judge, and the peak of each device
-/// (PyTorch's allocated bytes, else what it allocated on the CPU), when.
+/// A profiler trace without `ProfilerStep` spans, or a snapshot's trace without steps: no trend to
+/// judge, and the peak of each device (PyTorch's allocated bytes, else what it allocated on the
+/// CPU), when.
 fn stepless_trace_finding(recording: &Recording) -> super::Finding {
     let readings = &recording.allocator;
     let mut peaks: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
@@ -224,7 +225,12 @@ fn stepless_trace_finding(recording: &Recording) -> super::Finding {
         },
         growth_per_step_bytes: None,
         evidence,
-        hints: vec!["call `prof.step()` every training step (with `torch.profiler.schedule`) and profile several steps: a leak shows as a rise from one step to the next".to_owned()],
+        hints: vec![if recording.header.imported() == Some(Imported::Snapshot) {
+            "record the history over several steps, with their phases marked (`record_function`), before the snapshot: a leak shows as what each occurrence of a phase leaves alive"
+        } else {
+            "call `prof.step()` every training step (with `torch.profiler.schedule`) and profile several steps: a leak shows as a rise from one step to the next"
+        }
+        .to_owned()],
     }
 }
 
@@ -436,8 +442,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
             grows_outside_malloc(&edges)
         });
     if stepless_trace {
-        // A profiler trace without steps is a stretch of allocations (often one forward pass):
-        // a rise within a step cannot be told from a leak. Its peaks say what it holds.
+        // No trend to judge: its peaks say what it holds.
         analysis.findings.push(stepless_trace_finding(recording));
     } else {
         rules::judge(

@@ -272,13 +272,6 @@ impl<'a> AllocatorIndex<'a> {
         self.pid
     }
 
-    /// The reserved bytes of the last sample at or before `t_ns`.
-    pub fn reserved_at(&self, t_ns: u64) -> Option<u64> {
-        let i = self.by_time.partition_point(|&(t, _)| t <= t_ns);
-        let &(_, at) = self.by_time.get(i.checked_sub(1)?)?;
-        Some(self.readings.reserved(at as usize))
-    }
-
     /// The device the samples are about.
     pub fn device(&self) -> Option<u32> {
         self.device

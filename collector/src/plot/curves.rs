@@ -356,7 +356,6 @@ fn outside_pytorch_traces(
     levels: &impl Fn(&[u64], &Values) -> Levels,
 ) -> Vec<Trace> {
     let readings = &recording.allocator;
-    let times = readings.times_ns();
     let mut found = Vec::new();
     for series in recording
         .series
@@ -366,13 +365,6 @@ fn outside_pytorch_traces(
         let (Some(device), Some(pid)) = (series.key.device, series.key.pid) else {
             continue;
         };
-        let mut reserved: Vec<(u64, u64)> = readings
-            .indices_of(|&(origin, d)| origin.pid == pid && d == device)
-            .map(|i| (times[i], readings.reserved(i)))
-            .collect();
-        if !reserved.is_sorted() {
-            reserved.sort_unstable();
-        }
         let Some(rank) = readings
             .indices_of(|&(origin, d)| origin.pid == pid && d == device)
             .next()
@@ -380,24 +372,16 @@ fn outside_pytorch_traces(
         else {
             continue;
         };
-        let used = series.sorted();
-        let (mut times_ns, mut values) = (Vec::new(), Values::new());
-        let mut k = 0;
-        for (&t, value) in used.times_ns.iter().zip(used.values.iter()) {
-            while reserved.get(k).is_some_and(|&(r, _)| r <= t) {
-                k += 1;
-            }
-            // Less than the cache held (the cache gave memory back after its reading, or numbers
-            // that do not go together): nothing to say of that moment.
-            if let Some(&(_, cache)) = k.checked_sub(1).and_then(|i| reserved.get(i))
-                && value >= cache
-            {
-                times_ns.push(t);
-                values.push(value - cache);
-            }
-        }
+        // Less than the cache held (the cache gave memory back after its reading, or numbers
+        // that do not go together): nothing to say of that moment.
+        let (times_ns, values): (Vec<u64>, Vec<u64>) = recording
+            .driver_and_cache(pid, device)
+            .into_iter()
+            .filter(|&(_, used, cache)| used >= cache)
+            .map(|(t, used, cache)| (t, used - cache))
+            .unzip();
         if !times_ns.is_empty() {
-            found.push((pid, rank, device, times_ns, values));
+            found.push((pid, rank, device, times_ns, Values::from(values)));
         }
     }
     let several = found.len() > 1;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::{
     AllocatorReadings, Categories, Census, Chunk, Column, Dropped, End, Exit, Header, Note, Oom,
-    PhaseEdges, Record, SavedFreed, SeriesKey, SnapshotFile, Stall, Unobserved, Values, codec,
-    wire,
+    PhaseEdges, Record, SavedFreed, SeriesKey, SeriesKind, SnapshotFile, Stall, Unobserved, Values,
+    codec, wire,
 };
 
 /// One sampled series, all of it: the times at which it was measured and what it was.
@@ -381,6 +381,43 @@ impl Recording {
     /// The series with this key, if it was recorded.
     pub fn series(&self, key: &SeriesKey) -> Option<&Series> {
         self.series_index.get(key).map(|&i| &*self.series[i])
+    }
+
+    /// Process `pid`'s memory on `device` as the driver counted it (its `ProcessDevice` series),
+    /// each reading with what PyTorch reserved there at the process' last allocator reading at or
+    /// before it: `(time, the driver's count, reserved)`, in time order. The difference is the
+    /// process' device memory outside PyTorch's cache. Readings before the process' first
+    /// allocator reading are left out.
+    pub fn driver_and_cache(&self, pid: u32, device: u32) -> Vec<(u64, u64, u64)> {
+        let key = SeriesKey {
+            kind: SeriesKind::ProcessDevice,
+            device: Some(device),
+            pid: Some(pid),
+        };
+        let Some(used) = self.series(&key) else {
+            return Vec::new();
+        };
+        let readings = &self.allocator;
+        let times = readings.times_ns();
+        let mut reserved: Vec<(u64, u64)> = readings
+            .indices_of(|&(origin, d)| origin.pid == pid && d == device)
+            .map(|i| (times[i], readings.reserved(i)))
+            .collect();
+        if !reserved.is_sorted() {
+            reserved.sort_unstable();
+        }
+        let used = used.sorted();
+        let mut out = Vec::new();
+        let mut k = 0;
+        for (&t, value) in used.times_ns.iter().zip(used.values.iter()) {
+            while reserved.get(k).is_some_and(|&(r, _)| r <= t) {
+                k += 1;
+            }
+            if let Some(&(_, cache)) = k.checked_sub(1).and_then(|i| reserved.get(i)) {
+                out.push((t, value, cache));
+            }
+        }
+        out
     }
 
     /// Samples held, summed over all series.
