@@ -81,6 +81,7 @@ def start(out=None):
                 process.wait()
             log.seek(0)
             said = log.read().decode(errors="replace").strip()
+            log.close()
             raise NotebookError(f"the collector did not start: {said or 'it said nothing'}")
         time.sleep(0.02)
     with open(env_file) as f:

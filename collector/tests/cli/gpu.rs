@@ -348,7 +348,7 @@ print(calls["stats"], calls["reset"])
 /// reserved): a leak that PyTorch's numbers cannot show, found from the driver's count less
 /// PyTorch's, and `check` fails on it. The same growth inside PyTorch's cache (reserved rising
 /// with the driver's count) is PyTorch's and is no such finding, nor is a flat context. The
-/// driver's per-process count is read once a second: each job runs 13 s, the three at once.
+/// driver's per-process count is read once a second: each job steps for 18 s (about 18 readings, 12 needed to judge after warm-up and the last step), the three at once.
 #[test]
 fn device_memory_outside_pytorch_that_grows_is_a_finding() {
     use collector::analysis::{FindingKind, analyze};
@@ -370,7 +370,7 @@ torch.cuda.memory_stats_as_nested_dict = lambda device=None: {
 torch.cuda.reset_peak_memory_stats = lambda device=None: None
 path = os.environ["STANDIN_NVML_PIDFILE"]
 outside = 300 << 20  # the CUDA context
-for step in range(200):
+for step in range(300):
     if case == "outside":
         outside += 8 << 20
     elif case == "inside":

@@ -214,3 +214,40 @@ fn a_kernel_that_dies_while_recording_leaves_a_whole_recording() {
         "the process' memory was sampled"
     );
 }
+
+/// Without a collector where the kernel can find it, `start` says how to get one and records
+/// nothing; the process runs on.
+#[test]
+fn without_a_collector_start_says_how_to_get_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(python())
+        .arg("-c")
+        .arg(
+            "import tidemark.notebook as nb\n\
+             try:\n\
+             \x20   nb.start('x.msgpack')\n\
+             except nb.NotebookError as error:\n\
+             \x20   print(error)\n\
+             print('ran on')",
+        )
+        .current_dir(dir.path())
+        .env("PYTHONPATH", manifest.join("probe"))
+        .env_remove("TIDEMARK_COLLECTOR")
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        said.contains("the collector is not installed where this kernel can find it")
+            && said.contains("pip install")
+            && said.ends_with("ran on\n"),
+        "{said}"
+    );
+    assert!(!dir.path().join("x.msgpack").exists());
+}
