@@ -35,6 +35,7 @@ struct Patterns {
     free_new: Regex,
     allocated_new: Regex,
     reserved_unallocated_new: Regex,
+    private_pools_new: Regex,
     device_old: Regex,
     capacity_old: Regex,
     allocated_old: Regex,
@@ -67,6 +68,7 @@ fn patterns() -> &'static Patterns {
             free_new: re(r"of which SIZE is free"),
             allocated_new: re(r"SIZE is allocated by PyTorch"),
             reserved_unallocated_new: re(r"SIZE is reserved by PyTorch but unallocated"),
+            private_pools_new: re(r"with SIZE allocated in private pools"),
             device_old: re(r"\(GPU ([0-9]+);"),
             capacity_old: re(r"SIZE total capacity"),
             allocated_old: re(r"SIZE already allocated"),
@@ -258,6 +260,7 @@ pub fn parse_oom_line(line: &str, t_ns: u64) -> Option<Oom> {
         oom.free_bytes = size(&p.free_new, line);
         oom.allocated_bytes = size(&p.allocated_new, line);
         oom.reserved_unallocated_bytes = size(&p.reserved_unallocated_new, line);
+        oom.private_pools_bytes = size(&p.private_pools_new, line);
     } else if let Some(device) = index(&p.device_old, line) {
         oom.device = Some(device);
         oom.capacity_bytes = size(&p.capacity_old, line);
@@ -438,6 +441,15 @@ mod tests {
         assert_eq!(oom.allocated_bytes, bytes(36.04 * GIB));
         assert_eq!(oom.reserved_unallocated_bytes, bytes(321.37 * MIB));
         assert_eq!(oom.process_bytes, bytes(37.46 * GIB));
+        assert_eq!(oom.private_pools_bytes, bytes(GIB));
+        let none = line.replace(
+            "1.00 GiB allocated in private",
+            "0 bytes allocated in private",
+        );
+        assert_eq!(
+            parse_oom_line(&none, 0).unwrap().private_pools_bytes,
+            Some(0)
+        );
     }
 
     #[test]

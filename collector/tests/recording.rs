@@ -147,6 +147,7 @@ fn golden_v1() -> (Header, Vec<Record>) {
         free_bytes: Some(1_300 * MIB),
         allocated_bytes: Some(78 * 1024 * MIB),
         reserved_unallocated_bytes: Some(120 * MIB),
+        private_pools_bytes: None,
         process_bytes: None,
         other_processes_bytes: None,
         message: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.65 GiB of which 1.27 GiB is free.".to_owned(),

@@ -68,6 +68,10 @@ pub struct OomVerdict {
     pub allocated_bytes: Option<u64>,
     /// Reserved by PyTorch's cache but not allocated.
     pub reserved_unallocated_bytes: Option<u64>,
+    /// The part of the allocated bytes in private pools (CUDA graphs', `torch.cuda.MemPool`s),
+    /// where the message says it (PyTorch ≥ 2.4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_pools_bytes: Option<u64>,
     /// This process' device memory outside PyTorch's allocator (CUDA context, NCCL, libraries).
     pub outside_pytorch_bytes: Option<u64>,
     /// Other processes' memory on the device.

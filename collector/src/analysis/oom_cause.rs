@@ -238,6 +238,7 @@ pub(super) fn judge_oom(recording: &Recording, analysis: &Analysis, oom: &Oom) -
         free_bytes: oom.free_bytes,
         allocated_bytes: oom.allocated_bytes,
         reserved_unallocated_bytes: oom.reserved_unallocated_bytes,
+        private_pools_bytes: oom.private_pools_bytes,
         outside_pytorch_bytes: own,
         other_processes_bytes: others,
         outside_cache_bytes: outside,
@@ -280,7 +281,16 @@ pub(super) fn judge_oom(recording: &Recording, analysis: &Analysis, oom: &Oom) -
         ));
     }
     if let Some(a) = oom.allocated_bytes {
-        numbers.push(format!("{} held by PyTorch's tensors", mb(a)));
+        let pools = oom
+            .private_pools_bytes
+            .filter(|&p| p > 0)
+            .map_or(String::new(), |p| {
+                format!(
+                    " ({} of it in private pools: CUDA graphs' or `torch.cuda.MemPool`s, which only their own graphs or pool contexts can use)",
+                    mb(p)
+                )
+            });
+        numbers.push(format!("{} held by PyTorch's tensors{pools}", mb(a)));
     }
     if let Some(r) = oom.reserved_unallocated_bytes {
         numbers.push(format!("{} cached by PyTorch but unallocated", mb(r)));

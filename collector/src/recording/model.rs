@@ -375,6 +375,11 @@ pub struct Oom {
     /// "… reserved by PyTorch but unallocated".
     #[serde(default)]
     pub reserved_unallocated_bytes: Option<u64>,
+    /// "… with … allocated in private pools (e.g., CUDA Graphs)" (since 2.4): the part of the
+    /// allocated bytes in CUDA graphs' pools and `torch.cuda.MemPool`s, which only their own
+    /// graphs or pool contexts can reuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_pools_bytes: Option<u64>,
     /// "Including non-PyTorch memory, this process has … memory in use" (since 1.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_bytes: Option<u64>,

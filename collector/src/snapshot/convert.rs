@@ -194,6 +194,7 @@ impl Snapshot {
                     free_bytes: Some(free),
                     allocated_bytes: u64::try_from(l.0).ok(),
                     reserved_unallocated_bytes: u64::try_from(l.1.saturating_sub(l.0)).ok(),
+                    private_pools_bytes: None,
                     process_bytes: None,
                     other_processes_bytes: None,
                     message: format!(

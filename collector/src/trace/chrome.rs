@@ -365,6 +365,7 @@ fn convert(file: &Meta, mut read: Read, events: usize) -> Result<Recording, Trac
             free_bytes: None,
             allocated_bytes: o.total_allocated,
             reserved_unallocated_bytes: reserved_unallocated,
+            private_pools_bytes: None,
             process_bytes: None,
             other_processes_bytes: None,
             message: format!(

@@ -647,3 +647,29 @@ fn a_leak_that_led_to_the_error_is_named_with_its_phase() {
         v.evidence
     );
 }
+
+/// PyTorch ≥ 2.4 says how much of the allocated memory sits in private pools (CUDA graphs,
+/// `torch.cuda.MemPool`): the numbers say it too, and "0 bytes" is not said.
+#[test]
+fn the_private_pools_share_of_the_allocated_memory_is_said() {
+    let line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 572.00 MiB. GPU 0 has a total capacity of 39.49 GiB of which 321.31 MiB is free. Including non-PyTorch memory, this process has 37.46 GiB memory in use. Of the allocated memory 36.04 GiB is allocated by PyTorch, with 12.00 GiB allocated in private pools (e.g., CUDA Graphs), and 321.37 MiB is reserved by PyTorch but unallocated.";
+    let v = alone(line);
+    assert_eq!(v.private_pools_bytes, Some(12 * GIB));
+    let numbers = v.evidence.first().unwrap();
+    assert!(
+        numbers.contains(
+            "36.0 GiB held by PyTorch's tensors (12.0 GiB of it in private pools: CUDA graphs'"
+        ),
+        "{numbers}"
+    );
+    let none = alone(&line.replace(
+        "12.00 GiB allocated in private",
+        "0 bytes allocated in private",
+    ));
+    assert_eq!(none.private_pools_bytes, Some(0));
+    assert!(
+        !none.evidence.first().unwrap().contains("private pools"),
+        "{:#?}",
+        none.evidence
+    );
+}
