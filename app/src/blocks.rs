@@ -405,7 +405,7 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
     ui.heading("Segments at the snapshot");
     for g in &view.verdict.held {
         ui.label(format!(
-            "{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
+            "{}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {}){}",
             view.snapshot.device_name(g.device),
             g.segments,
             format_bytes(g.reserved as f64),
@@ -413,8 +413,12 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
             format_bytes(g.pending_free as f64),
             format_bytes(g.free as f64),
             g.free_pieces,
-            format_bytes(g.largest_free as f64)
+            format_bytes(g.largest_free as f64),
+            g.free_in_pools_text()
         ));
+        if let Some(pools) = g.pools_text() {
+            ui.label(pools);
+        }
     }
     if view.verdict.held.is_empty() {
         ui.weak("The snapshot holds no segments.");

@@ -209,6 +209,7 @@ fn segment(device: u32, blocks: &[(u64, u64)]) -> Segment {
         allocated_size: blocks.iter().map(|b| b.1).sum(),
         segment_type: "small".to_owned(),
         stream: 0,
+        pool: None,
         blocks: blocks
             .iter()
             .map(|&(address, size)| Block {

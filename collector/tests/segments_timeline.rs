@@ -319,6 +319,7 @@ fn segments_from_before_the_trace_are_drawn_from_its_start_and_said() {
         allocated_size: 0,
         segment_type: "large".to_owned(),
         stream: 0,
+        pool: None,
         blocks: Vec::new(),
     };
     let snapshot = built(&ops, vec![kept]);

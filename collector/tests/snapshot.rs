@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use collector::snapshot::{Action, BlockState, Snapshot, SnapshotError, read_snapshot};
+use collector::snapshot::{
+    Action, BlockState, PoolId, PoolSummary, Snapshot, SnapshotError, read_snapshot,
+};
 
 fn data(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -203,7 +205,8 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
                 snapshot
                     .entries
                     .compile_context(i)
-                    .map_or("", |c| snapshot.string(c))
+                    .map_or("", |c| snapshot.string(c)),
+                pool_pair(snapshot.entries.pool(i))
             ])
         })
         .collect();
@@ -214,9 +217,19 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
     {
         assert_eq!(
             ours, theirs,
-            "{name}: trace entry {i} [device, action, addr, size, stream, time_us, frames, digest, device_free, compile_context]"
+            "{name}: trace entry {i} [device, action, addr, size, stream, time_us, frames, digest, device_free, compile_context, pool]"
         );
     }
+    let pools: Vec<serde_json::Value> = snapshot
+        .segments
+        .iter()
+        .map(|g| pool_pair(g.pool))
+        .collect();
+    assert_eq!(
+        &serde_json::Value::from(pools),
+        &expected["segment_pools"],
+        "{name}: the segments' pools"
+    );
     let live: BTreeMap<String, u64> = snapshot
         .segment_summary()
         .iter()
@@ -248,6 +261,12 @@ fn agrees(path: &Path, expected: &serde_json::Value) -> Snapshot {
         "{name}: distinct frames"
     );
     snapshot
+}
+
+/// A pool as `cases.py facts` writes it: `[a, b]`, the default pool `[0, 0]`.
+fn pool_pair(pool: Option<PoolId>) -> serde_json::Value {
+    let PoolId(a, b) = pool.unwrap_or_default();
+    serde_json::json!([a, b])
 }
 
 fn state_name(state: BlockState) -> &'static str {
@@ -814,6 +833,76 @@ fn pinned_host_memory_is_a_device_of_its_own() {
 
     let empty = agrees_with_python(&dir.join("host_empty.pickle"));
     assert_eq!((empty.devices, empty.host), (3, None));
+}
+
+/// Private pools (a CUDA graph's, a `torch.cuda.MemPool`): each segment and trace entry keeps
+/// its pool; the segments' summary groups them, their free pieces are not the job's free memory
+/// (so a graph's free pieces between its static tensors are not fragmentation), and the verdict
+/// says what they hold.
+#[test]
+fn private_pools_are_a_group_of_their_own() {
+    let s = agrees_with_python(&generated().join("pools.pickle"));
+    let mib = 1u64 << 20;
+    let held = s.segment_summary();
+    assert_eq!(held.len(), 1);
+    let h = &held[0];
+    assert_eq!(
+        (h.segments, h.reserved, h.allocated),
+        (3, 92 * mib, 52 * mib)
+    );
+    // Free outside the pools: the default pool's one piece of 16 MiB.
+    assert_eq!(
+        (h.free, h.free_pieces, h.largest_free),
+        (16 * mib, 1, 16 * mib)
+    );
+    assert_eq!(
+        h.pools,
+        vec![
+            PoolSummary {
+                pool: PoolId(0, 1),
+                segments: 1,
+                reserved: 8 * mib,
+                allocated: 8 * mib,
+                free: 0
+            },
+            PoolSummary {
+                pool: PoolId(1, 0),
+                segments: 1,
+                reserved: 64 * mib,
+                allocated: 40 * mib,
+                free: 24 * mib
+            },
+        ]
+    );
+    // The entries made in the graph's capture are in its pool; the default pool's are not kept.
+    let in_graph = s
+        .entries
+        .in_pools()
+        .iter()
+        .filter(|(_, p)| *p == PoolId(1, 0))
+        .count();
+    assert_eq!(in_graph, 1 + 6 + 2 * 3);
+    assert_eq!(s.entries.pool(0), None);
+
+    let verdict = collector::snapshot::Judged::new(s.clone()).verdict;
+    assert!(
+        verdict.fragmentation.iter().all(|f| !f.fragmented),
+        "a graph's free pieces are not the job's: {:#?}",
+        verdict.fragmentation
+    );
+    let said = verdict.evidence.join("\n");
+    assert!(
+        said.contains("held on cuda:0: 92.0 MiB reserved in 3 segments — 52.0 MiB allocated, 0 B waiting to be freed, 16.0 MiB free in 1 piece, 24.0 MiB free in private pools"),
+        "{said}"
+    );
+    assert!(
+        said.contains("in private pools: 72.0 MiB reserved in 2 segments — 48.0 MiB allocated, 24.0 MiB free that only the pool's own allocations"),
+        "{said}"
+    );
+    assert!(
+        said.contains("a CUDA graph's pool (1, 0) 64.0 MiB (40.0 MiB allocated); a pool the job made (torch.cuda.MemPool or graph_pool_handle) (0, 1) 8.00 MiB (8.00 MiB allocated) (on cuda:0)"),
+        "{said}"
+    );
 }
 
 /// Bytes after the pickle's STOP (a file decoded from a MemoryViz HTML page ends with a NUL) are

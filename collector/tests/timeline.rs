@@ -364,6 +364,7 @@ fn segment(device: u32, address: u64, blocks: Vec<Block>) -> Segment {
         allocated_size: total,
         segment_type: "large".to_owned(),
         stream: 0,
+        pool: None,
         blocks,
     }
 }

@@ -76,6 +76,7 @@ pub fn big_snapshot(entries: usize) -> Snapshot {
         allocated_size: total,
         segment_type: "large".to_owned(),
         stream: 0,
+        pool: None,
         blocks,
     });
     s.devices = 1;

@@ -89,6 +89,10 @@ struct SegmentJson {
     free: u64,
     free_pieces: usize,
     largest_free: u64,
+    /// The private pools (CUDA graphs', `torch.cuda.MemPool`s); `free` and `largest_free` above
+    /// are outside them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pools: Vec<collector::snapshot::PoolSummary>,
 }
 
 impl SnapshotJson {
@@ -129,6 +133,7 @@ impl SnapshotJson {
                     free: g.free,
                     free_pieces: g.free_pieces,
                     largest_free: g.largest_free,
+                    pools: g.pools.clone(),
                 })
                 .collect(),
             verdict,

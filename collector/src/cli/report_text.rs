@@ -424,7 +424,7 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
     for s in snapshot.segment_summary() {
         let _ = writeln!(
             out,
-            "  {}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {})",
+            "  {}: {} segments, {} reserved: {} allocated, {} waiting to be freed, {} free in {} pieces (largest {}){}",
             snapshot.device_name(s.device),
             s.segments,
             mb(s.reserved),
@@ -432,8 +432,12 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
             mb(s.pending_free),
             mb(s.free),
             s.free_pieces,
-            mb(s.largest_free)
+            mb(s.largest_free),
+            s.free_in_pools_text()
         );
+        if let Some(pools) = s.pools_text() {
+            let _ = writeln!(out, "    {pools}");
+        }
         // Fragmented as the verdict judges it (one rule: the largest free piece under half the
         // free memory, or a request of the trace that fits the free memory but no piece).
         let fragmented = verdict

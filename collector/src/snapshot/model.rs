@@ -235,6 +235,31 @@ pub struct Block {
     pub stack: u32,
 }
 
+/// A memory pool of the caching allocator, as PyTorch names it (`MempoolId_t`): `(0, 0)` is the
+/// default pool; `(N, 0)` a CUDA graph's own pool (made for a capture given no pool); `(0, N)` a
+/// pool the job made (`torch.cuda.MemPool()`, `torch.cuda.graph_pool_handle()`). Memory in a
+/// private pool serves only allocations made in that pool (a graph's capture and replays, a
+/// `torch.cuda.use_mem_pool` context): the rest of the job cannot use its free pieces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct PoolId(pub u64, pub u64);
+
+impl PoolId {
+    /// Not the default pool.
+    pub fn is_private(self) -> bool {
+        self != Self(0, 0)
+    }
+
+    /// How a person reads it: "a CUDA graph's pool (3, 0)".
+    pub fn describe(self) -> String {
+        let kind = match self {
+            Self(0, 0) => "the default pool",
+            Self(_, 0) => "a CUDA graph's pool",
+            _ => "a pool the job made (torch.cuda.MemPool or graph_pool_handle)",
+        };
+        format!("{kind} ({}, {})", self.0, self.1)
+    }
+}
+
 /// A segment: one `cudaMalloc` (or an expandable range) of the caching allocator.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Segment {
@@ -250,6 +275,8 @@ pub struct Segment {
     pub segment_type: String,
     /// The stream.
     pub stream: u64,
+    /// The private pool it belongs to (`segment_pool_id`); `None` for the default pool.
+    pub pool: Option<PoolId>,
     /// Its blocks, by address.
     pub blocks: Vec<Block>,
 }
@@ -281,6 +308,8 @@ pub struct Entries {
     compile_context: Vec<(u32, u32)>,
     /// `user_metadata` of the entries that have one (an interned string), by entry, in order.
     metadata: Vec<(u32, u32)>,
+    /// `pool_id` of the entries in a private pool (not the default `(0, 0)`), by entry, in order.
+    pools: Vec<(u32, PoolId)>,
     /// The earliest and the latest time of the entries that have one, kept as they are pushed:
     /// the report, the verdict and the pictures ask for it, and millions of entries are a pass
     /// of a tenth of a second each time.
@@ -406,6 +435,30 @@ impl Entries {
         if let Ok(i) = u32::try_from(i) {
             self.metadata.push((i, string));
         }
+    }
+
+    /// Gives the last entry pushed, `i`, the private pool it was in (`pool_id`, PyTorch 2.14 and
+    /// later; the default pool is not kept).
+    pub(crate) fn set_pool(&mut self, i: usize, pool: PoolId) {
+        if let Ok(i) = u32::try_from(i)
+            && pool.is_private()
+        {
+            self.pools.push((i, pool));
+        }
+    }
+
+    /// The private pool entry `i` was in, if any.
+    pub fn pool(&self, i: usize) -> Option<PoolId> {
+        let i = u32::try_from(i).ok()?;
+        self.pools
+            .binary_search_by_key(&i, |&(e, _)| e)
+            .ok()
+            .map(|at| self.pools[at].1)
+    }
+
+    /// The entries in a private pool, in order: (entry, pool).
+    pub fn in_pools(&self) -> &[(u32, PoolId)] {
+        &self.pools
     }
 
     /// `torch.cuda.memory._set_memory_metadata` when entry `i` was recorded (an interned string),
@@ -686,20 +739,95 @@ impl SuspectMarks {
 pub struct SegmentSummary {
     /// The device.
     pub device: u32,
+    /// How many segments (private pools' too).
+    pub segments: usize,
+    /// Bytes reserved (private pools' too: PyTorch's `memory_reserved()` counts them).
+    pub reserved: u64,
+    /// Bytes held by tensors (`active_allocated`; private pools' too).
+    pub allocated: u64,
+    /// Bytes freed but waiting for other streams.
+    pub pending_free: u64,
+    /// Bytes free inside segments (cached), outside private pools: what any allocation can use.
+    pub free: u64,
+    /// How many free pieces, outside private pools.
+    pub free_pieces: usize,
+    /// The largest free piece outside private pools: the largest tensor that fits without a
+    /// new `cudaMalloc`.
+    pub largest_free: u64,
+    /// The private pools (CUDA graphs', `torch.cuda.MemPool`s), by id.
+    pub pools: Vec<PoolSummary>,
+}
+
+/// What one private pool holds on a device at snapshot time.
+#[derive(Clone, Copy, Debug, PartialEq, Default, serde::Serialize)]
+pub struct PoolSummary {
+    /// The pool.
+    pub pool: PoolId,
     /// How many segments.
     pub segments: usize,
     /// Bytes reserved.
     pub reserved: u64,
-    /// Bytes held by tensors (`active_allocated`).
+    /// Bytes held by tensors.
     pub allocated: u64,
-    /// Bytes freed but waiting for other streams.
-    pub pending_free: u64,
-    /// Bytes free inside segments (cached).
+    /// Bytes free that only the pool's own allocations can use.
     pub free: u64,
-    /// How many free pieces.
-    pub free_pieces: usize,
-    /// The largest free piece: the largest tensor that fits without a new `cudaMalloc`.
-    pub largest_free: u64,
+}
+
+/// How many pools a sentence names; the rest are counted.
+const POOLS_NAMED: usize = 3;
+
+impl SegmentSummary {
+    /// Bytes free inside the private pools' segments.
+    pub fn free_in_pools(&self) -> u64 {
+        self.pools.iter().map(|p| p.free).sum()
+    }
+
+    /// ", X free in private pools" when there are any (after what is free outside them).
+    pub fn free_in_pools_text(&self) -> String {
+        if self.pools.is_empty() {
+            return String::new();
+        }
+        format!(
+            ", {} free in private pools",
+            crate::format::format_bytes(self.free_in_pools() as f64)
+        )
+    }
+
+    /// The private pools, one sentence (`None` without any): what they reserve and hold, and
+    /// each pool's share.
+    pub fn pools_text(&self) -> Option<String> {
+        if self.pools.is_empty() {
+            return None;
+        }
+        let b = |v: u64| crate::format::format_bytes(v as f64);
+        let sum = |f: fn(&PoolSummary) -> u64| self.pools.iter().map(f).sum::<u64>();
+        let segments = self.pools.iter().map(|p| p.segments).sum();
+        let mut largest = self.pools.clone();
+        largest.sort_by_key(|p| std::cmp::Reverse(p.reserved));
+        let mut named: Vec<String> = largest
+            .iter()
+            .take(POOLS_NAMED)
+            .map(|p| {
+                format!(
+                    "{} {} ({} allocated)",
+                    p.pool.describe(),
+                    b(p.reserved),
+                    b(p.allocated)
+                )
+            })
+            .collect();
+        if largest.len() > POOLS_NAMED {
+            named.push(format!("{} more", largest.len() - POOLS_NAMED));
+        }
+        Some(format!(
+            "in private pools: {} reserved in {} — {} allocated, {} free that only the pool's own allocations (its graph's capture and replays, its `use_mem_pool` context) can use: {}",
+            b(sum(|p| p.reserved)),
+            crate::format::count(segments, "segment"),
+            b(sum(|p| p.allocated)),
+            b(sum(|p| p.free)),
+            named.join("; ")
+        ))
+    }
 }
 
 /// A trace entry's `user_metadata` as a person reads it: a JSON object (PyTorch 2.14 and later

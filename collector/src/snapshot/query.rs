@@ -7,7 +7,8 @@ use foldhash::{HashMap, HashSet};
 
 use super::model::Lifetime;
 use super::{
-    Action, BlockState, Frame, LeakSuspect, LiveBlock, SegmentSummary, Snapshot, TraceEntry,
+    Action, BlockState, Frame, LeakSuspect, LiveBlock, PoolSummary, SegmentSummary, Snapshot,
+    TraceEntry,
 };
 
 impl Snapshot {
@@ -310,16 +311,41 @@ impl Snapshot {
             });
             sum.segments += 1;
             sum.reserved += s.total_size;
+            let mut pool = s.pool.map(|id| {
+                let at = match sum.pools.binary_search_by_key(&id, |p| p.pool) {
+                    Ok(at) => at,
+                    Err(at) => {
+                        sum.pools.insert(
+                            at,
+                            PoolSummary {
+                                pool: id,
+                                ..PoolSummary::default()
+                            },
+                        );
+                        at
+                    }
+                };
+                sum.pools[at].segments += 1;
+                sum.pools[at].reserved += s.total_size;
+                at
+            });
             for b in &s.blocks {
-                match b.state {
-                    BlockState::ActiveAllocated => sum.allocated += b.size,
-                    BlockState::ActivePendingFree => sum.pending_free += b.size,
-                    BlockState::Inactive => {
+                match (b.state, pool.as_mut()) {
+                    (BlockState::ActiveAllocated, at) => {
+                        sum.allocated += b.size;
+                        if let Some(&mut at) = at {
+                            sum.pools[at].allocated += b.size;
+                        }
+                    }
+                    (BlockState::ActivePendingFree, _) => sum.pending_free += b.size,
+                    // A private pool's free pieces serve only its own allocations.
+                    (BlockState::Inactive, Some(&mut at)) => sum.pools[at].free += b.size,
+                    (BlockState::Inactive, None) => {
                         sum.free += b.size;
                         sum.free_pieces += 1;
                         sum.largest_free = sum.largest_free.max(b.size);
                     }
-                    BlockState::Other => {}
+                    (BlockState::Other, _) => {}
                 }
             }
         }

@@ -514,6 +514,9 @@ fn snapshot_of(mut machine: Machine<'_>, top: Value) -> Result<Snapshot, Snapsho
                 if let Some(metadata) = entries.user_metadata(e as usize) {
                     traces.set_user_metadata(traces.len() - 1, metadata);
                 }
+                if let Some(pool) = entries.pool(e as usize) {
+                    traces.set_pool(traces.len() - 1, pool);
+                }
             }
         }
         entries = traces;
@@ -639,6 +642,16 @@ fn read_segment(
         .unwrap_or("")
         .to_owned();
     let address = number(machine, &pairs, pickle::K_ADDRESS)?;
+    let pool = match field(&pairs, pickle::K_SEGMENT_POOL_ID) {
+        None | Some(Value::None) => None,
+        Some(v) => Some(machine.pool_id(v).ok_or_else(|| {
+            format!(
+                "segment_pool_id is {}, not a pair of non-negative integers",
+                v.describe(&machine.strings)
+            )
+        })?),
+    }
+    .filter(|p| p.is_private());
     let mut blocks = Vec::new();
     if let Some(list) = field(&pairs, pickle::K_BLOCKS) {
         let items = machine
@@ -661,6 +674,7 @@ fn read_segment(
         allocated_size: number(machine, &pairs, pickle::K_ALLOCATED_SIZE)?,
         segment_type,
         stream: number(machine, &pairs, pickle::K_STREAM).unwrap_or(0),
+        pool,
         blocks,
     })
 }

@@ -195,15 +195,19 @@ impl SnapshotVerdict {
         }
         for h in &held {
             evidence.push(format!(
-                "held on {}: {} reserved in {} — {} allocated, {} waiting to be freed, {} free in {}",
+                "held on {}: {} reserved in {} — {} allocated, {} waiting to be freed, {} free in {}{}",
                 snapshot.device_name(h.device),
                 format_bytes(h.reserved as f64),
                 count(h.segments, "segment"),
                 format_bytes(h.allocated as f64),
                 format_bytes(h.pending_free as f64),
                 format_bytes(h.free as f64),
-                count(h.free_pieces, "piece")
+                count(h.free_pieces, "piece"),
+                h.free_in_pools_text()
             ));
+            if let Some(pools) = h.pools_text() {
+                evidence.push(format!("{pools} (on {})", snapshot.device_name(h.device)));
+            }
         }
         for site in top_sites.iter().take(3) {
             evidence.push(format!(

@@ -241,7 +241,14 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
         "{text}"
     );
     assert!(
-        text.contains("fragmented on cuda:0: the largest free piece is 260 MiB of 645 MiB free"),
+        text.contains("fragmented on cuda:0: the largest free piece is 260 MiB of 562 MiB free"),
+        "{text}"
+    );
+    // vLLM's KV cache sits in a pool of its own (`torch.cuda.MemPool`, for its sleep mode): its
+    // free pieces are not the job's free memory.
+    assert!(text.contains("82.5 MiB free in private pools"), "{text}");
+    assert!(
+        text.contains("in private pools: 20.8 GiB reserved in 68 segments — 20.8 GiB allocated, 82.5 MiB free that only the pool's own allocations"),
         "{text}"
     );
 
@@ -258,6 +265,10 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
         "__init__ (vllm_rollout/vllm_rollout_spmd.py:114)"
     );
     assert!(v["top_sites"][0]["bytes"].as_u64().unwrap() > 24 * 908_066_816);
+    let pools = &json["snapshot"]["segments"][0]["pools"];
+    assert_eq!(pools.as_array().map(Vec::len), Some(2), "{pools}");
+    assert_eq!(pools[1]["pool"], serde_json::json!([0, 2]));
+    assert_eq!(pools[1]["segments"], 24);
     assert_eq!(v["fragmentation"][0]["largest_free_bytes"], 272_629_760);
     assert_eq!(json["snapshot"]["live_blocks_at_end"], 543);
 

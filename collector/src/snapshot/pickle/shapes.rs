@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use super::{Frame, Machine, Obj, Value};
-use crate::snapshot::{Action, Entries, SnapshotError, TraceEntry};
+use crate::snapshot::{Action, Entries, PoolId, SnapshotError, TraceEntry};
 
 /// The keys the machine recognises, interned first so that they have fixed ids.
-pub(crate) const KEYS: [&str; 36] = [
+pub(crate) const KEYS: [&str; 38] = [
     "name",
     "filename",
     "line",
@@ -21,6 +21,7 @@ pub(crate) const KEYS: [&str; 36] = [
     "device_free",
     "user_metadata",
     "compile_context",
+    "pool_id",
     "segments",
     "device_traces",
     "external_annotations",
@@ -45,6 +46,7 @@ pub(crate) const KEYS: [&str; 36] = [
     "oom",
     "host_segments",
     "host_traces",
+    "segment_pool_id",
 ];
 pub(crate) const K_NAME: u32 = 0;
 pub(crate) const K_FILENAME: u32 = 1;
@@ -58,29 +60,31 @@ pub(crate) const K_FRAMES: u32 = 8;
 pub(crate) const K_DEVICE_FREE: u32 = 9;
 pub(crate) const K_USER_METADATA: u32 = 10;
 pub(crate) const K_COMPILE_CONTEXT: u32 = 11;
-pub(crate) const K_SEGMENTS: u32 = 12;
-pub(crate) const K_DEVICE_TRACES: u32 = 13;
-pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 14;
-pub(crate) const K_ALLOCATOR_SETTINGS: u32 = 15;
-pub(crate) const K_DEVICE: u32 = 16;
-pub(crate) const K_ADDRESS: u32 = 17;
-pub(crate) const K_TOTAL_SIZE: u32 = 18;
-pub(crate) const K_ALLOCATED_SIZE: u32 = 19;
-pub(crate) const K_REQUESTED_SIZE: u32 = 21;
-pub(crate) const K_SEGMENT_TYPE: u32 = 22;
-pub(crate) const K_BLOCKS: u32 = 23;
-pub(crate) const K_STATE: u32 = 24;
-pub(crate) const K_HISTORY: u32 = 25;
-pub(crate) const K_REAL_SIZE: u32 = 26;
-pub(crate) const K_STAGE: u32 = 27;
-const K_ALLOC: u32 = 28;
-const K_FREE_REQUESTED: u32 = 29;
-const K_FREE_COMPLETED: u32 = 30;
-const K_SEGMENT_ALLOC: u32 = 31;
-const K_SEGMENT_FREE: u32 = 32;
-const K_OOM: u32 = 33;
-pub(crate) const K_HOST_SEGMENTS: u32 = 34;
-pub(crate) const K_HOST_TRACES: u32 = 35;
+pub(crate) const K_POOL_ID: u32 = 12;
+pub(crate) const K_SEGMENTS: u32 = 13;
+pub(crate) const K_DEVICE_TRACES: u32 = 14;
+pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 15;
+pub(crate) const K_ALLOCATOR_SETTINGS: u32 = 16;
+pub(crate) const K_DEVICE: u32 = 17;
+pub(crate) const K_ADDRESS: u32 = 18;
+pub(crate) const K_TOTAL_SIZE: u32 = 19;
+pub(crate) const K_ALLOCATED_SIZE: u32 = 20;
+pub(crate) const K_REQUESTED_SIZE: u32 = 22;
+pub(crate) const K_SEGMENT_TYPE: u32 = 23;
+pub(crate) const K_BLOCKS: u32 = 24;
+pub(crate) const K_STATE: u32 = 25;
+pub(crate) const K_HISTORY: u32 = 26;
+pub(crate) const K_REAL_SIZE: u32 = 27;
+pub(crate) const K_STAGE: u32 = 28;
+const K_ALLOC: u32 = 29;
+const K_FREE_REQUESTED: u32 = 30;
+const K_FREE_COMPLETED: u32 = 31;
+const K_SEGMENT_ALLOC: u32 = 32;
+const K_SEGMENT_FREE: u32 = 33;
+const K_OOM: u32 = 34;
+pub(crate) const K_HOST_SEGMENTS: u32 = 35;
+pub(crate) const K_HOST_TRACES: u32 = 36;
+pub(crate) const K_SEGMENT_POOL_ID: u32 = 37;
 
 impl Machine<'_> {
     /// A dict got its items: if it is a frame or a trace entry, make it compact now.
@@ -169,6 +173,14 @@ impl Machine<'_> {
             Some(Value::Str(s)) if !matches!(&*self.strings[s as usize], "" | "N/A") => Some(s),
             _ => None,
         };
+        // The pool it was in (`pool_id`, PyTorch 2.14 and later): a pair of integers.
+        let pool = match key(K_POOL_ID) {
+            None | Some(Value::None) => None,
+            Some(v) => Some(
+                self.pool_id(v)
+                    .ok_or_else(|| wrong("pool_id", v, "a pair of non-negative integers"))?,
+            ),
+        };
         let frames = key(K_FRAMES);
         let action = match action {
             K_ALLOC => Action::Alloc,
@@ -197,10 +209,24 @@ impl Machine<'_> {
         if let Some(metadata) = metadata {
             self.entries.set_user_metadata(id as usize, metadata);
         }
+        if let Some(pool) = pool {
+            self.entries.set_pool(id as usize, pool);
+        }
         if let Some(Value::Obj(list)) = frames {
             self.replace(list, usize::MAX, Value::Stack(stack));
         }
         Ok(Some(Value::Entry(id)))
+    }
+
+    /// A memory pool's id, `(a, b)` as PyTorch writes it (a tuple, or a list), if `value` is one.
+    pub(crate) fn pool_id(&self, value: Value) -> Option<PoolId> {
+        match self.obj(self.resolve(value))? {
+            Obj::Tuple(items) | Obj::List(items) => match items[..] {
+                [a, b] => Some(PoolId(a.as_u64()?, b.as_u64()?)),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// Interns the stack held by `frames` (a list of frames), 0 when there is none.
@@ -347,10 +373,10 @@ impl Machine<'_> {
     }
 }
 
-/// The items of a dict that the shapes look at (the keys up to `compile_context`), each by its
+/// The items of a dict that the shapes look at (the keys up to `pool_id`), each by its
 /// key's id, read in one pass; the first of a key that appears twice counts.
 pub(crate) struct Fields {
-    by_key: [Option<Value>; K_COMPILE_CONTEXT as usize + 1],
+    by_key: [Option<Value>; K_POOL_ID as usize + 1],
     /// How many items the dict has.
     len: usize,
 }
@@ -372,7 +398,7 @@ impl Fields {
     #[inline]
     pub(super) fn empty() -> Self {
         Self {
-            by_key: [None; K_COMPILE_CONTEXT as usize + 1],
+            by_key: [None; K_POOL_ID as usize + 1],
             len: 0,
         }
     }

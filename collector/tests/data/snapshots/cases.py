@@ -337,6 +337,63 @@ def pinned_host_snapshot():
             "external_annotations": [], "host_segments": host_segments, "host_traces": host}
 
 
+def pools_snapshot():
+    """A step captured in a CUDA graph, as PyTorch 2.14+ writes it: segments carry their
+    ``segment_pool_id`` and trace entries their ``pool_id`` (``(0, 0)``: the default pool). The
+    graph's own pool ``(1, 0)`` (a capture given no pool) keeps 40 MiB of static tensors with
+    three free pieces of 8 MiB between them; a pool the job made, ``(0, 1)``
+    (``torch.cuda.MemPool()``), 8 MiB of communication buffers; the default pool 4 MiB of a
+    20 MiB segment, its free 16 MiB in one piece."""
+    t = 1_771_267_191_000_000
+    graph = [frame("capture_begin", "/usr/lib/python3/site-packages/torch/cuda/graphs.py", 122)]
+    base = {(0, 0): 0x7F00_0000_0000, (1, 0): 0x7F10_0000_0000, (0, 1): 0x7F20_0000_0000}
+    trace = []
+
+    def entry(action, pool, offset, size, frames):
+        return {"action": action, "addr": base[pool] + offset, "size": size, "stream": 0,
+                "time_us": t + len(trace), "compile_context": "", "user_metadata": "",
+                "pool_id": pool, "frames": frames}
+
+    trace.append(entry("segment_alloc", (0, 0), 0, 20 * MIB, stack("forward")))
+    trace.append(entry("alloc", (0, 0), 0, 4 * MIB, stack("forward")))
+    trace.append(entry("segment_alloc", (1, 0), 0, 64 * MIB, stack("forward") + graph))
+    layout = [(8, True), (8, False), (16, True), (8, False), (16, True), (8, False)]
+    offset = 0
+    for size, kept in layout:
+        trace.append(entry("alloc", (1, 0), offset * MIB, size * MIB, stack("forward") + graph))
+        if not kept:
+            trace.append(entry("free_requested", (1, 0), offset * MIB, size * MIB, stack("forward") + graph))
+            trace.append(entry("free_completed", (1, 0), offset * MIB, size * MIB, stack("forward") + graph))
+        offset += size
+    trace.append(entry("segment_alloc", (0, 1), 0, 8 * MIB, stack("step")))
+    trace.append(entry("alloc", (0, 1), 0, 8 * MIB, stack("step")))
+
+    def segment(pool, size, blocks):
+        allocated = sum(b["size"] for b in blocks if b["state"] == "active_allocated")
+        return {"device": 0, "address": base[pool], "total_size": size, "allocated_size": allocated,
+                "active_size": allocated, "requested_size": allocated, "stream": 0,
+                "segment_type": "large", "segment_pool_id": pool, "is_expandable": False,
+                "frames": [], "blocks": blocks}
+
+    def block(pool, offset, size, active, frames):
+        return {"address": base[pool] + offset, "size": size, "requested_size": size if active else 0,
+                "state": "active_allocated" if active else "inactive", "frames": frames if active else []}
+
+    graph_blocks = []
+    offset = 0
+    for size, kept in layout:
+        graph_blocks.append(block((1, 0), offset * MIB, size * MIB, kept, stack("forward") + graph))
+        offset += size
+    segments = [
+        segment((0, 0), 20 * MIB, [block((0, 0), 0, 4 * MIB, True, stack("forward")),
+                                   block((0, 0), 4 * MIB, 16 * MIB, False, [])]),
+        segment((1, 0), 64 * MIB, graph_blocks),
+        segment((0, 1), 8 * MIB, [block((0, 1), 0, 8 * MIB, True, stack("step"))]),
+    ]
+    return {"segments": segments, "device_traces": [trace], "allocator_settings": {},
+            "external_annotations": []}
+
+
 def with_host(s):
     """A snapshot as tidemark reads it: pinned host memory, when it holds anything, one more
     device after the CUDA ones."""
@@ -374,6 +431,7 @@ def generate(directory):
     (directory / "truncated.pickle").write_bytes(whole[: len(whole) // 2])
     (directory / "a_list.pickle").write_bytes(pickle.dumps([1, 2, 3], protocol=4))
     (directory / "pinned_host.pickle").write_bytes(pickle.dumps(pinned_host_snapshot(), protocol=4))
+    (directory / "pools.pickle").write_bytes(pickle.dumps(pools_snapshot(), protocol=4))
     # Pinned host memory's lists of the wrong shape.
     (directory / "host_not_a_list.pickle").write_bytes(
         pickle.dumps(dict(shared_snapshot(), host_traces="none"), protocol=4))
@@ -498,7 +556,8 @@ def facts(path):
             entries.append([device, e["action"], str(e.get("addr", 0)), e.get("size", 0), str(e.get("stream", 0)),
                             e.get("time_us", 0), len(e.get("frames", [])), fnv(e.get("frames")),
                             str(e.get("device_free") or 0),
-                            e.get("compile_context") if e.get("compile_context") not in (None, "", "N/A") else ""])
+                            e.get("compile_context") if e.get("compile_context") not in (None, "", "N/A") else "",
+                            list(e.get("pool_id") or (0, 0))])
     return {
         "file": str(path),
         "host": host,
@@ -507,6 +566,7 @@ def facts(path):
         "live_bytes": live,
         "annotations": len(s.get("external_annotations", [])),
         "segments": len(s["segments"]),
+        "segment_pools": [list(g.get("segment_pool_id") or (0, 0)) for g in s["segments"]],
         "blocks": sum(len(g["blocks"]) for g in s["segments"]),
         "entries": sum(len(t) for t in s.get("device_traces", [])),
         "actions": actions,
