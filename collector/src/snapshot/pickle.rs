@@ -55,6 +55,9 @@ pub(crate) enum Value {
     Entry(u32),
     /// An instance of a class, or a persistent id: the class name (interned).
     Opaque(u32),
+    /// A memory pool's id (a pair of integers, the tuple made compact), by its place among the
+    /// machine's pools.
+    Pool(u32),
 }
 
 impl Value {
@@ -72,6 +75,7 @@ impl Value {
             Self::Frame(_) => "a stack frame".to_owned(),
             Self::Stack(_) => "a list of stack frames".to_owned(),
             Self::Entry(_) => "a trace entry".to_owned(),
+            Self::Pool(_) => "a memory pool's id".to_owned(),
             Self::Opaque(name) => format!(
                 "an object of class {}",
                 strings.get(name as usize).map_or("?", |s| s)
@@ -174,6 +178,8 @@ pub(crate) struct Machine<'a> {
     stream_ids: HashMap<u64, u16>,
     /// Action names this reader does not know, each once.
     other_actions: Vec<u32>,
+    /// The memory pools trace entries and segments name, each once ([`Value::Pool`]).
+    pools: Vec<crate::snapshot::PoolId>,
     scratch: Vec<u32>,
     /// The fast path's memo entries waiting for its commit, and its frames (see [`fast`]).
     fast_memo: Vec<(u32, fast::Pending)>,
@@ -211,6 +217,7 @@ impl<'a> Machine<'a> {
             streams: Vec::new(),
             stream_ids: HashMap::default(),
             other_actions: Vec::new(),
+            pools: Vec::new(),
             entries: Entries::new(),
             scratch: Vec::new(),
             fast_memo: Vec::new(),
@@ -252,6 +259,7 @@ impl<'a> Machine<'a> {
             streams: self.streams,
             stream_ids: self.stream_ids,
             other_actions: self.other_actions,
+            pools: self.pools,
             scratch: self.scratch,
             fast_memo: self.fast_memo,
             fast_frames: self.fast_frames,

@@ -10,7 +10,8 @@
 use super::memo::Memo;
 use super::run::op;
 use super::{Fields, Machine, Value};
-use super::{K_ACTION, K_FRAMES};
+use super::{K_ACTION, K_FRAMES, K_POOL_ID};
+use crate::snapshot::PoolId;
 
 /// Where the reading of a dict's items stands: `p` in the bytes, and the memo entries its
 /// MEMOIZE/BINPUT opcodes will write once the whole dict is read.
@@ -131,6 +132,8 @@ impl Machine<'_> {
                 self.fast_frames_list(c)?;
                 // Set at the commit, once the stack is interned.
                 Value::None
+            } else if entry && key == K_POOL_ID && code != op::BINGET && code != op::LONG_BINGET {
+                self.fast_pool(c, code)?
             } else {
                 self.fast_value(c, code)?
             };
@@ -200,6 +203,20 @@ impl Machine<'_> {
             Value::Obj(_) => None, // a container: its sharing is the general path's to track
             v => Some(v),
         }
+    }
+
+    /// A trace entry's `pool_id`, its first opcode (`code`) read: two integers and TUPLE2 (and
+    /// its memo opcode), made compact as the general path makes it once the entry is read.
+    fn fast_pool(&mut self, c: &mut Cursor, code: u8) -> Option<Value> {
+        let a = self.fast_value(c, code)?.as_u64()?;
+        let code = self.fast_op(c)?;
+        let b = self.fast_value(c, code)?.as_u64()?;
+        if self.fast_op(c)? != op::TUPLE2 {
+            return None;
+        }
+        let pool = self.intern_pool(PoolId(a, b));
+        self.fast_memoize(c, Pending::Value(pool))?;
+        Some(pool)
     }
 
     /// A list of frames, its EMPTY_LIST read: its memo opcode, then its frames (memo references

@@ -36,6 +36,7 @@ impl Memo {
     const ENTRY: u32 = 7;
     const OPAQUE: u32 = 8;
     const WIDE: u32 = 9;
+    const POOL: u32 = 10;
     /// Bits of an entry's index; the tag is above them.
     const BITS: u32 = 28;
 
@@ -109,6 +110,7 @@ impl Memo {
             Value::Stack(i) => (Self::STACK, i),
             Value::Entry(i) => (Self::ENTRY, i),
             Value::Opaque(i) => (Self::OPAQUE, i),
+            Value::Pool(i) => (Self::POOL, i),
             Value::Int(_) | Value::U64(_) | Value::Huge(_) | Value::Float(_) | Value::Bytes(_) => {
                 (Self::WIDE, u32::MAX)
             }
@@ -138,6 +140,7 @@ impl Memo {
             Self::STACK => Value::Stack(payload),
             Self::ENTRY => Value::Entry(payload),
             Self::OPAQUE => Value::Opaque(payload),
+            Self::POOL => Value::Pool(payload),
             Self::WIDE => self
                 .wide
                 .get(payload as usize)

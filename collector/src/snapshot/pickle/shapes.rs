@@ -211,6 +211,11 @@ impl Machine<'_> {
         }
         if let Some(pool) = pool {
             self.entries.set_pool(id as usize, pool);
+            // The tuple becomes compact, as a frames list does: millions of entries each have one.
+            if let Some(Value::Obj(tuple)) = key(K_POOL_ID) {
+                let compact = self.intern_pool(pool);
+                self.replace(tuple, usize::MAX, compact);
+            }
         }
         if let Some(Value::Obj(list)) = frames {
             self.replace(list, usize::MAX, Value::Stack(stack));
@@ -218,15 +223,31 @@ impl Machine<'_> {
         Ok(Some(Value::Entry(id)))
     }
 
-    /// A memory pool's id, `(a, b)` as PyTorch writes it (a tuple, or a list), if `value` is one.
+    /// A memory pool's id, `(a, b)` as PyTorch writes it (a tuple, or a list, or what one became
+    /// once read: [`Value::Pool`]), if `value` is one.
     pub(crate) fn pool_id(&self, value: Value) -> Option<PoolId> {
-        match self.obj(self.resolve(value))? {
-            Obj::Tuple(items) | Obj::List(items) => match items[..] {
-                [a, b] => Some(PoolId(a.as_u64()?, b.as_u64()?)),
+        match self.resolve(value) {
+            Value::Pool(i) => self.pools.get(i as usize).copied(),
+            v => match self.obj(v)? {
+                Obj::Tuple(items) | Obj::List(items) => match items[..] {
+                    [a, b] => Some(PoolId(a.as_u64()?, b.as_u64()?)),
+                    _ => None,
+                },
                 _ => None,
             },
-            _ => None,
         }
+    }
+
+    /// The compact value of a pool's id: its place among the pools, each kept once.
+    pub(super) fn intern_pool(&mut self, pool: PoolId) -> Value {
+        let at = match self.pools.iter().position(|&p| p == pool) {
+            Some(at) => at,
+            None => {
+                self.pools.push(pool);
+                self.pools.len() - 1
+            }
+        };
+        Value::Pool(u32::try_from(at).unwrap_or(u32::MAX))
     }
 
     /// Interns the stack held by `frames` (a list of frames), 0 when there is none.

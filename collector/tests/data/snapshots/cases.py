@@ -209,6 +209,16 @@ def random_snapshot(rng):
             return [rng.choice(frames) for _ in range(rng.randrange(0, 5))]
         return list(rng.choice(lists))  # equal, not shared
 
+    pools = [(0, 0), (rng.randrange(1, 4), 0), (0, rng.randrange(1, 1 << 40))]
+
+    def some_pool():
+        r = rng.random()
+        if r < 0.5:
+            return rng.choice(pools)  # shared object, with the segments' too
+        if r < 0.9:
+            return tuple([rng.choice([0, 1, 2]), rng.choice([0, 5])])  # a tuple per entry
+        return list(rng.choice(pools))  # a list, as a JSON round trip leaves it
+
     devices = rng.randrange(1, 4)
     traces = [[] for _ in range(devices)]
     entries = []
@@ -223,9 +233,9 @@ def random_snapshot(rng):
             for key, value in (("addr", rng.randrange(0, 1 << 64)), ("stream", rng.randrange(0, 1 << 48)),
                                ("time_us", rng.randrange(1 << 50, 1 << 51)), ("frames", None),
                                ("user_metadata", rng.choice(["", "fwd", "bwd"])), ("compile_context", "N/A"),
-                               ("device_free", rng.randrange(0, 1 << 30))):
+                               ("device_free", rng.randrange(0, 1 << 30)), ("pool_id", None)):
                 if rng.random() < 0.8:
-                    e[key] = some_frames() if key == "frames" else value
+                    e[key] = some_frames() if key == "frames" else some_pool() if key == "pool_id" else value
             entries.append(e)
             traces[device].append(e)
     segments = []
@@ -249,6 +259,8 @@ def random_snapshot(rng):
         seg = {"device": rng.randrange(devices), "address": rng.randrange(0, 1 << 63),
                "total_size": rng.randrange(0, 1 << 36), "stream": rng.randrange(0, 1 << 48),
                "segment_type": rng.choice(["small", "large"]), "blocks": blocks}
+        if rng.random() < 0.7:
+            seg["segment_pool_id"] = some_pool()
         if rng.random() < 0.5:
             seg["frames"] = blocks[0].get("frames", []) if blocks else some_frames()
         segments.append(seg)
