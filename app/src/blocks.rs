@@ -284,7 +284,7 @@ pub fn blocks_ui(
                     format_bytes(site.bytes as f64),
                     count(site.blocks.len(), "block"),
                     s.device_name(site.device),
-                    s.site_name(site.site)
+                    site.name(s)
                 ))
                 .id_salt(("site", i, site.device, site.stack))
                 .open(opens.then_some(true))

@@ -900,7 +900,7 @@ fn private_pools_are_a_group_of_their_own() {
         "{said}"
     );
     assert!(
-        said.contains("a CUDA graph's pool (1, 0) 64.0 MiB (40.0 MiB allocated); a pool the job made (torch.cuda.MemPool or graph_pool_handle) (0, 1) 8.00 MiB (8.00 MiB allocated) (on cuda:0)"),
+        said.contains("a CUDA graph's own pool (1, 0) 64.0 MiB (40.0 MiB allocated); the job's pool (0, 1) 8.00 MiB (8.00 MiB allocated) (on cuda:0)"),
         "{said}"
     );
 }

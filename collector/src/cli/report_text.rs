@@ -476,7 +476,7 @@ pub fn snapshot_text(snapshot: &Snapshot, verdict: &SnapshotVerdict, limit: usiz
             mb(s.bytes),
             count(s.blocks, "block"),
             snapshot.device_name(s.device),
-            s.site
+            collector::snapshot::in_pool(s.site.clone(), s.pool)
         );
     }
     let suspects = &verdict.suspects;

@@ -36,6 +36,8 @@ pub use query::{LiveIndex, spell_frame};
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use read::SourceError;
 pub use read::{Fill, SnapshotReader, append_filled, read_snapshot, read_snapshot_general};
-pub use sites::{BEFORE_HISTORY, CPP_ONLY, SiteGroup, SiteKey, group_by_site};
+pub use sites::{
+    BEFORE_HISTORY, CPP_ONLY, PrivateSegments, SiteGroup, SiteKey, group_by_site, in_pool,
+};
 pub(crate) use sites::{Owner, owner};
 pub use verdict::{Fragmentation, OomAtSnapshot, Site, SnapshotVerdict, TOP_SITES};

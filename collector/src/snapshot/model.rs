@@ -249,12 +249,13 @@ impl PoolId {
         self != Self(0, 0)
     }
 
-    /// How a person reads it: "a CUDA graph's pool (3, 0)".
+    /// How a person reads it: "a CUDA graph's own pool (3, 0)", "the job's pool (0, 2)" (one
+    /// made by `torch.cuda.MemPool()` or `graph_pool_handle()`).
     pub fn describe(self) -> String {
         let kind = match self {
             Self(0, 0) => "the default pool",
-            Self(_, 0) => "a CUDA graph's pool",
-            _ => "a pool the job made (torch.cuda.MemPool or graph_pool_handle)",
+            Self(_, 0) => "a CUDA graph's own pool",
+            _ => "the job's pool",
         };
         format!("{kind} ({}, {})", self.0, self.1)
     }

@@ -5,7 +5,7 @@
 
 use foldhash::{HashMap, HashSet};
 
-use super::{Frame, LiveBlock, Snapshot};
+use super::{Frame, LiveBlock, PoolId, Snapshot};
 
 /// The site of blocks whose stack holds no frame: PyTorch records stacks only once
 /// `torch.cuda.memory._record_memory_history()` runs, so these were allocated before it.
@@ -123,6 +123,8 @@ pub struct SiteGroup {
     pub device: u32,
     /// The site.
     pub site: SiteKey,
+    /// The private pool its blocks are in ([`Snapshot::pool_at`]); `None`: the default pool.
+    pub pool: Option<PoolId>,
     /// The stack of the site's largest block (its whole stack is shown for the site).
     pub stack: u32,
     /// How many distinct stacks reach the site.
@@ -133,22 +135,42 @@ pub struct SiteGroup {
     pub bytes: u64,
 }
 
-/// Blocks (largest first) grouped by device and allocation site ([`Snapshot::site`]), the
-/// largest site first.
+impl SiteGroup {
+    /// The site as a person reads it, with the private pool its blocks are in.
+    pub fn name(&self, snapshot: &Snapshot) -> String {
+        in_pool(snapshot.site_name(self.site), self.pool)
+    }
+}
+
+/// A site's name, with the private pool its blocks are in: "forward (model.py:42), in a CUDA
+/// graph's pool (1, 0)".
+pub fn in_pool(site: String, pool: Option<PoolId>) -> String {
+    match pool {
+        Some(pool) => format!("{site}, in {}", pool.describe()),
+        None => site,
+    }
+}
+
+/// Blocks (largest first) grouped by device, allocation site ([`Snapshot::site`]) and private
+/// pool, the largest group first: the blocks a site holds in a CUDA graph's pool (its static
+/// tensors) are a group of their own.
 pub fn group_by_site(snapshot: &Snapshot, blocks: &[LiveBlock]) -> Vec<SiteGroup> {
     // A site per stack, worked out once per stack (there are far fewer stacks than blocks).
     let mut site_of: HashMap<u32, SiteKey> = HashMap::default();
-    let mut at: HashMap<(u32, SiteKey), usize> = HashMap::default();
+    let pools = snapshot.private_segments();
+    let mut at: HashMap<(u32, SiteKey, Option<PoolId>), usize> = HashMap::default();
     let mut groups: Vec<SiteGroup> = Vec::new();
-    let mut seen: HashSet<(u32, u32)> = HashSet::default();
+    let mut seen: HashSet<(u32, u32, Option<PoolId>)> = HashSet::default();
     for (i, b) in blocks.iter().enumerate() {
         let site = *site_of
             .entry(b.stack)
             .or_insert_with(|| snapshot.site(b.stack));
-        let g = *at.entry((b.device, site)).or_insert_with(|| {
+        let pool = pools.pool_at(b.device, b.addr);
+        let g = *at.entry((b.device, site, pool)).or_insert_with(|| {
             groups.push(SiteGroup {
                 device: b.device,
                 site,
+                pool,
                 stack: b.stack,
                 stacks: 0,
                 blocks: Vec::new(),
@@ -157,20 +179,61 @@ pub fn group_by_site(snapshot: &Snapshot, blocks: &[LiveBlock]) -> Vec<SiteGroup
             groups.len() - 1
         });
         let group = &mut groups[g];
-        if seen.insert((b.device, b.stack)) {
+        if seen.insert((b.device, b.stack, pool)) {
             group.stacks += 1;
         }
         group.blocks.push(i);
         group.bytes += b.size;
     }
-    // A stack belongs to one site on a device: (device, stack) tells groups apart.
+    // A stack belongs to one site on a device: (device, stack, pool) tells groups apart.
     groups.sort_by(|a, b| {
         b.bytes
             .cmp(&a.bytes)
             .then(a.device.cmp(&b.device))
             .then(a.stack.cmp(&b.stack))
+            .then(a.pool.cmp(&b.pool))
     });
     groups
+}
+
+/// The segments of private pools at the snapshot, by device and address: which pool a block is
+/// in. Pools' segments stay while their graphs or pools live, so the segments at the snapshot
+/// tell the pool of the blocks alive then and, but for a pool's segment freed since, before.
+pub struct PrivateSegments(Vec<(u32, u64, u64, PoolId)>);
+
+impl PrivateSegments {
+    /// The private pool holding `addr` on `device`, if any.
+    pub fn pool_at(&self, device: u32, addr: u64) -> Option<PoolId> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let after = self
+            .0
+            .partition_point(|&(d, start, _, _)| (d, start) <= (device, addr));
+        let &(d, start, end, pool) = self.0.get(after.checked_sub(1)?)?;
+        (d == device && start <= addr && addr < end).then_some(pool)
+    }
+}
+
+impl Snapshot {
+    /// The segments of private pools, for [`PrivateSegments::pool_at`].
+    pub fn private_segments(&self) -> PrivateSegments {
+        let mut spans: Vec<(u32, u64, u64, PoolId)> = self
+            .segments
+            .iter()
+            .filter_map(|s| {
+                let pool = s.pool?;
+                Some((
+                    s.device,
+                    s.address,
+                    s.address.saturating_add(s.total_size),
+                    pool,
+                ))
+            })
+            .collect();
+        spans.sort_unstable();
+        PrivateSegments(spans)
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub struct Site {
     /// The site: the first frame of the user's code, [`super::CPP_ONLY`] or
     /// [`super::BEFORE_HISTORY`].
     pub site: String,
+    /// The private pool its blocks are in (a CUDA graph's, a `torch.cuda.MemPool`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<super::PoolId>,
     /// The stack of its largest block (index into the snapshot's stacks).
     #[serde(skip)]
     pub stack: u32,
@@ -215,7 +218,7 @@ impl SnapshotVerdict {
                 format_bytes(site.bytes as f64),
                 count(site.blocks, "live block"),
                 snapshot.device_name(site.device),
-                whence("from", &site.site)
+                super::in_pool(whence("from", &site.site), site.pool)
             ));
         }
         for f in fragmentation.iter().filter(|f| f.fragmented) {
@@ -369,6 +372,7 @@ fn sites(snapshot: &Snapshot, live: &[super::LiveBlock]) -> Vec<Site> {
         .map(|g| Site {
             device: g.device,
             site: snapshot.site_name(g.site),
+            pool: g.pool,
             stack: g.stack,
             stacks: g.stacks,
             blocks: g.blocks.len(),
@@ -494,7 +498,7 @@ fn headline(
         .map_or(String::new(), |s| {
             format!(
                 "; the most {} ({} in {})",
-                whence("by", &s.site),
+                super::in_pool(whence("by", &s.site), s.pool),
                 format_bytes(s.bytes as f64),
                 count(s.blocks, "block")
             )

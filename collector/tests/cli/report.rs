@@ -231,7 +231,7 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
         .and_then(|v| v.lines().next())
         .unwrap();
     assert!(
-        verdict.starts_with("  • At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (vllm_rollout/vllm_rollout_spmd.py:114) (20.8 GiB in 340 blocks)"),
+        verdict.starts_with("  • At the snapshot: 23.8 GiB allocated of 24.4 GiB reserved on cuda:0; the most by __init__ (vllm_rollout/vllm_rollout_spmd.py:114), in the job's pool (0, 2) (20.3 GiB in 24 blocks)"),
         "{verdict}"
     );
     assert!(!text.contains("Cannot tell"), "{text}");
@@ -258,13 +258,23 @@ fn a_snapshot_verdict_leads_with_what_is_held_and_by_whom() {
     let v = &json["snapshot"]["verdict"];
     assert_eq!(v["problem"], false);
     assert_eq!(v["taken_at_oom"], serde_json::Value::Null);
-    // The site is verl's code that allocates vLLM's KV cache (24 blocks of 866 MiB) and more.
-    assert_eq!(v["top_sites"][0]["blocks"], 340);
+    // The site is verl's code that allocates vLLM's KV cache (24 blocks of 866 MiB) in one pool
+    // of its own, and 315 blocks (475 MiB) in another: each its own group.
+    assert_eq!(v["top_sites"][0]["blocks"], 24);
     assert_eq!(
         v["top_sites"][0]["site"],
         "__init__ (vllm_rollout/vllm_rollout_spmd.py:114)"
     );
-    assert!(v["top_sites"][0]["bytes"].as_u64().unwrap() > 24 * 908_066_816);
+    assert_eq!(v["top_sites"][0]["pool"], serde_json::json!([0, 2]));
+    assert!(v["top_sites"][0]["bytes"].as_u64().unwrap() >= 24 * 908_066_816);
+    let other_pool = v["top_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["pool"] == serde_json::json!([0, 1]))
+        .unwrap();
+    assert_eq!(other_pool["blocks"], 315);
+    assert_eq!(v["top_sites"][1].get("pool"), None);
     let pools = &json["snapshot"]["segments"][0]["pools"];
     assert_eq!(pools.as_array().map(Vec::len), Some(2), "{pools}");
     assert_eq!(pools[1]["pool"], serde_json::json!([0, 2]));

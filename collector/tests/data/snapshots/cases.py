@@ -353,7 +353,7 @@ def pools_snapshot():
     """A step captured in a CUDA graph, as PyTorch 2.14+ writes it: segments carry their
     ``segment_pool_id`` and trace entries their ``pool_id`` (``(0, 0)``: the default pool). The
     graph's own pool ``(1, 0)`` (a capture given no pool) keeps 40 MiB of static tensors with
-    three free pieces of 8 MiB between them; a pool the job made, ``(0, 1)``
+    three free pieces of 8 MiB between them; the job's pool ``(0, 1)``
     (``torch.cuda.MemPool()``), 8 MiB of communication buffers; the default pool 4 MiB of a
     20 MiB segment, its free 16 MiB in one piece."""
     t = 1_771_267_191_000_000
