@@ -176,6 +176,9 @@ pub(crate) fn block_lines(
     if let Some(context) = device.compile_context(snapshot, b.band) {
         lines.push(format!("compiling: {context}"));
     }
+    if let Some(pool) = device.pool(snapshot, b.band, b.addr) {
+        lines.push(format!("in {}", pool.describe()));
+    }
     for (step, text) in device.annotations(snapshot, b.band).into_iter().take(6) {
         lines.push(format!(
             "annotated at {}: {}",

@@ -677,6 +677,19 @@ impl DeviceTimeline {
         Some(snapshot.string(snapshot.entries.compile_context(b.source as usize)?))
     }
 
+    /// The private pool `band`'s block was allocated in: its allocation's `pool_id` where the
+    /// trace has it (PyTorch 2.14 and later), else the pool of the segment at the snapshot that
+    /// holds its address, `addr`.
+    pub fn pool(&self, snapshot: &Snapshot, band: u32, addr: u64) -> Option<super::PoolId> {
+        let b = self.bands.get(band as usize)?;
+        if b.source & PRE == 0
+            && let Some(pool) = snapshot.entries.pool(b.source as usize)
+        {
+            return Some(pool);
+        }
+        snapshot.private_segments().pool_at(self.device, addr)
+    }
+
     /// The trace's time at `step` (µs since the epoch), if the entry has one.
     pub fn time_at(&self, snapshot: &Snapshot, step: u32) -> Option<i64> {
         let step = step.clamp(1, self.steps.max(1));

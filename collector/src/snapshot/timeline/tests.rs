@@ -76,3 +76,40 @@ fn a_block_s_compile_context_is_the_one_its_allocation_was_recorded_in() {
     );
     assert_eq!(device.compile_context(&s, 1), None);
 }
+
+/// A block's pool: its allocation's `pool_id`, else the pool of the segment at the snapshot that
+/// holds it (older PyTorch writes `segment_pool_id` but no `pool_id`), else none.
+#[test]
+fn a_block_s_pool_is_its_allocation_s_or_its_segment_s() {
+    let mut s = Snapshot::default();
+    s.devices = 1;
+    s.entries.push(with(Action::Alloc, 0x100, None).0);
+    s.entries.set_pool(0, crate::snapshot::PoolId(1, 0));
+    s.entries.push(with(Action::Alloc, 0x10_0000, None).0);
+    s.entries.push(with(Action::Alloc, 0x20_0000, None).0);
+    s.segments.push(crate::snapshot::Segment {
+        device: 0,
+        address: 0x10_0000,
+        total_size: 0x1000,
+        allocated_size: 512,
+        segment_type: "small".to_owned(),
+        stream: 0,
+        pool: Some(crate::snapshot::PoolId(0, 3)),
+        blocks: Vec::new(),
+    });
+    let layout = MemoryTimeline::new(&s);
+    let device = &layout.devices[0];
+    assert_eq!(
+        device.pool(&s, 0, 0x100),
+        Some(crate::snapshot::PoolId(1, 0))
+    );
+    assert_eq!(
+        device.pool(&s, 1, 0x10_0000),
+        Some(crate::snapshot::PoolId(0, 3))
+    );
+    assert_eq!(device.pool(&s, 2, 0x20_0000), None);
+    assert_eq!(
+        crate::snapshot::PoolId(0, 3).describe(),
+        "the job's pool (0, 3)"
+    );
+}
