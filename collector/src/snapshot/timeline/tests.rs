@@ -81,8 +81,10 @@ fn a_block_s_compile_context_is_the_one_its_allocation_was_recorded_in() {
 /// holds it (older PyTorch writes `segment_pool_id` but no `pool_id`), else none.
 #[test]
 fn a_block_s_pool_is_its_allocation_s_or_its_segment_s() {
-    let mut s = Snapshot::default();
-    s.devices = 1;
+    let mut s = Snapshot {
+        devices: 1,
+        ..Snapshot::default()
+    };
     s.entries.push(with(Action::Alloc, 0x100, None).0);
     s.entries.set_pool(0, crate::snapshot::PoolId(1, 0));
     s.entries.push(with(Action::Alloc, 0x10_0000, None).0);
