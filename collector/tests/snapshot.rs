@@ -905,6 +905,37 @@ fn private_pools_are_a_group_of_their_own() {
     );
 }
 
+/// A compiled model's snapshot with its frames augmented (`augment_with_fx_traces=True`): it
+/// reads (each augmented frame is a frame), and a block made inside the compiled graph is named
+/// by the model's code behind it, not by the code FX or Inductor generated.
+#[test]
+fn compiled_code_is_named_by_the_model_code_behind_it() {
+    let s = agrees_with_python(&generated().join("fx.pickle"));
+    let stack = s.entries[1].stack;
+    assert_eq!(s.site_name(s.site(stack)), "forward (work/model.py:12)");
+    let read: Vec<String> = s
+        .user_frames(stack)
+        .iter()
+        .map(|f| s.frame_text_short(f))
+        .collect();
+    // Inductor's kernel wrapper, then the model's code behind the generated graph's frame.
+    assert_eq!(
+        &read[..4],
+        [
+            "call (ab/cabxyz.py:120)",
+            "forward (work/model.py:12)",
+            "forward (work/model.py:30)",
+            "forward (tmp/fx_generated_7f3a9c.py:15)"
+        ],
+        "{read:#?}"
+    );
+    // The stack itself is what the file holds (Python's reading of it agrees above).
+    assert_eq!(s.stack(stack).count(), 6);
+    let verdict = collector::snapshot::Judged::new(s.clone()).verdict;
+    assert_eq!(verdict.top_sites[0].site, "forward (work/model.py:12)");
+    assert_eq!(verdict.top_sites[0].blocks, 3);
+}
+
 /// Bytes after the pickle's STOP (a file decoded from a MemoryViz HTML page ends with a NUL) are
 /// left as Python leaves them, read whole or as they arrive.
 #[test]

@@ -28,8 +28,9 @@ mod verdict;
 pub use convert::PhaseSpan;
 pub use judged::Judged;
 pub use model::{
-    Action, Annotation, Block, BlockState, Entries, LeakSuspect, LiveBlock, PoolId, PoolSummary,
-    Segment, SegmentSummary, Snapshot, SnapshotError, SuspectMarks, TraceEntry, metadata_text,
+    Action, Annotation, Behind, Block, BlockState, Entries, LeakSuspect, LiveBlock, PoolId,
+    PoolSummary, Segment, SegmentSummary, Snapshot, SnapshotError, SuspectMarks, TraceEntry,
+    metadata_text,
 };
 pub use pickle::Frame;
 pub use query::{LiveIndex, spell_frame};

@@ -235,6 +235,33 @@ pub struct Block {
     pub stack: u32,
 }
 
+/// The frames of the user's code behind frames of compiled code: a frame of a graph FX generated
+/// (`fx_generated_….py`), augmented by `_dump_snapshot(augment_with_fx_traces=True)`, carries the
+/// stack its node was traced from (`fx_original_trace`): the model's code that made the tensor.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Behind {
+    /// The frames, innermost first, of every compiled frame in `of`.
+    pub(super) frames: Vec<u32>,
+    /// (compiled frame, start, end) in `frames`, in the order the frames were read.
+    pub(super) of: Vec<(u32, u32, u32)>,
+}
+
+impl Behind {
+    /// The frames (ids, innermost first) behind compiled frame `frame`; empty when none.
+    pub fn of(&self, frame: u32) -> &[u32] {
+        self.of
+            .iter()
+            .find(|&&(f, _, _)| f == frame)
+            .and_then(|&(_, start, end)| self.frames.get(start as usize..end as usize))
+            .unwrap_or(&[])
+    }
+
+    /// Whether any frame has frames behind it.
+    pub fn is_empty(&self) -> bool {
+        self.of.is_empty()
+    }
+}
+
 /// A memory pool of the caching allocator, as PyTorch names it (`MempoolId_t`): `(0, 0)` is the
 /// default pool; `(N, 0)` a CUDA graph's own pool (made for a capture given no pool); `(0, N)` a
 /// pool the job made (`torch.cuda.MemPool()`, `torch.cuda.graph_pool_handle()`). Memory in a
@@ -609,6 +636,8 @@ pub struct Snapshot {
     pub frames: Vec<Frame>,
     pub(super) stack_frames: Vec<u32>,
     pub(super) stack_starts: Vec<u32>,
+    /// The frames of the user's code behind frames of compiled code.
+    pub behind: Behind,
     /// The trace entries of every device, device by device, each in time order.
     pub entries: Entries,
     /// The segments at the time of the snapshot.

@@ -180,6 +180,10 @@ pub(crate) struct Machine<'a> {
     other_actions: Vec<u32>,
     /// The memory pools trace entries and segments name, each once ([`Value::Pool`]).
     pools: Vec<crate::snapshot::PoolId>,
+    /// The frames of the user's code behind frames of compiled code (`fx_original_trace`):
+    /// (frame, start, end) in `behind_frames`, innermost first.
+    behind: Vec<(u32, u32, u32)>,
+    behind_frames: Vec<u32>,
     scratch: Vec<u32>,
     /// The fast path's memo entries waiting for its commit, and its frames (see [`fast`]).
     fast_memo: Vec<(u32, fast::Pending)>,
@@ -218,6 +222,8 @@ impl<'a> Machine<'a> {
             stream_ids: HashMap::default(),
             other_actions: Vec::new(),
             pools: Vec::new(),
+            behind: Vec::new(),
+            behind_frames: Vec::new(),
             entries: Entries::new(),
             scratch: Vec::new(),
             fast_memo: Vec::new(),
@@ -260,6 +266,8 @@ impl<'a> Machine<'a> {
             stream_ids: self.stream_ids,
             other_actions: self.other_actions,
             pools: self.pools,
+            behind: self.behind,
+            behind_frames: self.behind_frames,
             scratch: self.scratch,
             fast_memo: self.fast_memo,
             fast_frames: self.fast_frames,

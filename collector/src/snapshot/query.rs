@@ -37,6 +37,26 @@ impl Snapshot {
             .filter_map(|&f| self.frames.get(f as usize))
     }
 
+    /// A stack's frames as a person reads them: before each frame of compiled code, the frames
+    /// of the user's code behind it ([`super::Behind`]), innermost first.
+    pub fn stack_read(&self, id: u32) -> impl Iterator<Item = &Frame> {
+        let i = id as usize;
+        let start = self.stack_starts.get(i).copied().unwrap_or(0) as usize;
+        let end = self.stack_starts.get(i + 1).copied().unwrap_or(0) as usize;
+        let ids = self.stack_frames.get(start..end).unwrap_or(&[]);
+        let behind = &self.behind;
+        ids.iter()
+            .flat_map(move |&f| {
+                let before = if behind.is_empty() {
+                    &[][..]
+                } else {
+                    behind.of(f)
+                };
+                before.iter().copied().chain(std::iter::once(f))
+            })
+            .filter_map(|f| self.frames.get(f as usize))
+    }
+
     /// How many distinct stacks.
     pub fn stack_count(&self) -> usize {
         self.stack_starts.len().saturating_sub(1)
@@ -69,7 +89,7 @@ impl Snapshot {
     /// else the C++ frames outside the allocator itself.
     pub fn user_frames(&self, stack: u32) -> Vec<&Frame> {
         let python: Vec<&Frame> = self
-            .stack(stack)
+            .stack_read(stack)
             .filter(|f| self.string(f.filename).ends_with(".py"))
             .collect();
         if !python.is_empty() {

@@ -42,9 +42,15 @@ pub(crate) enum Owner {
 /// Who wrote the Python frame in `file` running the function `name`.
 pub(crate) fn owner(file: &str, name: &str) -> Owner {
     let file = file.replace('\\', "/");
-    // PyTorch's own files, and the code Inductor generates for compiled functions.
-    let torch =
-        file.contains("/torch/") || file.starts_with("torch/") || file.contains("/torchinductor_");
+    // PyTorch's own files, and the code Inductor and FX generate for compiled functions.
+    let generated = file
+        .rsplit('/')
+        .next()
+        .is_some_and(|f| f.starts_with("fx_generated_"));
+    let torch = file.contains("/torch/")
+        || file.starts_with("torch/")
+        || file.contains("/torchinductor_")
+        || generated;
     if torch
         || file.starts_with('<')
         || standard_library(&file)
@@ -84,7 +90,7 @@ impl Snapshot {
     pub fn site(&self, stack: u32) -> SiteKey {
         let mut best: Option<(Owner, Frame)> = None;
         let mut any = false;
-        for f in self.stack(stack) {
+        for f in self.stack_read(stack) {
             any = true;
             let file = self.string(f.filename);
             if !file.ends_with(".py") {

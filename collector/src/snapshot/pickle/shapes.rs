@@ -8,7 +8,7 @@ use super::{Frame, Machine, Obj, Value};
 use crate::snapshot::{Action, Entries, PoolId, SnapshotError, TraceEntry};
 
 /// The keys the machine recognises, interned first so that they have fixed ids.
-pub(crate) const KEYS: [&str; 38] = [
+pub(crate) const KEYS: [&str; 41] = [
     "name",
     "filename",
     "line",
@@ -22,6 +22,9 @@ pub(crate) const KEYS: [&str; 38] = [
     "user_metadata",
     "compile_context",
     "pool_id",
+    "fx_original_trace",
+    "fx_node_name",
+    "forward_frames",
     "segments",
     "device_traces",
     "external_annotations",
@@ -61,30 +64,33 @@ pub(crate) const K_DEVICE_FREE: u32 = 9;
 pub(crate) const K_USER_METADATA: u32 = 10;
 pub(crate) const K_COMPILE_CONTEXT: u32 = 11;
 pub(crate) const K_POOL_ID: u32 = 12;
-pub(crate) const K_SEGMENTS: u32 = 13;
-pub(crate) const K_DEVICE_TRACES: u32 = 14;
-pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 15;
-pub(crate) const K_ALLOCATOR_SETTINGS: u32 = 16;
-pub(crate) const K_DEVICE: u32 = 17;
-pub(crate) const K_ADDRESS: u32 = 18;
-pub(crate) const K_TOTAL_SIZE: u32 = 19;
-pub(crate) const K_ALLOCATED_SIZE: u32 = 20;
-pub(crate) const K_REQUESTED_SIZE: u32 = 22;
-pub(crate) const K_SEGMENT_TYPE: u32 = 23;
-pub(crate) const K_BLOCKS: u32 = 24;
-pub(crate) const K_STATE: u32 = 25;
-pub(crate) const K_HISTORY: u32 = 26;
-pub(crate) const K_REAL_SIZE: u32 = 27;
-pub(crate) const K_STAGE: u32 = 28;
-const K_ALLOC: u32 = 29;
-const K_FREE_REQUESTED: u32 = 30;
-const K_FREE_COMPLETED: u32 = 31;
-const K_SEGMENT_ALLOC: u32 = 32;
-const K_SEGMENT_FREE: u32 = 33;
-const K_OOM: u32 = 34;
-pub(crate) const K_HOST_SEGMENTS: u32 = 35;
-pub(crate) const K_HOST_TRACES: u32 = 36;
-pub(crate) const K_SEGMENT_POOL_ID: u32 = 37;
+pub(crate) const K_FX_ORIGINAL_TRACE: u32 = 13;
+pub(crate) const K_FX_NODE_NAME: u32 = 14;
+pub(crate) const K_FORWARD_FRAMES: u32 = 15;
+pub(crate) const K_SEGMENTS: u32 = 16;
+pub(crate) const K_DEVICE_TRACES: u32 = 17;
+pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 18;
+pub(crate) const K_ALLOCATOR_SETTINGS: u32 = 19;
+pub(crate) const K_DEVICE: u32 = 20;
+pub(crate) const K_ADDRESS: u32 = 21;
+pub(crate) const K_TOTAL_SIZE: u32 = 22;
+pub(crate) const K_ALLOCATED_SIZE: u32 = 23;
+pub(crate) const K_REQUESTED_SIZE: u32 = 25;
+pub(crate) const K_SEGMENT_TYPE: u32 = 26;
+pub(crate) const K_BLOCKS: u32 = 27;
+pub(crate) const K_STATE: u32 = 28;
+pub(crate) const K_HISTORY: u32 = 29;
+pub(crate) const K_REAL_SIZE: u32 = 30;
+pub(crate) const K_STAGE: u32 = 31;
+const K_ALLOC: u32 = 32;
+const K_FREE_REQUESTED: u32 = 33;
+const K_FREE_COMPLETED: u32 = 34;
+const K_SEGMENT_ALLOC: u32 = 35;
+const K_SEGMENT_FREE: u32 = 36;
+const K_OOM: u32 = 37;
+pub(crate) const K_HOST_SEGMENTS: u32 = 38;
+pub(crate) const K_HOST_TRACES: u32 = 39;
+pub(crate) const K_SEGMENT_POOL_ID: u32 = 40;
 
 impl Machine<'_> {
     /// A dict got its items: if it is a frame or a trace entry, make it compact now.
@@ -130,6 +136,9 @@ impl Machine<'_> {
             let id = *self.frame_ids.entry(frame).or_insert(next);
             if id == next {
                 self.frames.push(frame);
+            }
+            if let Some(Value::Str(trace)) = key(K_FX_ORIGINAL_TRACE) {
+                self.note_behind(id, trace);
             }
             return Ok(Some(Value::Frame(id)));
         }
@@ -221,6 +230,36 @@ impl Machine<'_> {
             self.replace(list, usize::MAX, Value::Stack(stack));
         }
         Ok(Some(Value::Entry(id)))
+    }
+
+    /// Notes the frames of the user's code behind frame `id` of compiled code, read from its
+    /// `fx_original_trace` (a Python traceback's text, outermost first: `File "…", line N, in
+    /// name` and the line's code), once per frame.
+    fn note_behind(&mut self, id: u32, trace: u32) {
+        if self.behind.iter().any(|&(f, _, _)| f == id) {
+            return;
+        }
+        let text = Arc::clone(&self.strings[trace as usize]);
+        let start = self.behind_frames.len() as u32;
+        for (filename, line, name) in traceback_frames(&text) {
+            let frame = Frame {
+                name: self.intern(name),
+                filename: self.intern(filename),
+                line,
+            };
+            let next = self.frames.len() as u32;
+            let f = *self.frame_ids.entry(frame).or_insert(next);
+            if f == next {
+                self.frames.push(frame);
+            }
+            self.behind_frames.push(f);
+        }
+        let end = self.behind_frames.len() as u32;
+        // Innermost first, as a stack's frames are.
+        self.behind_frames[start as usize..].reverse();
+        if end > start {
+            self.behind.push((id, start, end));
+        }
     }
 
     /// A memory pool's id, `(a, b)` as PyTorch writes it (a tuple, or a list, or what one became
@@ -390,14 +429,18 @@ impl Machine<'_> {
             stack_frames: self.stack_frames,
             stack_starts: self.stack_starts,
             entries: self.entries,
+            behind: crate::snapshot::Behind {
+                frames: self.behind_frames,
+                of: self.behind,
+            },
         }
     }
 }
 
-/// The items of a dict that the shapes look at (the keys up to `pool_id`), each by its
+/// The items of a dict that the shapes look at (the keys up to `forward_frames`), each by its
 /// key's id, read in one pass; the first of a key that appears twice counts.
 pub(crate) struct Fields {
-    by_key: [Option<Value>; K_POOL_ID as usize + 1],
+    by_key: [Option<Value>; K_FORWARD_FRAMES as usize + 1],
     /// How many items the dict has.
     len: usize,
 }
@@ -419,7 +462,7 @@ impl Fields {
     #[inline]
     pub(super) fn empty() -> Self {
         Self {
-            by_key: [None; K_POOL_ID as usize + 1],
+            by_key: [None; K_FORWARD_FRAMES as usize + 1],
             len: 0,
         }
     }
@@ -443,14 +486,30 @@ impl Fields {
 
     /// Shaped like a frame (`{name, filename, line}`, up to four items): `compact` makes it one
     /// when its name and filename are strings, and never a trace entry.
+    /// A frame of compiled code that `_dump_snapshot(augment_with_fx_traces=True)` augmented
+    /// carries `fx_node_op`, `fx_node_name`, `fx_node_target` and `fx_original_trace` too.
     pub(super) fn frame_shaped(&self) -> bool {
-        self.len <= 4 && self.get(K_FILENAME).is_some() && self.get(K_NAME).is_some()
+        let fx = self.get(K_FX_NODE_NAME).is_some() || self.get(K_FX_ORIGINAL_TRACE).is_some();
+        (self.len <= 4 || (fx && self.len <= 10))
+            && self.get(K_FILENAME).is_some()
+            && self.get(K_NAME).is_some()
     }
 
     #[inline]
     pub(super) fn get(&self, key: u32) -> Option<Value> {
         self.by_key.get(key as usize).copied().flatten()
     }
+}
+
+/// The frames of a Python traceback's text (`File "PATH", line N, in NAME` lines, as
+/// `traceback.format_stack` and FX's node `stack_trace` write them), outermost first.
+pub(crate) fn traceback_frames(text: &str) -> impl Iterator<Item = (&str, u64, &str)> {
+    text.lines().filter_map(|line| {
+        let rest = line.trim_start().strip_prefix("File \"")?;
+        let (path, rest) = rest.split_once("\", line ")?;
+        let (line, name) = rest.split_once(", in ")?;
+        Some((path, line.trim().parse().ok()?, name.trim()))
+    })
 }
 
 /// What the machine built that the snapshot keeps.
@@ -460,6 +519,7 @@ pub(crate) struct Parts {
     pub stack_frames: Vec<u32>,
     pub stack_starts: Vec<u32>,
     pub entries: Entries,
+    pub behind: crate::snapshot::Behind,
     pub streams: Vec<u64>,
     pub other_actions: Vec<u32>,
 }

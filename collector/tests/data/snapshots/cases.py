@@ -406,6 +406,39 @@ def pools_snapshot():
             "external_annotations": []}
 
 
+def fx_snapshot():
+    """A compiled model's snapshot as ``_dump_snapshot(augment_with_fx_traces=True)`` writes it
+    (read from torch 2.15's ``_augment_frames``): the frame of the graph FX generated
+    (``fx_generated_….py``) carries ``fx_node_op``, ``fx_node_name``, ``fx_node_target`` and
+    ``fx_original_trace``, the stack its node was traced from. Inductor's kernel wrapper and
+    Dynamo's frames around it; the model's code only behind the generated frame."""
+    t = 1_771_267_191_000_000
+    trace = ('  File "/work/model.py", line 30, in forward\n    x = self.block(x)\n'
+             '  File "/work/model.py", line 12, in forward\n    return F.gelu(self.fc(x))\n')
+    fx = {"name": "forward", "filename": "/tmp/fx_generated_7f3a9c.py", "line": 15,
+          "fx_node_op": "call_function", "fx_node_name": "gelu", "fx_node_target": "aten.gelu.default",
+          "fx_original_trace": trace}
+    frames = CPP + [frame("call", "/tmp/torchinductor_u/ab/cabxyz.py", 120), fx,
+                    frame("_fn", "/usr/lib/python3/site-packages/torch/_dynamo/eval_frame.py", 655),
+                    PY["train"]]
+    base = 0x7F00_0000_0000
+    entries = [{"action": "segment_alloc", "addr": base, "size": 8 * MIB, "stream": 0, "time_us": t,
+                "frames": frames, "compile_context": "", "user_metadata": "", "pool_id": (0, 0)}]
+    for i in range(3):
+        entries.append({"action": "alloc", "addr": base + i * MIB, "size": MIB, "stream": 0,
+                        "time_us": t + 1 + i, "frames": frames, "compile_context": "[0/0]",
+                        "user_metadata": "", "pool_id": (0, 0)})
+    blocks = [{"address": base + i * MIB, "size": MIB, "requested_size": MIB, "state": "active_allocated",
+               "frames": frames} for i in range(3)]
+    blocks.append({"address": base + 3 * MIB, "size": 5 * MIB, "requested_size": 0, "state": "inactive",
+                   "frames": []})
+    segments = [{"device": 0, "address": base, "total_size": 8 * MIB, "allocated_size": 3 * MIB,
+                 "active_size": 3 * MIB, "requested_size": 3 * MIB, "stream": 0, "segment_type": "large",
+                 "segment_pool_id": (0, 0), "is_expandable": False, "frames": frames, "blocks": blocks}]
+    return {"segments": segments, "device_traces": [entries], "allocator_settings": {},
+            "external_annotations": []}
+
+
 def with_host(s):
     """A snapshot as tidemark reads it: pinned host memory, when it holds anything, one more
     device after the CUDA ones."""
@@ -444,6 +477,7 @@ def generate(directory):
     (directory / "a_list.pickle").write_bytes(pickle.dumps([1, 2, 3], protocol=4))
     (directory / "pinned_host.pickle").write_bytes(pickle.dumps(pinned_host_snapshot(), protocol=4))
     (directory / "pools.pickle").write_bytes(pickle.dumps(pools_snapshot(), protocol=4))
+    (directory / "fx.pickle").write_bytes(pickle.dumps(fx_snapshot(), protocol=4))
     # Pinned host memory's lists of the wrong shape.
     (directory / "host_not_a_list.pickle").write_bytes(
         pickle.dumps(dict(shared_snapshot(), host_traces="none"), protocol=4))
