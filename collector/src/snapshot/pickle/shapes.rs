@@ -8,7 +8,7 @@ use super::{Frame, Machine, Obj, Value};
 use crate::snapshot::{Action, Entries, PoolId, SnapshotError, TraceEntry};
 
 /// The keys the machine recognises, interned first so that they have fixed ids.
-pub(crate) const KEYS: [&str; 41] = [
+pub(crate) const KEYS: [&str; 40] = [
     "name",
     "filename",
     "line",
@@ -24,7 +24,6 @@ pub(crate) const KEYS: [&str; 41] = [
     "pool_id",
     "fx_original_trace",
     "fx_node_name",
-    "forward_frames",
     "segments",
     "device_traces",
     "external_annotations",
@@ -66,31 +65,30 @@ pub(crate) const K_COMPILE_CONTEXT: u32 = 11;
 pub(crate) const K_POOL_ID: u32 = 12;
 pub(crate) const K_FX_ORIGINAL_TRACE: u32 = 13;
 pub(crate) const K_FX_NODE_NAME: u32 = 14;
-pub(crate) const K_FORWARD_FRAMES: u32 = 15;
-pub(crate) const K_SEGMENTS: u32 = 16;
-pub(crate) const K_DEVICE_TRACES: u32 = 17;
-pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 18;
-pub(crate) const K_ALLOCATOR_SETTINGS: u32 = 19;
-pub(crate) const K_DEVICE: u32 = 20;
-pub(crate) const K_ADDRESS: u32 = 21;
-pub(crate) const K_TOTAL_SIZE: u32 = 22;
-pub(crate) const K_ALLOCATED_SIZE: u32 = 23;
-pub(crate) const K_REQUESTED_SIZE: u32 = 25;
-pub(crate) const K_SEGMENT_TYPE: u32 = 26;
-pub(crate) const K_BLOCKS: u32 = 27;
-pub(crate) const K_STATE: u32 = 28;
-pub(crate) const K_HISTORY: u32 = 29;
-pub(crate) const K_REAL_SIZE: u32 = 30;
-pub(crate) const K_STAGE: u32 = 31;
-const K_ALLOC: u32 = 32;
-const K_FREE_REQUESTED: u32 = 33;
-const K_FREE_COMPLETED: u32 = 34;
-const K_SEGMENT_ALLOC: u32 = 35;
-const K_SEGMENT_FREE: u32 = 36;
-const K_OOM: u32 = 37;
-pub(crate) const K_HOST_SEGMENTS: u32 = 38;
-pub(crate) const K_HOST_TRACES: u32 = 39;
-pub(crate) const K_SEGMENT_POOL_ID: u32 = 40;
+pub(crate) const K_SEGMENTS: u32 = 15;
+pub(crate) const K_DEVICE_TRACES: u32 = 16;
+pub(crate) const K_EXTERNAL_ANNOTATIONS: u32 = 17;
+pub(crate) const K_ALLOCATOR_SETTINGS: u32 = 18;
+pub(crate) const K_DEVICE: u32 = 19;
+pub(crate) const K_ADDRESS: u32 = 20;
+pub(crate) const K_TOTAL_SIZE: u32 = 21;
+pub(crate) const K_ALLOCATED_SIZE: u32 = 22;
+pub(crate) const K_REQUESTED_SIZE: u32 = 24;
+pub(crate) const K_SEGMENT_TYPE: u32 = 25;
+pub(crate) const K_BLOCKS: u32 = 26;
+pub(crate) const K_STATE: u32 = 27;
+pub(crate) const K_HISTORY: u32 = 28;
+pub(crate) const K_REAL_SIZE: u32 = 29;
+pub(crate) const K_STAGE: u32 = 30;
+const K_ALLOC: u32 = 31;
+const K_FREE_REQUESTED: u32 = 32;
+const K_FREE_COMPLETED: u32 = 33;
+const K_SEGMENT_ALLOC: u32 = 34;
+const K_SEGMENT_FREE: u32 = 35;
+const K_OOM: u32 = 36;
+pub(crate) const K_HOST_SEGMENTS: u32 = 37;
+pub(crate) const K_HOST_TRACES: u32 = 38;
+pub(crate) const K_SEGMENT_POOL_ID: u32 = 39;
 
 impl Machine<'_> {
     /// A dict got its items: if it is a frame or a trace entry, make it compact now.
@@ -437,10 +435,10 @@ impl Machine<'_> {
     }
 }
 
-/// The items of a dict that the shapes look at (the keys up to `forward_frames`), each by its
+/// The items of a dict that the shapes look at (the keys up to `fx_node_name`), each by its
 /// key's id, read in one pass; the first of a key that appears twice counts.
 pub(crate) struct Fields {
-    by_key: [Option<Value>; K_FORWARD_FRAMES as usize + 1],
+    by_key: [Option<Value>; K_FX_NODE_NAME as usize + 1],
     /// How many items the dict has.
     len: usize,
 }
@@ -462,7 +460,7 @@ impl Fields {
     #[inline]
     pub(super) fn empty() -> Self {
         Self {
-            by_key: [None; K_FORWARD_FRAMES as usize + 1],
+            by_key: [None; K_FX_NODE_NAME as usize + 1],
             len: 0,
         }
     }
