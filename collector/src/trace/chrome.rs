@@ -28,6 +28,26 @@ struct Mem {
     bytes: i64,
     total_allocated: Option<u64>,
     total_reserved: Option<u64>,
+    /// The thread that allocated.
+    tid: Option<i64>,
+}
+
+/// An operator's span (`cat: cpu_op`), its name among [`Read::op_names`]: 24 bytes, since a big
+/// trace holds millions.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    begin: f64,
+    dur: f32,
+    /// Its thread, as [`thread`] keeps it.
+    tid: u32,
+    name: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Op>() == 24);
+
+/// A thread's id as an operator keeps it: its low 32 bits (`u32::MAX`: none given).
+fn thread(tid: Option<i64>) -> u32 {
+    tid.map_or(u32::MAX, |t| t as u32)
 }
 
 #[derive(Clone, Debug)]
@@ -60,6 +80,10 @@ struct Read {
     mems: Vec<Mem>,
     ooms: Vec<Mem>,
     spans: Vec<Span>,
+    /// Operators' spans, their names each kept once: what ran at a device's peak.
+    ops: Vec<Op>,
+    op_names: Vec<String>,
+    op_ids: std::collections::HashMap<String, u32>,
     pid: Option<u32>,
     unfinished: usize,
     memory_named: usize,
@@ -86,6 +110,30 @@ impl Read {
                         what,
                         begin: ts,
                         end: ts + dur.max(0.0),
+                    });
+                }
+                return;
+            }
+            Name::Op(name) => {
+                if e.ph.0
+                    && e.cat.0
+                    && let Some(dur) = e.dur.num()
+                {
+                    let name = name.as_str();
+                    let id = match self.op_ids.get(name) {
+                        Some(&id) => id,
+                        None => {
+                            let id = self.op_names.len() as u32;
+                            self.op_names.push(name.to_owned());
+                            self.op_ids.insert(name.to_owned(), id);
+                            id
+                        }
+                    };
+                    self.ops.push(Op {
+                        begin: ts,
+                        dur: dur.max(0.0) as f32,
+                        tid: thread(e.tid.int()),
+                        name: id,
                     });
                 }
                 return;
@@ -122,6 +170,7 @@ impl Read {
             bytes,
             total_allocated: arg(|a| a.total_allocated).uint(),
             total_reserved: arg(|a| a.total_reserved).uint(),
+            tid: e.tid.int(),
         };
         if memory {
             self.mems.push(mem);
@@ -434,6 +483,12 @@ fn convert(file: &Meta, mut read: Read, events: usize) -> Result<Recording, Trac
             }));
         }
     }
+    for (device, mems) in &by_device {
+        recording.push(Record::Note(Note {
+            t_ns: 0,
+            text: peak_sentence(*device, mems, &levels[device], &read, t_ns),
+        }));
+    }
     if levels.contains_key(&None) {
         recording.push(Record::Note(Note {
             t_ns: 0,
@@ -464,6 +519,56 @@ fn convert(file: &Meta, mut read: Read, events: usize) -> Result<Recording, Trac
     }
     recording.shrink_to_fit();
     Ok(recording)
+}
+
+/// How many of the operators around a peak its sentence names (the innermost).
+const OPS_AROUND_PEAK: usize = 3;
+
+/// A device's peak, when, and the operator that was running then: the innermost operator's span
+/// on the thread that allocated (the latest to begin of those around the event).
+fn peak_sentence(
+    device: Option<u32>,
+    mems: &[&Mem],
+    levels: &Levels,
+    read: &Read,
+    t_ns: impl Fn(f64) -> u64,
+) -> String {
+    let place = device.map_or("the CPU".to_owned(), |d| format!("cuda:{d}"));
+    // The first event at the highest level (levels' points are the events', in their order).
+    let mut at = 0;
+    for (i, p) in levels.points.iter().enumerate() {
+        if p.1 > levels.points[at].1 {
+            at = i;
+        }
+    }
+    let (Some(m), Some(&(_, allocated, _, _))) = (mems.get(at), levels.points.get(at)) else {
+        return format!("{place}: no memory event");
+    };
+    // The operators around it, outermost first: the innermost is most often the allocation
+    // itself (`aten::empty`), the ones around it say what made it.
+    let mut around: Vec<&Op> = read
+        .ops
+        .iter()
+        .filter(|o| o.tid == thread(m.tid) && o.begin <= m.ts && m.ts <= o.begin + f64::from(o.dur))
+        .collect();
+    around.sort_by(|a, b| a.begin.total_cmp(&b.begin).then(b.dur.total_cmp(&a.dur)));
+    let names: Vec<&str> = around
+        .iter()
+        .skip(around.len().saturating_sub(OPS_AROUND_PEAK))
+        .filter_map(|o| read.op_names.get(o.name as usize).map(String::as_str))
+        .collect();
+    let during = match names.is_empty() {
+        false => format!(", while {} ran", names.join(" › ")),
+        true if read.ops.is_empty() => {
+            ", and the trace holds no operator spans to say what ran".to_owned()
+        }
+        true => ", in no operator's span on its thread".to_owned(),
+    };
+    format!(
+        "peak on {place}: {} allocated, {} into the trace{during}",
+        crate::format::format_bytes(allocated as f64),
+        crate::format::format_duration(t_ns(m.ts) as f64 / 1e9)
+    )
 }
 
 /// The phase edges of every profiler step, by time: (time, edge, phase, step). Within a step,
@@ -552,6 +657,33 @@ fn phase_edges(spans: &[Span], t_ns: impl Fn(f64) -> u64) -> Vec<(u64, Edge, Pha
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The peak's sentence names the operators around the allocation on its own thread,
+    /// outermost first, not one running on another thread at the same time.
+    #[test]
+    fn a_peak_names_the_operators_running_on_its_thread() {
+        let json = br#"{"traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "tid": 1, "ts": 100000, "dur": 50000},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "tid": 1, "ts": 110000, "dur": 20000},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "tid": 1, "ts": 111000, "dur": 1000},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "tid": 2, "ts": 105000, "dur": 40000},
+            {"ph": "X", "cat": "kernel", "name": "sgemm", "tid": 1, "ts": 111000, "dur": 30000},
+            {"ph": "i", "name": "[memory]", "tid": 1, "ts": 100000, "args": {"Bytes": 1024, "Total Allocated": 1024, "Device Type": 1, "Device Id": 0}},
+            {"ph": "i", "name": "[memory]", "tid": 1, "ts": 111500, "args": {"Bytes": 4194304, "Total Allocated": 4195328, "Device Type": 1, "Device Id": 0}},
+            {"ph": "i", "name": "[memory]", "tid": 1, "ts": 140000, "args": {"Bytes": -4194304, "Total Allocated": 1024, "Device Type": 1, "Device Id": 0}},
+            {"ph": "i", "name": "[memory]", "tid": 3, "ts": 120000, "args": {"Bytes": 64, "Total Allocated": 64, "Device Type": 0}}
+        ]}"#;
+        let recording = read_chrome_trace(json).unwrap();
+        let notes: Vec<&str> = recording.notes.iter().map(|n| n.text.as_str()).collect();
+        assert!(
+            notes.contains(&"peak on cuda:0: 4.00 MiB allocated, 12 ms into the trace, while aten::linear › aten::mm › aten::empty ran"),
+            "{notes:#?}"
+        );
+        assert!(
+            notes.contains(&"peak on the CPU: 64 B allocated, 20 ms into the trace, in no operator's span on its thread"),
+            "{notes:#?}"
+        );
+    }
 
     #[test]
     fn forward_is_the_longest_stretch_before_the_backward() {

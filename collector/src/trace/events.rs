@@ -56,6 +56,10 @@ pub(super) struct Event {
     #[serde(default)]
     pub pid: Loose,
     #[serde(default)]
+    pub tid: Loose,
+    #[serde(default)]
+    pub cat: Operator,
+    #[serde(default)]
     pub finished: Loose,
     #[serde(default)]
     pub args: Option<Args>,
@@ -88,6 +92,51 @@ impl<'de> Deserialize<'de> for Complete {
     }
 }
 
+/// Whether an event's category is an operator's (`cpu_op`; `Operator` in older traces).
+#[derive(Default)]
+pub(super) struct Operator(pub bool);
+
+impl<'de> Deserialize<'de> for Operator {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        told(d, |cat| {
+            Self(matches!(cat, "cpu_op" | "Operator" | "operator"))
+        })
+    }
+}
+
+/// A name kept in place (its first 62 bytes, cut at a character's boundary): an operator's name
+/// is read without an allocation.
+#[derive(Clone, Copy)]
+pub(super) struct Short {
+    len: u8,
+    bytes: [u8; 62],
+}
+
+impl Short {
+    fn of(name: &str) -> Self {
+        let mut len = name.len().min(62);
+        while !name.is_char_boundary(len) {
+            len -= 1;
+        }
+        let mut bytes = [0; 62];
+        bytes[..len].copy_from_slice(&name.as_bytes()[..len]);
+        Self {
+            len: len as u8,
+            bytes,
+        }
+    }
+
+    pub(super) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for Short {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
 /// A string (or null, as "") told apart by `tell` while it is read: nothing is allocated.
 fn told<'de, D: Deserializer<'de>, T>(d: D, tell: fn(&str) -> T) -> Result<T, D::Error> {
     struct Tell<T>(fn(&str) -> T);
@@ -115,7 +164,9 @@ pub(super) enum Name {
     OutOfMemory,
     /// A step or a phase ([`named`]).
     Span(Named),
-    /// Anything else, or no name.
+    /// Any other name (an operator's, a kernel's).
+    Op(Short),
+    /// No name.
     #[default]
     Other,
 }
@@ -125,7 +176,8 @@ impl<'de> Deserialize<'de> for Name {
         told(d, |name| match name {
             "[memory]" => Self::Memory,
             "[OutOfMemory]" => Self::OutOfMemory,
-            _ => named(name).map_or(Self::Other, Self::Span),
+            "" => Self::Other,
+            _ => named(name).map_or_else(|| Self::Op(Short::of(name)), Self::Span),
         })
     }
 }
@@ -534,7 +586,7 @@ mod tests {
             assert_eq!(n, 3);
             assert!(matches!(names[0], Name::Span(Named::Step(7))));
             assert!(matches!(names[1], Name::Memory));
-            assert!(matches!(names[2], Name::Other));
+            assert!(matches!(names[2], Name::Op(op) if op.as_str() == "aten::mm"));
             assert_eq!(meta.base_time_ns.uint(), Some(1_700_000_000_000_000_000));
             assert_eq!(meta.distributed_info.and_then(|d| d.rank.uint()), Some(3));
         }
