@@ -29,6 +29,9 @@ struct JsonReport<'a> {
     duration_s: f64,
     complete: bool,
     warnings: &'a [String],
+    /// What the text report's evidence says as `note:` lines: how the input was read (a trace's
+    /// memory events per device, its peaks, what it lacks).
+    notes: Vec<&'a str>,
     dropped_probe_messages: u64,
     ooms: usize,
     analysis: &'a Analysis,
@@ -202,6 +205,7 @@ impl Judged<'_> {
             duration_s: recording.duration_ns() as f64 / 1e9,
             complete: recording.end.is_some(),
             warnings: &recording.warnings,
+            notes: recording.notes.iter().map(|n| n.text.as_str()).collect(),
             dropped_probe_messages: recording.dropped_total(),
             ooms: recording.ooms.len(),
             analysis,

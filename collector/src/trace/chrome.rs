@@ -21,29 +21,29 @@ use crate::recording::{
 struct Mem {
     /// µs, as the trace writes it.
     ts: f64,
-    /// Its place in the file (ties in time keep it).
-    order: usize,
+    /// Its place in the file (ties in time keep it; beyond 2^32 events, ties are kept in
+    /// that order modulo 2^32).
+    order: u32,
     /// The CUDA device; `None`: the CPU.
     device: Option<u32>,
     bytes: i64,
     total_allocated: Option<u64>,
     total_reserved: Option<u64>,
-    /// The thread that allocated.
-    tid: Option<i64>,
+    /// The thread that allocated ([`thread`]).
+    tid: u32,
 }
 
-/// An operator's span (`cat: cpu_op`), its name among [`Read::op_names`]: 24 bytes, since a big
-/// trace holds millions.
+/// An operator's span (`cat: cpu_op`) on a thread ([`Read::ops`]), its name among
+/// [`Read::op_names`]: 16 bytes, since a big trace holds millions.
 #[derive(Clone, Copy, Debug)]
 struct Op {
     begin: f64,
     dur: f32,
-    /// Its thread, as [`thread`] keeps it.
-    tid: u32,
     name: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Op>() == 24);
+const _: () = assert!(std::mem::size_of::<Op>() == 16);
+const _: () = assert!(std::mem::size_of::<Mem>() == 64);
 
 /// A thread's id as an operator keeps it: its low 32 bits (`u32::MAX`: none given).
 fn thread(tid: Option<i64>) -> u32 {
@@ -80,8 +80,9 @@ struct Read {
     mems: Vec<Mem>,
     ooms: Vec<Mem>,
     spans: Vec<Span>,
-    /// Operators' spans, their names each kept once: what ran at a device's peak.
-    ops: Vec<Op>,
+    /// Operators' spans by thread ([`thread`]), their names each kept once: what ran at a
+    /// device's peak.
+    ops: std::collections::HashMap<u32, Vec<Op>>,
     op_names: Vec<String>,
     op_ids: std::collections::HashMap<String, u32>,
     pid: Option<u32>,
@@ -129,10 +130,9 @@ impl Read {
                             id
                         }
                     };
-                    self.ops.push(Op {
+                    self.ops.entry(thread(e.tid.int())).or_default().push(Op {
                         begin: ts,
                         dur: dur.max(0.0) as f32,
-                        tid: thread(e.tid.int()),
                         name: id,
                     });
                 }
@@ -165,12 +165,12 @@ impl Read {
         }
         let mem = Mem {
             ts,
-            order,
+            order: order as u32,
             device,
             bytes,
             total_allocated: arg(|a| a.total_allocated).uint(),
             total_reserved: arg(|a| a.total_reserved).uint(),
-            tid: e.tid.int(),
+            tid: thread(e.tid.int()),
         };
         if memory {
             self.mems.push(mem);
@@ -548,8 +548,10 @@ fn peak_sentence(
     // itself (`aten::empty`), the ones around it say what made it.
     let mut around: Vec<&Op> = read
         .ops
-        .iter()
-        .filter(|o| o.tid == thread(m.tid) && o.begin <= m.ts && m.ts <= o.begin + f64::from(o.dur))
+        .get(&m.tid)
+        .into_iter()
+        .flatten()
+        .filter(|o| o.begin <= m.ts && m.ts <= o.begin + f64::from(o.dur))
         .collect();
     around.sort_by(|a, b| a.begin.total_cmp(&b.begin).then(b.dur.total_cmp(&a.dur)));
     let names: Vec<&str> = around

@@ -508,10 +508,23 @@ fn a_profiler_files_report_speaks_of_the_file() {
         let json: serde_json::Value =
             serde_json::from_slice(&collector(&["report", "--json"], &file).stdout).unwrap();
         assert_eq!(json["input"], input, "{name}");
+        // The JSON carries the text's notes, every one of them.
+        let notes = json["notes"].as_array().unwrap();
+        assert!(!notes.is_empty(), "{name}");
+        for note in notes {
+            assert!(
+                text.contains(&format!("note: {}", note.as_str().unwrap())),
+                "{name}: {note}"
+            );
+        }
     }
     let text =
         String::from_utf8(collector(&["report"], &real.join("hta_rank1_of_2_v100.json.gz")).stdout)
             .unwrap();
+    assert!(
+        text.contains("note: peak on cuda:1: 6.17 GiB allocated, 194 ms into the trace, while aten::clone › aten::empty_like › aten::empty ran"),
+        "{text}"
+    );
     assert!(
         text.contains("phases attributed with PyTorch's allocated bytes at every phase edge, from the profiler trace's own memory events"),
         "{text}"
