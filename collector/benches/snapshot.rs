@@ -4,7 +4,11 @@
 //! size. Budgets (issue #7): faster than `pickle.load`; peak ≤ 2× the file.
 //!
 //! `cargo bench -p tidemark-collector --bench snapshot` (`SNAPSHOT_BENCH_ENTRIES=N` for another
-//! size; `SNAPSHOT_BENCH_OURS_ONLY=1` to leave out `pickle.load`, for profiles). The file is written once by `tests/data/snapshots/cases.py big` into `target/`.
+//! size; `SNAPSHOT_BENCH_OURS_ONLY=1` to leave out `pickle.load`, for profiles). The file is written once by `tests/data/snapshots/cases.py big` into `target/`;
+//! with `SNAPSHOT_BENCH_GENERATOR=shared`, by the second generator beside the project
+//! (`../shared/bench/gen_snapshot_shared_trace.py N`: stacks shared as lists, `compile_context`
+//! and `user_metadata` on every entry, annotations, a live set that grows), so that a speed-up
+//! is not one file's.
 
 use std::path::Path;
 use std::process::Command;
@@ -32,22 +36,38 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cases = manifest.join("tests/data/snapshots/cases.py");
-    let file = manifest.join(format!("../target/snapshot-bench-shared-{entries}.pickle"));
+    let second = std::env::var("SNAPSHOT_BENCH_GENERATOR").is_ok_and(|g| g == "shared");
+    let (generator, args, file) = if second {
+        (
+            manifest.join("../../shared/bench/gen_snapshot_shared_trace.py"),
+            vec![],
+            manifest.join(format!(
+                "../target/snapshot-bench-sharedtrace-{entries}.pickle"
+            )),
+        )
+    } else {
+        (
+            manifest.join("tests/data/snapshots/cases.py"),
+            vec!["big"],
+            manifest.join(format!("../target/snapshot-bench-shared-{entries}.pickle")),
+        )
+    };
     if !file.exists() {
         println!(
-            "writing {} ({entries} entries) with cases.py big…",
-            file.display()
+            "writing {} ({entries} entries) with {}…",
+            file.display(),
+            generator.display()
         );
-        let ok = Command::new(python())
-            .arg(&cases)
-            .arg("big")
-            .arg(&file)
-            .arg(entries.to_string())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("cases.py big failed");
+        // cases.py takes `big FILE N`, the second generator `N FILE`.
+        let mut command = Command::new(python());
+        command.arg(&generator).args(args);
+        if second {
+            command.arg(entries.to_string()).arg(&file);
+        } else {
+            command.arg(&file).arg(entries.to_string());
+        }
+        if !command.status().is_ok_and(|s| s.success()) {
+            eprintln!("{} failed", generator.display());
             std::process::exit(1);
         }
     }

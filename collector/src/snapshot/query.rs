@@ -257,6 +257,24 @@ impl Snapshot {
                 .or_default()
                 .push((span.start_us, span.end_us));
         }
+        // Each phase's occurrences by start, with the latest end so far: the first occurrence
+        // holding a time is found by two binary searches, not a pass over all of them (a block
+        // each: hundreds of thousands of blocks, thousands of occurrences).
+        let mut latest_end: BTreeMap<(u32, &str), Vec<i64>> = BTreeMap::new();
+        for (key, occ) in &mut occurrences {
+            occ.sort_unstable();
+            let ends = occ
+                .iter()
+                .scan(i64::MIN, |most, &(_, end)| {
+                    *most = (*most).max(end);
+                    Some(*most)
+                })
+                .collect();
+            latest_end.insert(*key, ends);
+        }
+        let holding = |key: &(u32, &str), occ: &[(i64, i64)], t: i64| {
+            first_holding(occ, latest_end.get(key)?, t)
+        };
         // The one grouping by allocation site ([`super::sites::group_by_site`]), each site's
         // blocks then split by the phase occurrence that allocated them; each group shown with
         // the stack of its largest block (the first: `alive` comes largest first).
@@ -266,9 +284,9 @@ impl Snapshot {
             for b in site.blocks.iter().map(|&i| &alive[i]) {
                 let Some(t) = b.allocated_us else { continue };
                 // The phase (repeated at least twice on the device) whose occurrence holds t.
-                let phase = occurrences.iter().find_map(|((d, name), occ)| {
+                let phase = occurrences.iter().find_map(|(key @ (d, name), occ)| {
                     (*d == b.device && occ.len() >= 2)
-                        .then(|| occ.iter().position(|(s, e)| *s <= t && t <= *e))
+                        .then(|| holding(key, occ, t))
                         .flatten()
                         .map(|i| (*name, i))
                 });
@@ -387,6 +405,14 @@ impl Snapshot {
     }
 }
 
+/// The first of `spans` (sorted by start; `latest_end[i]` the latest end among the first `i + 1`)
+/// that holds `t`, ends included.
+fn first_holding(spans: &[(i64, i64)], latest_end: &[i64], t: i64) -> Option<usize> {
+    let began = spans.partition_point(|&(start, _)| start <= t);
+    let first = latest_end.get(..began)?.partition_point(|&end| end < t);
+    (first < began).then_some(first)
+}
+
 /// Every block's life in a snapshot's trace, swept once: the blocks alive at any time are then
 /// read off it (the viewer's Blocks tab asks at every time the user picks).
 #[derive(Clone, Debug)]
@@ -445,5 +471,32 @@ pub fn spell_frame(name: &str, file: &str, line: u64) -> String {
         name.to_owned()
     } else {
         format!("{name} ({short})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The binary searches find what a pass over the spans finds, overlapping or not.
+        #[test]
+        fn the_first_span_holding_a_time_is_found_by_search(
+            mut spans in proptest::collection::vec((0i64..200, 0i64..60), 0..40),
+            t in -5i64..270,
+        ) {
+            let mut spans: Vec<(i64, i64)> =
+                spans.drain(..).map(|(start, len)| (start, start + len)).collect();
+            spans.sort_unstable();
+            let latest_end: Vec<i64> = spans
+                .iter()
+                .scan(i64::MIN, |most, &(_, end)| {
+                    *most = (*most).max(end);
+                    Some(*most)
+                })
+                .collect();
+            let pass = spans.iter().position(|&(s, e)| s <= t && t <= e);
+            prop_assert_eq!(super::first_holding(&spans, &latest_end, t), pass);
+        }
     }
 }
