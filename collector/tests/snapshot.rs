@@ -1414,3 +1414,47 @@ fn real_snapshots_name_their_sites_by_the_users_code() {
         "{named} {before} {cpp}"
     );
 }
+
+/// A snapshot with a timed trace leads with what made its peak: the most the tensors held,
+/// when, and the sites alive then — here the optimizer's step in a real training step (the peak
+/// is the recording's highest allocated reading; what was alive then is the blocks' lives
+/// replayed to that moment).
+#[test]
+fn a_timed_snapshot_leads_with_what_made_its_peak() {
+    use collector::snapshot::{BEFORE_HISTORY, Judged};
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/real-snapshots");
+    let judged = Judged::new(read(&real.join("bcrafton_cs336_training_step.pickle")).unwrap());
+    let v = &judged.verdict;
+    assert!(
+        v.headline.starts_with("Peak: 3.59 GiB allocated on cuda:0, 25 ms into the trace, the most of it allocated in the trace by step (cs336_basics/optimizer.py:71) (579 MiB in 110 blocks); 2.86 GiB at the snapshot"),
+        "{}",
+        v.headline
+    );
+    assert_eq!(v.peaks.len(), 1);
+    let peak = &v.peaks[0];
+    let readings = &judged.recording.allocator;
+    let most = (0..readings.len()).map(|i| readings.allocated(i)).max();
+    assert_eq!(Some(peak.allocated_bytes), most);
+    // The blocks alive then: the sites' bytes do not exceed the peak, and the first is what was
+    // there before the history.
+    assert_eq!(peak.sites[0].site, BEFORE_HISTORY);
+    let listed: u64 = peak.sites.iter().map(|s| s.bytes).sum();
+    assert!(listed <= peak.allocated_bytes, "{listed}");
+    let t0 = judged.snapshot.time_range_us().unwrap().0;
+    let alive: u64 = judged
+        .index
+        .at(t0 + peak.after_us, Some(0))
+        .iter()
+        .map(|b| b.size)
+        .sum();
+    assert!(
+        alive.abs_diff(peak.allocated_bytes) * 100 <= peak.allocated_bytes,
+        "alive {alive} against the curve's {}",
+        peak.allocated_bytes
+    );
+    assert!(v.evidence[0].starts_with("peak on cuda:0: 3.59 GiB allocated, 25 ms into the trace (2.86 GiB at the snapshot); alive then, largest first: 1.44 GiB allocated before the history was recorded, 579 MiB from step (cs336_basics/optimizer.py:71)"), "{:#?}", v.evidence);
+    // Without a trace there is no peak: the snapshot's state leads.
+    let verl = Judged::new(read(&real.join("verl_rollout_state.pickle")).unwrap());
+    assert!(verl.verdict.peaks.is_empty());
+    assert!(verl.verdict.headline.starts_with("At the snapshot:"));
+}

@@ -44,7 +44,7 @@ impl Judged {
         });
         #[cfg(target_arch = "wasm32")]
         let ((recording, analysis), index) = (trace(&snapshot), LiveIndex::new(&snapshot));
-        let verdict = SnapshotVerdict::with_index(&snapshot, &analysis, &index);
+        let verdict = SnapshotVerdict::with_index(&snapshot, &recording, &analysis, &index);
         Self {
             snapshot,
             recording,

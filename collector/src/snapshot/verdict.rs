@@ -50,6 +50,22 @@ pub struct Site {
     pub frames: Vec<String>,
 }
 
+/// The most a device's tensors held in the trace, when, and whose blocks were alive then.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SnapshotPeak {
+    /// The device.
+    pub device: u32,
+    /// Bytes allocated at the peak.
+    pub allocated_bytes: u64,
+    /// When: µs after the trace's first entry.
+    pub after_us: i64,
+    /// The sites whose blocks were alive then, largest first (at most [`PEAK_SITES`]).
+    pub sites: Vec<Site>,
+}
+
+/// How many sites a peak names.
+pub const PEAK_SITES: usize = 4;
+
 /// Free memory inside the segments against what the job asks for.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Fragmentation {
@@ -84,6 +100,8 @@ pub struct SnapshotVerdict {
     /// Whether the trace ends with a `snapshot` entry (older PyTorch writes one when the
     /// snapshot is taken, e.g. from an out-of-memory handler).
     pub legacy_snapshot_entry: bool,
+    /// Per device, the trace's peak and who held it (none without a timed trace).
+    pub peaks: Vec<SnapshotPeak>,
     /// What is held per device: reserved, allocated, waiting to be freed, free.
     #[serde(skip)]
     pub held: Vec<SegmentSummary>,
@@ -108,8 +126,14 @@ impl SnapshotVerdict {
     /// Judges a snapshot whose blocks' lives are swept in `index`; `analysis` is the analysis
     /// of its trace as a recording. Only [`super::Judged::new`] calls it: a snapshot is judged
     /// there, once, for the report, `check`, the viewer and a folder of ranks alike.
-    pub(super) fn with_index(snapshot: &Snapshot, analysis: &Analysis, index: &LiveIndex) -> Self {
+    pub(super) fn with_index(
+        snapshot: &Snapshot,
+        recording: &Recording,
+        analysis: &Analysis,
+        index: &LiveIndex,
+    ) -> Self {
         let held = snapshot.segment_summary();
+        let peaks = peaks(snapshot, recording, index);
         let live = index.at(i64::MAX, None);
         let suspects = snapshot.leak_suspects_among(&live);
         let top_sites = sites(snapshot, &live);
@@ -196,6 +220,9 @@ impl SnapshotVerdict {
                 "the trace ends with a `snapshot` entry: older PyTorch writes one when the snapshot is taken (an out-of-memory handler is the usual caller); no `oom` entry says why".to_owned(),
             );
         }
+        for p in &peaks {
+            evidence.push(peak_sentence(snapshot, p, &held));
+        }
         for h in &held {
             evidence.push(format!(
                 "held on {}: {} reserved in {} — {} allocated, {} waiting to be freed, {} free in {}{}",
@@ -264,6 +291,7 @@ impl SnapshotVerdict {
             snapshot,
             &held,
             &top_sites,
+            &peaks,
             &fragmentation,
             &suspects,
             taken_at_oom.as_ref(),
@@ -275,6 +303,7 @@ impl SnapshotVerdict {
             problem_kind,
             taken_at_oom,
             legacy_snapshot_entry,
+            peaks,
             held,
             top_sites,
             fragmentation,
@@ -386,6 +415,72 @@ fn sites(snapshot: &Snapshot, live: &[super::LiveBlock]) -> Vec<Site> {
         .collect()
 }
 
+/// Per device, the peak of the allocated curve of the trace (the first time it is reached) and
+/// the sites of the blocks alive then: what made the peak. None for a snapshot whose trace has no
+/// times (its curve is by entry, not by time).
+fn peaks(snapshot: &Snapshot, recording: &Recording, index: &LiveIndex) -> Vec<SnapshotPeak> {
+    let Some((t0, _)) = snapshot.time_range_us().filter(|r| r.0 > 0) else {
+        return Vec::new();
+    };
+    let readings = &recording.allocator;
+    let mut most: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
+    for i in 0..readings.len() {
+        let (_, device) = readings.source(i);
+        let allocated = readings.allocated(i);
+        let peak = most.entry(device).or_insert((0, 0));
+        if allocated > peak.0 {
+            *peak = (allocated, readings.t_ns(i));
+        }
+    }
+    most.into_iter()
+        .filter(|&(_, (bytes, _))| bytes > 0)
+        .map(|(device, (bytes, t_ns))| {
+            let after_us = i64::try_from(t_ns / 1000).unwrap_or(i64::MAX);
+            let alive = index.at(t0.saturating_add(after_us), Some(device));
+            let mut sites = sites(snapshot, &alive);
+            sites.truncate(PEAK_SITES);
+            SnapshotPeak {
+                device,
+                allocated_bytes: bytes,
+                after_us,
+                sites,
+            }
+        })
+        .collect()
+}
+
+/// "peak on cuda:0: 4.20 GiB allocated, 31 ms into the trace (2.86 GiB at the snapshot); alive
+/// then, largest first: …".
+fn peak_sentence(snapshot: &Snapshot, p: &SnapshotPeak, held: &[SegmentSummary]) -> String {
+    let now = held
+        .iter()
+        .find(|h| h.device == p.device)
+        .map_or(String::new(), |h| {
+            format!(
+                " ({} at the snapshot)",
+                format_bytes((h.allocated + h.pending_free) as f64)
+            )
+        });
+    let alive: Vec<String> = p
+        .sites
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}",
+                format_bytes(s.bytes as f64),
+                super::in_pool(whence("from", &s.site), s.pool)
+            )
+        })
+        .collect();
+    format!(
+        "peak on {}: {} allocated, {} into the trace{now}; alive then, largest first: {}",
+        snapshot.device_name(p.device),
+        format_bytes(p.allocated_bytes as f64),
+        crate::format::format_duration(p.after_us as f64 / 1e6),
+        alive.join(", ")
+    )
+}
+
 /// A site in a sentence: `from step (…)`, `by step (…)`; `allocated before the history was
 /// recorded`, `from C++ code only`.
 fn whence(preposition: &str, site: &str) -> String {
@@ -421,6 +516,7 @@ fn headline(
     snapshot: &Snapshot,
     held: &[SegmentSummary],
     sites: &[Site],
+    peaks: &[SnapshotPeak],
     fragmentation: &[Fragmentation],
     suspects: &[LeakSuspect],
     oom: Option<&OomAtSnapshot>,
@@ -492,6 +588,32 @@ fn headline(
             None,
         );
     };
+    let now = format_bytes((h.allocated + h.pending_free) as f64);
+    // With a timed trace, what made the peak leads: the site alive then that the trace allocated
+    // (what was there before the history is not what rose).
+    if let Some(p) = peaks.iter().find(|p| p.device == h.device) {
+        let made = p
+            .sites
+            .iter()
+            .find(|s| s.site != super::BEFORE_HISTORY)
+            .map_or(String::new(), |s| {
+                format!(
+                    ", the most of it allocated in the trace {} ({} in {})",
+                    super::in_pool(whence("by", &s.site), s.pool),
+                    format_bytes(s.bytes as f64),
+                    count(s.blocks, "block")
+                )
+            });
+        return (
+            format!(
+                "Peak: {} allocated on {}, {} into the trace{made}; {now} at the snapshot",
+                format_bytes(p.allocated_bytes as f64),
+                snapshot.device_name(p.device),
+                crate::format::format_duration(p.after_us as f64 / 1e6),
+            ),
+            None,
+        );
+    }
     let holder = sites
         .iter()
         .find(|s| s.device == h.device)
@@ -505,8 +627,7 @@ fn headline(
         });
     (
         format!(
-            "At the snapshot: {} allocated of {} reserved on {}{holder}",
-            format_bytes((h.allocated + h.pending_free) as f64),
+            "At the snapshot: {now} allocated of {} reserved on {}{holder}",
             format_bytes(h.reserved as f64),
             snapshot.device_name(h.device)
         ),
