@@ -287,16 +287,21 @@ impl SnapshotVerdict {
             ));
         }
 
-        let (headline, problem_kind) = headline(
+        let (mut headline, problem_kind) = headline(
             snapshot,
             &held,
             &top_sites,
-            &peaks,
             &fragmentation,
             &suspects,
             taken_at_oom.as_ref(),
             analysis,
         );
+        // With no problem to name and a timed trace, what made the peak leads.
+        if problem_kind.is_none()
+            && let Some(peak) = peak_headline(snapshot, &held, &peaks)
+        {
+            headline = peak;
+        }
         Self {
             headline,
             problem: problem_kind.is_some(),
@@ -481,6 +486,44 @@ fn peak_sentence(snapshot: &Snapshot, p: &SnapshotPeak, held: &[SegmentSummary])
     )
 }
 
+/// The device a headline speaks of: the GPU that reserves the most; pinned host memory only
+/// when no GPU holds anything.
+fn leading<'h>(snapshot: &Snapshot, held: &'h [SegmentSummary]) -> Option<&'h SegmentSummary> {
+    let on_gpu = held.iter().filter(|h| Some(h.device) != snapshot.host);
+    on_gpu.max_by_key(|h| h.reserved).or_else(|| held.first())
+}
+
+/// The headline of a snapshot with a timed trace and no problem: what made the leading device's
+/// peak, the site alive then that the trace allocated (what was there before the history is not
+/// what rose).
+fn peak_headline(
+    snapshot: &Snapshot,
+    held: &[SegmentSummary],
+    peaks: &[SnapshotPeak],
+) -> Option<String> {
+    let h = leading(snapshot, held)?;
+    let p = peaks.iter().find(|p| p.device == h.device)?;
+    let made = p
+        .sites
+        .iter()
+        .find(|s| s.site != super::BEFORE_HISTORY)
+        .map_or(String::new(), |s| {
+            format!(
+                ", the most of it allocated in the trace {} ({} in {})",
+                super::in_pool(whence("by", &s.site), s.pool),
+                format_bytes(s.bytes as f64),
+                count(s.blocks, "block")
+            )
+        });
+    Some(format!(
+        "Peak: {} allocated on {}, {} into the trace{made}; {} at the snapshot",
+        format_bytes(p.allocated_bytes as f64),
+        snapshot.device_name(p.device),
+        crate::format::format_duration(p.after_us as f64 / 1e6),
+        format_bytes((h.allocated + h.pending_free) as f64)
+    ))
+}
+
 /// A site in a sentence: `from step (…)`, `by step (…)`; `allocated before the history was
 /// recorded`, `from C++ code only`.
 fn whence(preposition: &str, site: &str) -> String {
@@ -516,7 +559,6 @@ fn headline(
     snapshot: &Snapshot,
     held: &[SegmentSummary],
     sites: &[Site],
-    peaks: &[SnapshotPeak],
     fragmentation: &[Fragmentation],
     suspects: &[LeakSuspect],
     oom: Option<&OomAtSnapshot>,
@@ -580,40 +622,13 @@ fn headline(
             Some(FindingKind::Fragmentation),
         );
     }
-    // The GPU leads; pinned host memory only when no GPU holds anything.
-    let on_gpu = held.iter().filter(|h| Some(h.device) != snapshot.host);
-    let Some(h) = on_gpu.max_by_key(|h| h.reserved).or_else(|| held.first()) else {
+    let Some(h) = leading(snapshot, held) else {
         return (
             "An empty snapshot: no segments and no trace".to_owned(),
             None,
         );
     };
     let now = format_bytes((h.allocated + h.pending_free) as f64);
-    // With a timed trace, what made the peak leads: the site alive then that the trace allocated
-    // (what was there before the history is not what rose).
-    if let Some(p) = peaks.iter().find(|p| p.device == h.device) {
-        let made = p
-            .sites
-            .iter()
-            .find(|s| s.site != super::BEFORE_HISTORY)
-            .map_or(String::new(), |s| {
-                format!(
-                    ", the most of it allocated in the trace {} ({} in {})",
-                    super::in_pool(whence("by", &s.site), s.pool),
-                    format_bytes(s.bytes as f64),
-                    count(s.blocks, "block")
-                )
-            });
-        return (
-            format!(
-                "Peak: {} allocated on {}, {} into the trace{made}; {now} at the snapshot",
-                format_bytes(p.allocated_bytes as f64),
-                snapshot.device_name(p.device),
-                crate::format::format_duration(p.after_us as f64 / 1e6),
-            ),
-            None,
-        );
-    }
     let holder = sites
         .iter()
         .find(|s| s.device == h.device)
