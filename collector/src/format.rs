@@ -1,7 +1,6 @@
 //! How numbers are written for people: bytes and durations, the same in the report, the
 //! verdict, the collector's summary and the viewer.
 
-/// Formats bytes in binary units with three significant digits (`1.23 GiB`, `-512 KiB`).
 /// A p-value as a reader takes it in: two decimals from 0.01 up ("0.75", "1.00"), else in
 /// scientific form ("4.77e-13"), never "1.0e0".
 pub fn format_p(p: f64) -> String {
@@ -12,6 +11,7 @@ pub fn format_p(p: f64) -> String {
     }
 }
 
+/// Formats bytes in binary units with three significant digits (`1.23 GiB`, `-512 KiB`).
 pub fn format_bytes(bytes: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let sign = if bytes < 0.0 { "-" } else { "" };

@@ -267,18 +267,18 @@ impl SnapshotVerdict {
             evidence.push(suspect_sentence(snapshot, s));
         }
         if snapshot.entries.is_empty() {
-            evidence.push("no trace: the snapshot holds the segments only, so there is no timeline; call `torch.cuda.memory._record_memory_history()` before the snapshot for one".to_owned());
+            evidence.push("no trace: the snapshot holds the segments only, so there is no timeline; call `torch.cuda.memory._record_memory_history()` before the steps you want to see, then take the snapshot".to_owned());
         } else if let Some(entries) = snapshot.ring_overflowed() {
             evidence.push(super::timeline::overflow_sentence(entries));
         }
         let stepless = analysis
             .finding(FindingKind::NotEnoughData)
             .is_some_and(|f| f.title == crate::analysis::STEPLESS_SNAPSHOT);
-        if stepless {
+        if snapshot.entries.is_empty() {
+            // "no trace" says it already.
+        } else if stepless {
             evidence.push("the trace has no steps (no phase that repeats): no trend is judged or drawn, and what one step holds (activations saved for backward) cannot be told from a leak".to_owned());
-        } else if !snapshot.entries.is_empty()
-            && analysis.finding(FindingKind::NotEnoughData).is_some()
-        {
+        } else if analysis.finding(FindingKind::NotEnoughData).is_some() {
             evidence.push(format!(
                 "the trace ({}) is too short for a trend: {}, at least {} are needed",
                 count(snapshot.entries.len(), "entry"),
