@@ -20,6 +20,7 @@ mod pickle;
 mod query;
 pub mod ranks;
 mod read;
+mod segments;
 pub mod segments_timeline;
 mod sites;
 pub mod timeline;
@@ -28,15 +29,15 @@ mod verdict;
 pub use convert::PhaseSpan;
 pub use judged::Judged;
 pub use model::{
-    Action, Annotation, Behind, Block, BlockState, Entries, LeakSuspect, LiveBlock, PoolId,
-    PoolSummary, Segment, SegmentSummary, Snapshot, SnapshotError, SuspectMarks, TraceEntry,
-    metadata_text,
+    Action, Annotation, Behind, Entries, LeakSuspect, LiveBlock, Snapshot, SnapshotError,
+    SuspectMarks, TraceEntry, metadata_text,
 };
 pub use pickle::Frame;
 pub use query::{LiveIndex, spell_frame};
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use read::SourceError;
 pub use read::{Fill, SnapshotReader, append_filled, read_snapshot, read_snapshot_general};
+pub use segments::{Block, BlockState, PoolId, PoolSummary, Segment, SegmentSummary};
 pub use sites::{
     BEFORE_HISTORY, CPP_ONLY, PrivateSegments, SiteGroup, SiteKey, group_by_site, in_pool,
 };

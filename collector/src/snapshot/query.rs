@@ -6,10 +6,7 @@ use std::collections::BTreeMap;
 use foldhash::{HashMap, HashSet};
 
 use super::model::Lifetime;
-use super::{
-    Action, BlockState, Frame, LeakSuspect, LiveBlock, PoolSummary, SegmentSummary, Snapshot,
-    TraceEntry,
-};
+use super::{Action, BlockState, Frame, LeakSuspect, LiveBlock, Snapshot, TraceEntry};
 
 impl Snapshot {
     /// The CUDA stream of a trace entry.
@@ -337,57 +334,6 @@ impl Snapshot {
                 .then(a.phase.cmp(&b.phase))
         });
         suspects
-    }
-
-    /// The segments' state per device at snapshot time.
-    pub fn segment_summary(&self) -> Vec<SegmentSummary> {
-        let mut out: BTreeMap<u32, SegmentSummary> = BTreeMap::new();
-        for s in &self.segments {
-            let sum = out.entry(s.device).or_insert_with(|| SegmentSummary {
-                device: s.device,
-                ..SegmentSummary::default()
-            });
-            sum.segments += 1;
-            sum.reserved += s.total_size;
-            let mut pool = s.pool.map(|id| {
-                let at = match sum.pools.binary_search_by_key(&id, |p| p.pool) {
-                    Ok(at) => at,
-                    Err(at) => {
-                        sum.pools.insert(
-                            at,
-                            PoolSummary {
-                                pool: id,
-                                ..PoolSummary::default()
-                            },
-                        );
-                        at
-                    }
-                };
-                sum.pools[at].segments += 1;
-                sum.pools[at].reserved += s.total_size;
-                at
-            });
-            for b in &s.blocks {
-                match (b.state, pool.as_mut()) {
-                    (BlockState::ActiveAllocated, at) => {
-                        sum.allocated += b.size;
-                        if let Some(&mut at) = at {
-                            sum.pools[at].allocated += b.size;
-                        }
-                    }
-                    (BlockState::ActivePendingFree, _) => sum.pending_free += b.size,
-                    // A private pool's free pieces serve only its own allocations.
-                    (BlockState::Inactive, Some(&mut at)) => sum.pools[at].free += b.size,
-                    (BlockState::Inactive, None) => {
-                        sum.free += b.size;
-                        sum.free_pieces += 1;
-                        sum.largest_free = sum.largest_free.max(b.size);
-                    }
-                    (BlockState::Other, _) => {}
-                }
-            }
-        }
-        out.into_values().collect()
     }
 
     /// Trace entries per action name, in a stable order.
