@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use super::TraceError;
 use super::events::{self, Args, Event, Meta, Name, Named};
 use super::loose::Loose;
+use super::operators::{Operators, thread};
 use crate::recording::{
     AllocatorSample, Chunk, Column, Device, Edge, End, Header, Note, Oom, Origin, Phase, PhaseEdge,
     Record, Recording, SeriesKey, SeriesKind,
@@ -33,22 +34,7 @@ struct Mem {
     tid: u32,
 }
 
-/// An operator's span (`cat: cpu_op`) on a thread ([`Read::ops`]), its name among
-/// [`Read::op_names`]: 16 bytes, since a big trace holds millions.
-#[derive(Clone, Copy, Debug)]
-struct Op {
-    begin: f64,
-    dur: f32,
-    name: u32,
-}
-
-const _: () = assert!(std::mem::size_of::<Op>() == 16);
 const _: () = assert!(std::mem::size_of::<Mem>() == 64);
-
-/// A thread's id as an operator keeps it: its low 32 bits (`u32::MAX`: none given).
-fn thread(tid: Option<i64>) -> u32 {
-    tid.map_or(u32::MAX, |t| t as u32)
-}
 
 #[derive(Clone, Debug)]
 struct Span {
@@ -80,11 +66,8 @@ struct Read {
     mems: Vec<Mem>,
     ooms: Vec<Mem>,
     spans: Vec<Span>,
-    /// Operators' spans by thread ([`thread`]), their names each kept once: what ran at a
-    /// device's peak.
-    ops: std::collections::HashMap<u32, Vec<Op>>,
-    op_names: Vec<String>,
-    op_ids: std::collections::HashMap<String, u32>,
+    /// Operators' spans: what ran at a device's peak.
+    ops: Operators,
     pid: Option<u32>,
     unfinished: usize,
     memory_named: usize,
@@ -120,21 +103,7 @@ impl Read {
                     && e.cat.0
                     && let Some(dur) = e.dur.num()
                 {
-                    let name = name.as_str();
-                    let id = match self.op_ids.get(name) {
-                        Some(&id) => id,
-                        None => {
-                            let id = self.op_names.len() as u32;
-                            self.op_names.push(name.to_owned());
-                            self.op_ids.insert(name.to_owned(), id);
-                            id
-                        }
-                    };
-                    self.ops.entry(thread(e.tid.int())).or_default().push(Op {
-                        begin: ts,
-                        dur: dur.max(0.0) as f32,
-                        name: id,
-                    });
+                    self.ops.add(name.as_str(), thread(e.tid.int()), ts, dur);
                 }
                 return;
             }
@@ -521,11 +490,7 @@ fn convert(file: &Meta, mut read: Read, events: usize) -> Result<Recording, Trac
     Ok(recording)
 }
 
-/// How many of the operators around a peak its sentence names (the innermost).
-const OPS_AROUND_PEAK: usize = 3;
-
-/// A device's peak, when, and the operator that was running then: the innermost operator's span
-/// on the thread that allocated (the latest to begin of those around the event).
+/// A device's peak, when, and the operators that were running then on the thread that allocated.
 fn peak_sentence(
     device: Option<u32>,
     mems: &[&Mem],
@@ -544,28 +509,7 @@ fn peak_sentence(
     let (Some(m), Some(&(_, allocated, _, _))) = (mems.get(at), levels.points.get(at)) else {
         return format!("{place}: no memory event");
     };
-    // The operators around it, outermost first: the innermost is most often the allocation
-    // itself (`aten::empty`), the ones around it say what made it.
-    let mut around: Vec<&Op> = read
-        .ops
-        .get(&m.tid)
-        .into_iter()
-        .flatten()
-        .filter(|o| o.begin <= m.ts && m.ts <= o.begin + f64::from(o.dur))
-        .collect();
-    around.sort_by(|a, b| a.begin.total_cmp(&b.begin).then(b.dur.total_cmp(&a.dur)));
-    let names: Vec<&str> = around
-        .iter()
-        .skip(around.len().saturating_sub(OPS_AROUND_PEAK))
-        .filter_map(|o| read.op_names.get(o.name as usize).map(String::as_str))
-        .collect();
-    let during = match names.is_empty() {
-        false => format!(", while {} ran", names.join(" › ")),
-        true if read.ops.is_empty() => {
-            ", and the trace holds no operator spans to say what ran".to_owned()
-        }
-        true => ", in no operator's span on its thread".to_owned(),
-    };
+    let during = read.ops.running(m.tid, m.ts);
     format!(
         "peak on {place}: {} allocated, {} into the trace{during}",
         crate::format::format_bytes(allocated as f64),

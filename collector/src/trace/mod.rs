@@ -8,6 +8,7 @@
 pub mod chrome;
 mod events;
 mod loose;
+mod operators;
 mod read;
 pub mod timeline;
 
