@@ -179,16 +179,7 @@ pub const STEPLESS_SNAPSHOT: &str = "not enough data: the snapshot's trace has n
 /// judge, and the peak of each device (PyTorch's allocated bytes, else what it allocated on the
 /// CPU), when.
 fn stepless_trace_finding(recording: &Recording) -> super::Finding {
-    let readings = &recording.allocator;
-    let mut peaks: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
-    for i in 0..readings.len() {
-        let (_, device) = readings.source(i);
-        let allocated = readings.allocated(i);
-        let peak = peaks.entry(device).or_insert((0, 0));
-        if allocated > peak.0 {
-            *peak = (allocated, readings.t_ns(i));
-        }
-    }
+    let peaks = recording.allocator.peak_per_device();
     let mut evidence: Vec<String> = peaks
         .iter()
         .map(|(&device, &(bytes, t_ns))| {
@@ -218,7 +209,7 @@ fn stepless_trace_finding(recording: &Recording) -> super::Finding {
         }
         .to_owned(),
         phase: None,
-        basis: if readings.is_empty() {
+        basis: if recording.allocator.is_empty() {
             Basis::HostRss
         } else {
             Basis::Allocated

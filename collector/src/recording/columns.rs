@@ -220,6 +220,20 @@ impl AllocatorReadings {
         self.allocated.at(i)
     }
 
+    /// Per device, the highest allocated bytes of its readings and the time of the first
+    /// reading at it ((0, 0) for a device whose readings are all 0).
+    pub fn peak_per_device(&self) -> std::collections::BTreeMap<u32, (u64, u64)> {
+        let mut peaks = std::collections::BTreeMap::new();
+        for i in 0..self.len() {
+            let allocated = self.allocated(i);
+            let peak = peaks.entry(self.device(i)).or_insert((0, 0));
+            if allocated > peak.0 {
+                *peak = (allocated, self.t_ns(i));
+            }
+        }
+        peaks
+    }
+
     /// The allocated bytes of every reading, in order.
     pub fn allocated_values(&self) -> &Values {
         &self.allocated

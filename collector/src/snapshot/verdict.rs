@@ -427,17 +427,10 @@ fn peaks(snapshot: &Snapshot, recording: &Recording, index: &LiveIndex) -> Vec<S
     let Some((t0, _)) = snapshot.time_range_us().filter(|r| r.0 > 0) else {
         return Vec::new();
     };
-    let readings = &recording.allocator;
-    let mut most: std::collections::BTreeMap<u32, (u64, u64)> = std::collections::BTreeMap::new();
-    for i in 0..readings.len() {
-        let (_, device) = readings.source(i);
-        let allocated = readings.allocated(i);
-        let peak = most.entry(device).or_insert((0, 0));
-        if allocated > peak.0 {
-            *peak = (allocated, readings.t_ns(i));
-        }
-    }
-    most.into_iter()
+    recording
+        .allocator
+        .peak_per_device()
+        .into_iter()
         .filter(|&(_, (bytes, _))| bytes > 0)
         .map(|(device, (bytes, t_ns))| {
             let after_us = i64::try_from(t_ns / 1000).unwrap_or(i64::MAX);
