@@ -48,6 +48,10 @@ pub struct TimelineState {
     pub request_x: Option<(f64, f64)>,
     /// Fit everything next frame (then cleared).
     pub request_reset: bool,
+    /// The x range the plot showed last (its own units: seconds or steps), and whether its y
+    /// range fits the data by itself.
+    pub shown_x: Option<(f64, f64)>,
+    pub y_fits: bool,
     /// The time under the pointer, nanoseconds, while it is over the plot.
     pub hovered_ns: Option<u64>,
     /// The last time the pointer was over the plot (kept when it leaves: the blocks view of a
@@ -76,6 +80,8 @@ impl Default for TimelineState {
             origin: None,
             request_x: None,
             request_reset: false,
+            shown_x: None,
+            y_fits: true,
             hovered_ns: None,
             last_hovered_ns: None,
             pinned_ns: None,
@@ -337,6 +343,8 @@ pub fn timeline_ui(
         .include_x(x_end)
         .include_y(0.0)
         .include_y(y_max * 1.05)
+        // The wheel zooms time, as on the memory timeline (egui_plot's own scroll pans y).
+        .allow_scroll(false)
         // Room for the caption and the moments' hint (or panel) under the plot.
         .height((ui.available_height() - 48.0 - below).max(120.0));
     plot = match axis {
@@ -352,6 +360,12 @@ pub fn timeline_ui(
     let pinned = state.pinned_ns;
     let moments = state.moments;
     let response = plot.show(ui, |pui| {
+        let wheel = pui.ctx().input(|i| i.smooth_scroll_delta.y);
+        if wheel != 0.0 && pui.response().contains_pointer() {
+            let y_fits = pui.auto_bounds().y;
+            pui.zoom_bounds_around_hovered(egui::vec2((wheel * 0.003).exp(), 1.0));
+            pui.set_auto_bounds(egui::Vec2b::new(false, y_fits));
+        }
         if let Some((a, b)) = request_x {
             let (a, b) = (map.x((a * 1e9) as u64), map.x((b * 1e9) as u64));
             pui.set_plot_bounds_x(a..=b);
@@ -469,6 +483,9 @@ pub fn timeline_ui(
         pui.pointer_coordinate().map(|p| map.t_ns(p.x))
     });
     ui.label(egui::RichText::new(&view.verdict.caption).small());
+    let shown = response.transform.bounds();
+    state.shown_x = Some((shown.min()[0], shown.max()[0]));
+    state.y_fits = shown.min()[1] <= 0.0 && shown.max()[1] >= y_max;
     state.hovered_ns = response.inner;
     if response.inner.is_some() {
         state.last_hovered_ns = response.inner;

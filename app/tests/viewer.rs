@@ -1841,3 +1841,51 @@ fn a_snapshots_phases_without_steps_are_named_on_the_phases_tab() {
             .is_none()
     );
 }
+
+/// The plain wheel over the curves zooms time around the pointer, as on the memory timeline,
+/// and leaves the memory axis fitted to the data; Reset view shows everything again.
+#[test]
+fn the_wheel_zooms_time_and_reset_fits_everything() {
+    let mut harness = harness(TidemarkApp::default());
+    harness.run();
+    let whole = harness.state().runs()[0].timeline.shown_x.unwrap();
+    assert!(harness.state().runs()[0].timeline.y_fits);
+    // The pointer over the middle of the plot, then the wheel turned away (zoom in).
+    let size = harness.ctx.content_rect().size();
+    harness.event(egui::Event::PointerMoved(egui::pos2(
+        size.x * 0.5,
+        size.y * 0.5,
+    )));
+    harness.run_steps(8);
+    for _ in 0..5 {
+        harness.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, 60.0),
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Wheel,
+            modifiers: egui::Modifiers::NONE,
+        });
+        // The wheel's scroll is smoothed over the frames after it.
+        harness.run_steps(8);
+    }
+    let zoomed = harness.state().runs()[0].timeline.shown_x.unwrap();
+    assert!(
+        zoomed.1 - zoomed.0 < 0.8 * (whole.1 - whole.0),
+        "{whole:?} -> {zoomed:?}"
+    );
+    assert!(
+        zoomed.0 > whole.0 && zoomed.1 < whole.1,
+        "{whole:?} -> {zoomed:?}"
+    );
+    assert!(
+        harness.state().runs()[0].timeline.y_fits,
+        "the wheel moved the memory axis"
+    );
+    harness.get_by_label("Reset view").click();
+    harness.run_steps(8);
+    let reset = harness.state().runs()[0].timeline.shown_x.unwrap();
+    assert!(
+        (reset.1 - reset.0 - (whole.1 - whole.0)).abs() < 1e-6 * (whole.1 - whole.0).max(1.0),
+        "{whole:?} -> {reset:?}"
+    );
+}
