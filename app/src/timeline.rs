@@ -225,6 +225,16 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
     });
 }
 
+/// A tick of the memory axis: memory levels are never below zero, so a tick there (the margin
+/// under 0 B, a view dragged down) is left blank rather than read as "-16.0 MiB".
+fn level_tick(bytes: f64) -> String {
+    if bytes < 0.0 {
+        String::new()
+    } else {
+        format_bytes(bytes)
+    }
+}
+
 /// Small multiples: one mini-timeline per rank (or process), the same y scale for all and the
 /// time axes linked, each drawing that rank's allocated bytes (else its host memory).
 pub fn small_multiples(ui: &mut egui::Ui, id: usize, recording: &Recording, view: &RunView) {
@@ -273,7 +283,7 @@ pub fn small_multiples(ui: &mut egui::Ui, id: usize, recording: &Recording, view
                             .include_x(end as f64 / 1e9)
                             .include_y(0.0)
                             .include_y(y_max * 1.05)
-                            .y_axis_formatter(|mark, _| format_bytes(mark.value))
+                            .y_axis_formatter(|mark, _| level_tick(mark.value))
                             .x_axis_formatter(|mark, _| format_seconds(mark.value))
                             .y_axis_min_width(56.0)
                             .show(ui, |pui| {
@@ -335,7 +345,7 @@ pub fn timeline_ui(
                 .follow_insertion_order(true),
         )
         .x_axis_label(x_label)
-        .y_axis_formatter(|mark, _| format_bytes(mark.value))
+        .y_axis_formatter(|mark, _| level_tick(mark.value))
         .y_grid_spacer(binary_grid)
         .y_axis_min_width(64.0)
         .label_formatter(|_| None)
@@ -548,5 +558,15 @@ fn readout(
         if (map.x(event.t_ns) - map.x(t_ns)).abs() <= reach {
             ui.label(&event.text);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_memory_axis_has_no_negative_ticks() {
+        assert_eq!(super::level_tick(-16.0 * 1024.0 * 1024.0), "");
+        assert_eq!(super::level_tick(0.0), "0 B");
+        assert_eq!(super::level_tick(16.0 * 1024.0 * 1024.0), "16.0 MiB");
     }
 }
