@@ -134,11 +134,16 @@ pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &
                         })
                         .collect()
                 };
-                pui.bar_chart(BarChart::new("net Δ", bars(-0.2, |s| s.net_mean_bytes)));
-                pui.bar_chart(BarChart::new(
-                    "watermark Δ",
-                    bars(0.2, |s| s.watermark_mean_bytes),
-                ));
+                // The bars take their phase's colour, solid for net Δ and pale for the
+                // watermark: the legend says solid and pale, not a colour of its own.
+                let swatch = egui::Color32::from_gray(190);
+                pui.bar_chart(
+                    BarChart::new("net Δ (solid)", bars(-0.2, |s| s.net_mean_bytes)).color(swatch),
+                );
+                pui.bar_chart(
+                    BarChart::new("watermark Δ (pale)", bars(0.2, |s| s.watermark_mean_bytes))
+                        .color(swatch.gamma_multiply(120.0 / 255.0)),
+                );
             });
         columns[1].strong("Retained per step, stacked by phase");
         retained_chart(&mut columns[1], id, view, height);
