@@ -746,6 +746,11 @@ for step in range(20):
 del model, opt  # (freed while the process group lives: see ranks.rs)
 dist.barrier()
 dist.destroy_process_group()
+import atexit, os, sys  # (the exit handlers, then no interpreter teardown: see ranks.rs)
+atexit._run_exitfuncs()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 "#,
     );
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
