@@ -1016,6 +1016,14 @@ fn bad_input_gets_a_clear_error() {
             "too_many_actions.pickle",
             "trace entries name more than 246 different unknown actions",
         ),
+        (
+            "bad_pool_id.pickle",
+            "trace entry 1: pool_id is a container, not a pair of non-negative integers",
+        ),
+        (
+            "bad_segment_pool_id.pickle",
+            "segments[1]: segment_pool_id is a str, not a pair of non-negative integers",
+        ),
     ];
     for (file, expected) in cases {
         let err = read(&dir.join(file))

@@ -213,7 +213,7 @@ const _: () = assert!(std::mem::size_of::<TraceEntry>() == 32);
 pub struct Behind {
     /// The frames, innermost first, of every compiled frame in `of`.
     pub(super) frames: Vec<u32>,
-    /// (compiled frame, start, end) in `frames`, in the order the frames were read.
+    /// (compiled frame, start, end) in `frames`, by frame.
     pub(super) of: Vec<(u32, u32, u32)>,
 }
 
@@ -221,9 +221,12 @@ impl Behind {
     /// The frames (ids, innermost first) behind compiled frame `frame`; empty when none.
     pub fn of(&self, frame: u32) -> &[u32] {
         self.of
-            .iter()
-            .find(|&&(f, _, _)| f == frame)
-            .and_then(|&(_, start, end)| self.frames.get(start as usize..end as usize))
+            .binary_search_by_key(&frame, |&(f, _, _)| f)
+            .ok()
+            .and_then(|at| {
+                let (_, start, end) = self.of[at];
+                self.frames.get(start as usize..end as usize)
+            })
             .unwrap_or(&[])
     }
 

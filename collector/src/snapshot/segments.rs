@@ -124,6 +124,12 @@ pub struct PoolSummary {
 const POOLS_NAMED: usize = 3;
 
 impl SegmentSummary {
+    /// Bytes the tensors hold or have freed but not yet given back (what the allocator counts as
+    /// allocated).
+    pub fn in_use(&self) -> u64 {
+        self.allocated + self.pending_free
+    }
+
     /// Bytes free inside the private pools' segments.
     pub fn free_in_pools(&self) -> u64 {
         self.pools.iter().map(|p| p.free).sum()

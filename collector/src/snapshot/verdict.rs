@@ -454,10 +454,7 @@ fn peak_sentence(snapshot: &Snapshot, p: &SnapshotPeak, held: &[SegmentSummary])
         .iter()
         .find(|h| h.device == p.device)
         .map_or(String::new(), |h| {
-            format!(
-                " ({} at the snapshot)",
-                format_bytes((h.allocated + h.pending_free) as f64)
-            )
+            format!(" ({} at the snapshot)", format_bytes(h.in_use() as f64))
         });
     let alive: Vec<String> = p
         .sites
@@ -513,7 +510,7 @@ fn peak_headline(
         format_bytes(p.allocated_bytes as f64),
         snapshot.device_name(p.device),
         crate::format::format_duration(p.after_us as f64 / 1e6),
-        format_bytes((h.allocated + h.pending_free) as f64)
+        format_bytes(h.in_use() as f64)
     ))
 }
 
@@ -621,7 +618,7 @@ fn headline(
             None,
         );
     };
-    let now = format_bytes((h.allocated + h.pending_free) as f64);
+    let now = format_bytes(h.in_use() as f64);
     let holder = sites
         .iter()
         .find(|s| s.device == h.device)

@@ -418,7 +418,9 @@ impl Machine<'_> {
     }
 
     /// Frees what only the machine needs (memo, arena, lookup tables).
-    pub(crate) fn into_parts(self) -> Parts {
+    pub(crate) fn into_parts(mut self) -> Parts {
+        // By frame, for [`crate::snapshot::Behind::of`]'s search.
+        self.behind.sort_unstable();
         Parts {
             streams: self.streams,
             other_actions: self.other_actions,

@@ -525,6 +525,13 @@ def generate(directory):
     bad = edge_snapshot()
     bad["device_traces"][0][1]["size"] = "big"
     (directory / "wrong_type.pickle").write_bytes(pickle.dumps(bad, protocol=4))
+    # Pools of the wrong shape: an entry's pool_id of three items, a segment's of a string.
+    bad = pools_snapshot()
+    bad["device_traces"][0][1]["pool_id"] = (0, 1, 2)
+    (directory / "bad_pool_id.pickle").write_bytes(pickle.dumps(bad, protocol=4))
+    bad = pools_snapshot()
+    bad["segments"][1]["segment_pool_id"] = "graph"
+    (directory / "bad_segment_pool_id.pickle").write_bytes(pickle.dumps(bad, protocol=4))
 
 
 def fnv(frames):
