@@ -891,7 +891,7 @@ def count_objects(step, result):
     """At a step census (`result`): where what the process holds outside the tensors the census
     reached grew since the first by at least ``_COUNT_AFTER_BYTES``, the objects the cycle
     collector tracks, counted by type (once: what the last census' growth is measured from).
-    Counting costs ~0.25 µs an object (45 ms in a process that imported torch): only a job
+    Counting costs ~0.17 µs an object (45 ms in a process that imported torch): only a job
     whose memory grows outside its tensors pays it. Outside the tensors: the C heap in use
     beyond the host tensors (and what their graphs saved), and Python's small objects (a block
     of its allocator each, ~32 bytes) — not resident memory, which creeps up for tens of steps
@@ -919,7 +919,9 @@ def _outside_tensors(result):
 
 
 def _object_counts():
-    return Counter(map(type, gc.get_objects()))
+    # The types listed first, then counted: a third faster than counting from the iterator
+    # (389 k objects: 33 ms against 49 ms; `gc.get_objects()` itself is 34 ms more).
+    return Counter(list(map(type, gc.get_objects())))
 
 
 def object_growth(deadline_ns):
