@@ -1,9 +1,10 @@
 //! A snapshot's active memory timeline, the view pytorch.org/memory_viz opens on: one band per
 //! allocation over the trace's steps, stacked in the order the blocks were allocated (laid out
 //! by `collector::snapshot::timeline`), coloured by allocation site, the blocks too small for a
-//! pixel summed per site on top. Hover names a block (size, address, stream, when it was
-//! allocated and freed, its stack); a click pins it and Ctrl+C copies its stack; scroll zooms,
-//! dragging pans, a double click shows the whole trace again.
+//! pixel grey in their places between them (a band's place never depends on the window's size).
+//! Hover names a block (size, address, stream, when it was allocated and freed, its stack); a
+//! click pins it and Ctrl+C copies its stack; scroll zooms, dragging pans, a double click shows
+//! the whole trace again.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use collector::format::{format_bytes, format_seconds};
 use collector::palette;
 use collector::snapshot::Snapshot;
 use collector::snapshot::timeline::{
-    BlockInfo, DeviceTimeline, Hit, MemoryTimeline, NEVER, Picture, SUMMARY_SITES,
+    BlockInfo, DeviceTimeline, Hit, MemoryTimeline, NEVER, Picture,
 };
 use egui::{Color32, Rect, Sense, Shape, Stroke, pos2, vec2};
 
@@ -307,14 +308,10 @@ fn blocks_ui(
         threshold,
     );
     if state.cached.as_ref().is_none_or(|c| c.key != key) {
-        let sites: Vec<u32> = layout
-            .ranked_sites()
-            .into_iter()
-            .take(SUMMARY_SITES)
-            .collect();
         state.cached = Some(Cached {
             key,
-            picture: device.picture(key.1, key.2, columns, threshold, &sites),
+            // The smaller blocks are drawn in their places, not summed by site.
+            picture: device.picture(key.1, key.2, columns, threshold, &[]),
             image: None,
         });
     }
@@ -465,11 +462,13 @@ fn blocks_ui(
                 bytes,
                 blocks,
             } => format!(
-                "{} in {} blocks each smaller than a pixel, from {}",
+                "{} in {} blocks each smaller than a pixel, in their places between the bands{}",
                 format_bytes(*bytes as f64),
                 blocks,
-                site.map_or("the smaller sites".to_owned(), |s| layout
-                    .site_name(snapshot, s))
+                site.map_or(String::new(), |s| format!(
+                    "; the most of it from {}",
+                    layout.site_name(snapshot, s)
+                ))
             ),
         };
         response.on_hover_ui_at_pointer(|ui| {
@@ -534,10 +533,11 @@ fn pinned_panel(
 /// A block left out by the filter: drawn, for the stack's shape, but without colour.
 pub(crate) const FILTERED_OUT: Color32 = Color32::from_gray(70);
 
-/// The bands and the summaries as one image of `w × h` pixels, top row first; `px` and `py`
+/// The bands and the smaller blocks as one image of `w × h` pixels, top row first; `px` and `py`
 /// place a step and a byte count in it. Each band between two of its samples fills, in every
 /// pixel column it spans, the rows from its bottom (moving linearly between the samples) to its
-/// top, at least one column and one row; the summaries fill the rows between their levels.
+/// top, at least one column and one row; under them, grey from 0 to the bytes alive: the blocks
+/// smaller than a pixel between the bands.
 fn raster(
     layout: &MemoryTimeline,
     picture: &Picture,
@@ -566,6 +566,25 @@ fn raster(
             }
         }
     };
+    // Under the bands, every byte alive: what shows between them are the blocks smaller than
+    // a pixel, in their places (a filter cannot pick them out).
+    let small = if filtered {
+        FILTERED_OUT
+    } else {
+        color(palette::OTHER_SITES)
+    };
+    for i in 1..picture.samples.len() {
+        let top = |i: usize| picture.levels_at(i).last().copied().unwrap_or(0) as f64;
+        if top(i - 1) == 0.0 && top(i) == 0.0 {
+            continue;
+        }
+        fill(
+            (px(f64::from(picture.samples[i - 1])), 0.0),
+            (px(f64::from(picture.samples[i])), 0.0),
+            (top(i - 1), top(i)),
+            small,
+        );
+    }
     for band in &picture.bands {
         // Neighbours from one site told apart by a slightly different shade.
         let shade = [1.0, 0.86, 0.93][(band.band % 3) as usize];
@@ -580,39 +599,6 @@ fn raster(
                 (px(f64::from(w2[0].0)), w2[0].1 as f64),
                 (px(f64::from(w2[1].0)), w2[1].1 as f64),
                 (size, size),
-                c,
-            );
-        }
-    }
-    let n = picture.summary_sites.len() + 2;
-    for i in 1..picture.samples.len() {
-        let (l, r) = (picture.levels_at(i - 1), picture.levels_at(i));
-        let (xl, xr) = (
-            px(f64::from(picture.samples[i - 1])),
-            px(f64::from(picture.samples[i])),
-        );
-        for k in 0..n - 1 {
-            if l[k] == l[k + 1] && r[k] == r[k + 1] {
-                continue;
-            }
-            // Blocks smaller than a pixel are summed per site: a filter cannot pick them out.
-            let c = if filtered {
-                FILTERED_OUT
-            } else {
-                picture
-                    .summary_sites
-                    .get(k)
-                    .map_or(color(palette::OTHER_SITES), |&s| {
-                        darker(site_color(layout, s), 0.7)
-                    })
-            };
-            fill(
-                (xl, l[k] as f64),
-                (xr, r[k] as f64),
-                (
-                    l[k + 1].saturating_sub(l[k]) as f64,
-                    r[k + 1].saturating_sub(r[k]) as f64,
-                ),
                 c,
             );
         }

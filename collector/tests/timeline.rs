@@ -6,7 +6,9 @@
 
 #![allow(clippy::unwrap_used)] // In tests a panic is how a failure is reported.
 
-use collector::snapshot::timeline::{DeviceTimeline, Hit, MemoryTimeline, NEVER, Picture};
+use collector::snapshot::timeline::{
+    BlockInfo, DeviceTimeline, Hit, MemoryTimeline, NEVER, Picture,
+};
 use collector::snapshot::{Action, Block, BlockState, Frame, Segment, Snapshot, TraceEntry};
 use proptest::prelude::*;
 use tidemark_tests::snapshots::real;
@@ -186,8 +188,11 @@ fn check_device(snapshot: &Snapshot, timeline: &MemoryTimeline, device: &DeviceT
     check_summarised(snapshot, timeline, device);
 }
 
-/// A picture that keeps only the larger blocks as bands: those stack among themselves, the
-/// rest is summed per site on top, and the top is every byte alive.
+/// A picture that keeps only the larger blocks as bands: each is where it is when every block
+/// is a band (its bottom the bytes alive of every block allocated before it: a band's place does
+/// not depend on the threshold, that is on the picture's pixels), the smaller ones between them
+/// are answered as one run, the levels sum the smaller ones per site, and the top is every byte
+/// alive.
 fn check_summarised(snapshot: &Snapshot, timeline: &MemoryTimeline, device: &DeviceTimeline) {
     let mut sizes: Vec<u64> = (0..device.band_count() as u32)
         .map(|b| device.block(snapshot, b).unwrap().size)
@@ -200,6 +205,13 @@ fn check_summarised(snapshot: &Snapshot, timeline: &MemoryTimeline, device: &Dev
     let summary = &sites[..sites.len().min(2)];
     let end = device.end();
     let picture = device.picture(0, end, end, threshold, summary);
+    let mut cursors = vec![0usize; picture.bands.len()];
+    let drawn: std::collections::HashMap<u32, usize> = picture
+        .bands
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.band, i))
+        .collect();
     let mut live = Vec::new();
     replay(snapshot, device.device, |step, alive| {
         let step = step as usize;
@@ -212,29 +224,57 @@ fn check_summarised(snapshot: &Snapshot, timeline: &MemoryTimeline, device: &Dev
             .sum();
         assert_eq!(levels.first(), Some(&big), "step {step}");
         assert_eq!(levels.last(), Some(&total), "step {step}");
-        // Each summary band is its site's small blocks.
         device.live_at(step as u32, &mut live);
+        let blocks: Vec<BlockInfo> = live
+            .iter()
+            .map(|&b| device.block(snapshot, b).unwrap())
+            .collect();
+        // Each summary level is its site's small blocks.
         for (i, &site) in picture.summary_sites.iter().enumerate() {
-            let bytes: u64 = live
+            let bytes: u64 = blocks
                 .iter()
-                .map(|&b| device.block(snapshot, b).unwrap())
                 .filter(|b| b.size < threshold && b.site == site)
                 .map(|b| b.size)
                 .sum();
             assert_eq!(levels[i + 1] - levels[i], bytes, "step {step}, site {site}");
-            if bytes > 0 {
-                match device.hit(snapshot, &picture, step as u32, levels[i]) {
-                    Some(Hit::Small {
-                        site: Some(s),
-                        bytes: b,
-                        ..
-                    }) => {
-                        assert_eq!((s, b), (site, bytes))
+        }
+        // Each band of its own at its place among all the blocks; each run of smaller blocks
+        // between two answered whole.
+        let mut below = 0u64;
+        let mut run = (0u64, 0usize);
+        let mut runs = 0usize;
+        // (Each answer reads the bands alive: some runs at some steps.)
+        let few = blocks.len() < 64;
+        let mut check_run = |run: &mut (u64, usize), top: u64| {
+            runs += usize::from(run.1 > 0);
+            if run.1 > 0 && step.is_multiple_of(13) && (few || runs % 7 == 1) {
+                match device.hit(snapshot, &picture, step as u32, top - run.0) {
+                    Some(Hit::Small { bytes, blocks, .. }) => {
+                        assert_eq!((bytes, blocks), *run, "step {step}")
                     }
-                    other => panic!("step {step}: {other:?} in the summary of site {site}"),
+                    other => panic!("step {step}: {other:?} at a run of {run:?}"),
                 }
             }
+            *run = (0, 0);
+        };
+        for b in &blocks {
+            if b.size >= threshold {
+                check_run(&mut run, below);
+                let at = *drawn
+                    .get(&b.band)
+                    .unwrap_or_else(|| panic!("step {step}: {b:?} not drawn"));
+                assert_eq!(
+                    bottom_at(&picture, at, step as u32, &mut cursors[at]),
+                    Some(below),
+                    "step {step}: {b:?}"
+                );
+            } else {
+                run.0 += b.size;
+                run.1 += 1;
+            }
+            below += b.size;
         }
+        check_run(&mut run, below);
         assert!(picture.peaks[step] >= total);
     });
 }

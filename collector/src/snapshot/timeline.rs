@@ -17,8 +17,9 @@
 //! per band), a band's place at any step is read off the checkpoint before it and the few steps
 //! after, never a sweep of the trace: [`DeviceTimeline::live_at`], [`DeviceTimeline::hit`]. What
 //! a picture shows at a given width is sampled by [`DeviceTimeline::picture`]: the bands of at
-//! least a threshold's bytes each, and the smaller blocks summed per site (the largest sites each
-//! a band, the rest one band) on top of them, so no byte is left out of the totals.
+//! least a threshold's bytes each, in their places (below each, every byte alive that was allocated
+//! before it, so a band's place does not depend on the threshold), and the smaller blocks summed
+//! per site, so no byte is left out of the totals.
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -315,9 +316,10 @@ pub struct SiteBytes {
 pub enum Hit {
     /// A band of its own.
     Block(BlockInfo),
-    /// The small blocks of one site (`Some`), or of every site beyond the ranked ones, summed.
+    /// A run of blocks smaller than the picture's threshold, between two bands of their own (in
+    /// their places: those allocated between them), summed.
     Small {
-        /// The site, or `None` for the rest.
+        /// The site that holds the most of their bytes.
         site: Option<u32>,
         /// Their bytes at that step.
         bytes: u64,

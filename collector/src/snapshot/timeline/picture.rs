@@ -14,6 +14,8 @@ pub struct DrawnBand {
     pub size: u64,
     /// (step, bottom in bytes): the first at its start (or the range's), the last at its end
     /// (or the range's); between two, the bottom moves linearly (a slide within one sample).
+    /// The bottom is the bytes alive of every block allocated before it, the smaller blocks
+    /// included: a band's place does not depend on the threshold (the picture's pixels).
     pub points: Vec<(u32, u64)>,
 }
 
@@ -31,8 +33,11 @@ pub struct Picture {
     /// The sites summed in bands of their own ([`SUMMARY_SITES`] at most), bottom to top; then
     /// one band for the rest.
     pub summary_sites: Vec<u32>,
-    /// Per sample, `summary_sites.len() + 2` levels: the top of the bands of their own, then
-    /// the top of each summary band, the last being the bytes alive.
+    /// Per sample, `summary_sites.len() + 2` levels: the bytes of the bands of their own, then
+    /// those plus each summary site's smaller blocks in turn, the last being the bytes alive.
+    /// Where no block is a band of its own (a threshold above every block), they are a chart of
+    /// the bytes alive by site; otherwise the smaller blocks lie in their places between the
+    /// bands, and only the last level (the top of them all) is a place.
     pub levels: Vec<u64>,
     /// Per sample, the most bytes alive at any step since the sample before (spikes between
     /// samples stay visible).
@@ -105,6 +110,9 @@ impl DeviceTimeline {
         let mut small = vec![0u64; summary_sites.len() + 1];
         // The bands of their own alive: (band, its place in `bands` once drawn, last bottom).
         let mut drawn: Vec<(u32, u32, u64)> = Vec::new();
+        // The smaller blocks' bytes alive below each of them in the stack (the blocks allocated
+        // between it and the band of its own before it), and the last above them all.
+        let mut gaps: Vec<u64> = vec![0];
         let mut drawn_total = 0u64;
         let mut bands: Vec<DrawnBand> = Vec::new();
         let mut scratch = Vec::new();
@@ -113,9 +121,11 @@ impl DeviceTimeline {
             let band = &self.bands[b as usize];
             if band.size >= threshold {
                 drawn.push((b, u32::MAX, 0));
+                gaps.push(0);
                 drawn_total += band.size;
             } else {
                 small[slot(band.site)] += band.size;
+                *gaps.last_mut().unwrap_or(&mut 0) += band.size;
             }
         }
         drop(scratch);
@@ -159,11 +169,18 @@ impl DeviceTimeline {
                             if let Some(d) = bands.get_mut(pos as usize) {
                                 d.points.push((band.free, bottom));
                             }
+                            // The smaller blocks below it and above it are one run now.
+                            let above = gaps.remove(at + 1);
+                            gaps[at] += above;
                             changed = true;
                         }
                         drawn_total -= band.size;
                     } else {
                         small[slot(band.site)] -= band.size;
+                        // The bands of their own above it slide down.
+                        let at = drawn.partition_point(|d| d.0 < i);
+                        gaps[at] -= band.size;
+                        changed |= at < drawn.len();
                     }
                 } else {
                     let band = &self.bands[a];
@@ -171,10 +188,13 @@ impl DeviceTimeline {
                     peak = peak.max(total);
                     if band.size >= threshold {
                         drawn.push((a as u32, u32::MAX, 0));
+                        gaps.push(0);
                         drawn_total += band.size;
                         changed = true;
                     } else {
                         small[slot(band.site)] += band.size;
+                        // Allocated after every band alive: on top of them.
+                        *gaps.last_mut().unwrap_or(&mut 0) += band.size;
                     }
                     a += 1;
                 }
@@ -182,7 +202,8 @@ impl DeviceTimeline {
             // The bands of their own at this sample.
             if changed {
                 let mut bottom = 0u64;
-                for d in &mut drawn {
+                for (d, below) in drawn.iter_mut().zip(&gaps) {
+                    bottom += below;
                     let band = &self.bands[d.0 as usize];
                     if d.1 == u32::MAX {
                         d.1 = bands.len() as u32;
@@ -231,42 +252,44 @@ impl DeviceTimeline {
         picture
     }
 
-    /// What lies at `step`, `y` bytes up, as `picture` stacks it.
+    /// What lies at `step`, `y` bytes up, as `picture` stacks it: a band of its own, or a run
+    /// of smaller blocks between two (named by the site that holds the most of it).
     pub fn hit(&self, snapshot: &Snapshot, picture: &Picture, step: u32, y: u64) -> Option<Hit> {
         let mut live = Vec::new();
         self.live_at(step, &mut live);
-        let slot = |site: u32| {
-            picture
-                .summary_sites
-                .iter()
-                .position(|&s| s == site)
-                .unwrap_or(picture.summary_sites.len())
-        };
         let mut bottom = 0u64;
-        let mut small = vec![(0u64, 0usize); picture.summary_sites.len() + 1];
+        // The run of smaller blocks under way: its bytes and blocks by site.
+        let mut run: HashMap<u32, (u64, usize)> = HashMap::new();
+        let run_hit = |run: &mut HashMap<u32, (u64, usize)>, top: u64| {
+            let bytes: u64 = run.values().map(|r| r.0).sum();
+            let hit = (top - bytes..top).contains(&y).then(|| Hit::Small {
+                // The most bytes, the first site on a tie.
+                site: run
+                    .iter()
+                    .max_by_key(|(site, r)| (r.0, std::cmp::Reverse(**site)))
+                    .map(|(site, _)| *site),
+                bytes,
+                blocks: run.values().map(|r| r.1).sum(),
+            });
+            run.clear();
+            hit
+        };
         for &b in &live {
             let band = &self.bands[b as usize];
             if band.size >= picture.threshold {
+                if let Some(hit) = run_hit(&mut run, bottom) {
+                    return Some(hit);
+                }
                 if (bottom..bottom + band.size).contains(&y) {
                     return self.block(snapshot, b).map(Hit::Block);
                 }
-                bottom += band.size;
             } else {
-                let s = &mut small[slot(band.site)];
-                s.0 += band.size;
-                s.1 += 1;
+                let r = run.entry(band.site).or_default();
+                r.0 += band.size;
+                r.1 += 1;
             }
+            bottom += band.size;
         }
-        for (i, (bytes, blocks)) in small.into_iter().enumerate() {
-            if (bottom..bottom + bytes).contains(&y) {
-                return Some(Hit::Small {
-                    site: picture.summary_sites.get(i).copied(),
-                    bytes,
-                    blocks,
-                });
-            }
-            bottom += bytes;
-        }
-        None
+        run_hit(&mut run, bottom)
     }
 }
