@@ -254,7 +254,7 @@ pub(crate) fn snapshot_moments_panel(
     memo: &mut Memo<(u32, u32, u32), Between>,
 ) {
     let title = match marks.both() {
-        Some((a, b)) => format!("From step {} to step {}", a.min(b), a.max(b)),
+        Some((a, b)) => format!("From trace entry {} to {}", a.min(b), a.max(b)),
         None => String::new(),
     };
     if !header(ui, marks, title) {

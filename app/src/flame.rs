@@ -118,17 +118,17 @@ pub fn flame_ui(
     };
     let amount = |w: f64| match weigh {
         Weigh::LiveAt(_) => format_bytes(w),
-        Weigh::BytesTimesLifetime => format!("{} × steps", format_bytes(w)),
+        Weigh::BytesTimesLifetime => format!("{} × entries", format_bytes(w)),
     };
     let total = flame.total();
     ui.label(match weigh {
         Weigh::LiveAt(step) => format!(
-            "{} alive at step {step} in {} blocks, by the stack that allocated them (hover for a frame, click to zoom in)",
+            "{} alive at trace entry {step} in {} blocks, by the stack that allocated them (hover for a frame, click to zoom in)",
             format_bytes(total),
             flame.nodes[0].blocks
         ),
         Weigh::BytesTimesLifetime => format!(
-            "{} over the trace in {} blocks: each block's bytes × the steps it lived",
+            "{} over the trace in {} blocks: each block's bytes × the trace entries it lived through",
             amount(total),
             flame.nodes[0].blocks
         ),

@@ -123,6 +123,18 @@ pub fn stack_text(snapshot: &Snapshot, stack: u32) -> String {
     }
 }
 
+/// The frames a pinned block's panel shows first, as text, and how many its whole stack has:
+/// `None` when they are the whole stack.
+pub fn pinned_frames(snapshot: &Snapshot, stack: u32) -> Option<(String, usize)> {
+    let all = snapshot.stack(stack).count();
+    let first: Vec<String> = snapshot
+        .user_frames(stack)
+        .iter()
+        .map(|f| snapshot.frame_text(f))
+        .collect();
+    (!first.is_empty() && first.len() < all).then(|| (first.join("\n"), all))
+}
+
 /// Seconds since the trace's start at `step`, as text.
 pub(crate) fn when(
     snapshot: &Snapshot,
@@ -132,10 +144,10 @@ pub(crate) fn when(
 ) -> String {
     match device.time_at(snapshot, step) {
         Some(t) if start_us > 0 => format!(
-            "step {step} (+{})",
+            "entry {step} (+{})",
             format_seconds((t - start_us) as f64 / 1e6)
         ),
-        _ => format!("step {step}"),
+        _ => format!("entry {step}"),
     }
 }
 
@@ -521,11 +533,26 @@ fn pinned_panel(
             }
         });
         ui.label(block_lines(snapshot, layout, pinned_device, &b, start_us).join("  ·  "));
+        // The user's frames first (Python's, innermost first), the whole stack folded under
+        // them: a stack starts with the allocator's C++ frames, the user's line far below.
+        let first = pinned_frames(snapshot, b.stack);
         egui::ScrollArea::vertical()
             .id_salt("pinned stack")
             .max_height(110.0)
-            .show(ui, |ui| {
-                ui.monospace(stack);
+            .show(ui, |ui| match first {
+                Some((shown, all)) => {
+                    ui.monospace(shown);
+                    egui::CollapsingHeader::new(format!(
+                        "the whole stack: {all} frames, the C++ and the allocator's included"
+                    ))
+                    .id_salt("pinned whole stack")
+                    .show(ui, |ui| {
+                        ui.monospace(stack);
+                    });
+                }
+                None => {
+                    ui.monospace(stack);
+                }
             });
     }
 }

@@ -1239,6 +1239,38 @@ fn memory_timeline_of_a_real_snapshot() {
         "copied the stack ({} lines)",
         expected.lines().count()
     ));
+
+    // A block allocated in the trace: its stack starts with the allocator's C++ frames; the
+    // panel shows the Python frames first, innermost first, and folds the whole stack.
+    let (band, stack) = live
+        .iter()
+        .map(|&b| (b, device.block(&snapshot, b).unwrap().stack))
+        .find(|&(_, stack)| {
+            let mut frames = snapshot.stack(stack);
+            frames
+                .next()
+                .is_some_and(|f| !snapshot.string(f.filename).ends_with(".py"))
+                && snapshot
+                    .stack(stack)
+                    .any(|f| snapshot.string(f.filename).ends_with(".py"))
+        })
+        .expect("a block alive at the end with C++ and Python frames");
+    harness.state_mut().current_run_mut().unwrap().memory.pinned = Some((0, band));
+    harness.run();
+    let (shown, all) = tidemark_app::memtimeline::pinned_frames(&snapshot, stack).unwrap();
+    assert!(shown.lines().all(|l| l.contains(".py:")), "{shown}");
+    let first_python = snapshot
+        .stack(stack)
+        .find(|f| snapshot.string(f.filename).ends_with(".py"))
+        .unwrap();
+    assert!(
+        shown.starts_with(&snapshot.frame_text(first_python)),
+        "{shown}"
+    );
+    harness.get_by_label(&shown);
+    harness.get_by_label(&format!(
+        "the whole stack: {all} frames, the C++ and the allocator's included"
+    ));
 }
 
 #[test]
@@ -1474,7 +1506,7 @@ fn two_moments_of_a_snapshots_memory_timeline_show_what_was_kept_by_site() {
         .both()
         .expect("A and B marked");
     assert!(a < b, "A at step {a}, B at step {b}");
-    harness.get_by_label(&format!("From step {a} to step {b}"));
+    harness.get_by_label(&format!("From trace entry {a} to {b}"));
     // What was allocated between them and is alive at B, by site, as the library replays it.
     let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
     let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
@@ -1585,7 +1617,7 @@ fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
     let device = &layout.devices[0];
     let flame = Flame::new(&snapshot, device, Weigh::LiveAt(device.end()), false);
     harness.get_by_label_contains(&format!(
-        "{} alive at step {} in {} blocks",
+        "{} alive at trace entry {} in {} blocks",
         collector::format::format_bytes(flame.total()),
         device.end(),
         flame.nodes[0].blocks
@@ -1672,7 +1704,7 @@ fn a_snapshots_flame_graph_weighs_its_memory_by_stack_and_zooms() {
     // Over the whole trace: bytes × the steps they lived.
     harness.get_by_label("bytes × lifetime").click();
     harness.run();
-    harness.get_by_label_contains("each block's bytes × the steps it lived");
+    harness.get_by_label_contains("each block's bytes × the trace entries it lived through");
 }
 
 /// 2,000 steps of a sawtooth (12,000 allocator readings) on a plot ~1,100 pixels wide: more
