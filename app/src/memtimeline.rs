@@ -387,12 +387,10 @@ fn blocks_ui(
         (x0, x1),
         start_us,
     );
-    // The pinned block, outlined where it is drawn.
-    if let Some((d, band)) = state.pinned
-        && d == state.device
-        && let Some(drawn) = cached.picture.bands.iter().find(|b| b.band == band)
-    {
-        let outline: Vec<egui::Pos2> = drawn
+    // A block outlined where it is drawn (`None`: it has no band of its own in this picture).
+    let outline = |band: u32, stroke: Stroke| {
+        let drawn = cached.picture.bands.iter().find(|b| b.band == band)?;
+        let points: Vec<egui::Pos2> = drawn
             .points
             .iter()
             .map(|&(x, b)| pos2(sx(f64::from(x)), sy(b as f64)))
@@ -404,10 +402,13 @@ fn blocks_ui(
                     .map(|&(x, b)| pos2(sx(f64::from(x)), sy((b + drawn.size) as f64))),
             )
             .collect();
-        ui.painter_at(plot).add(Shape::closed_line(
-            outline,
-            Stroke::new(2.0, ui.visuals().strong_text_color()),
-        ));
+        Some(ui.painter_at(plot).add(Shape::closed_line(points, stroke)))
+    };
+    // The pinned block.
+    if let Some((d, band)) = state.pinned
+        && d == state.device
+    {
+        outline(band, Stroke::new(2.0, ui.visuals().strong_text_color()));
     }
     // What is under the pointer.
     let hit = response
@@ -419,6 +420,12 @@ fn blocks_ui(
             let y = ((f64::from(plot.bottom() - p.y) / f64::from(plot.height())) * y_max).max(0.0);
             device.hit(snapshot, &cached.picture, step, y as u64)
         });
+    // The block under the pointer, outlined: the tooltip beside it covers part of it.
+    if let Some(Hit::Block(b)) = &hit
+        && state.pinned != Some((state.device, b.band))
+    {
+        outline(b.band, Stroke::new(1.5, ui.visuals().text_color()));
+    }
     // The moments marked, and a new one.
     if response.secondary_clicked()
         && let Some(p) = response
@@ -484,6 +491,8 @@ fn blocks_ui(
             ),
         };
         response.on_hover_ui_at_pointer(|ui| {
+            // Long frames wrap rather than run off the window.
+            ui.set_max_width(560.0);
             ui.label(text);
         });
     }
