@@ -2,9 +2,9 @@
 //! their stacks), leak suspects, and the segments' state (fragmentation made visible).
 
 use collector::format::{count, format_bytes, format_duration};
-use collector::snapshot::{
-    BlockState, Judged, LiveBlock, LiveIndex, SiteGroup, Snapshot, SnapshotVerdict,
-};
+use collector::palette;
+use collector::snapshot::timeline::MemoryTimeline;
+use collector::snapshot::{Judged, LiveBlock, LiveIndex, SiteGroup, Snapshot, SnapshotVerdict};
 
 use crate::memtimeline::MemoryState;
 
@@ -252,6 +252,8 @@ pub fn blocks_ui(
         .map_or(view.range_us.1, |t| view.range_us.0.saturating_add(t));
     let mut pin_this: Option<LiveBlock> = None;
     let newly_pinned = state.opened_for != pinned;
+    // Each site in its colour on the memory timeline and the flame graph.
+    let layout = memory.layout(s);
     let (blocks, sites) = state.blocks(view);
     let total: u64 = blocks.iter().map(|b| b.size).sum();
     ui.label(format!(
@@ -279,58 +281,74 @@ pub fn blocks_ui(
                             .filter_map(|&b| blocks.get(b))
                             .any(|b| p.is(b))
                     });
-                let header = egui::CollapsingHeader::new(format!(
-                    "{:>10}   {:>11}   {}   {}",
+                // Room for the site's swatch, painted once the header is laid out.
+                let title = format!(
+                    "      {:>10}   {:>11}   {}   {}",
                     format_bytes(site.bytes as f64),
                     count(site.blocks.len(), "block"),
                     s.device_name(site.device),
                     site.name(s)
-                ))
-                .id_salt(("site", i, site.device, site.stack))
-                .open(opens.then_some(true))
-                .show(ui, |ui| {
-                    if site.stacks > 1 {
-                        ui.weak(format!(
-                            "{} stacks reach this site; the largest block's:",
-                            site.stacks
-                        ));
-                    }
-                    frames_ui(ui, s, site.stack);
-                    ui.add_space(4.0);
-                    for &b in site.blocks.iter().take(ROWS) {
-                        let Some(b) = blocks.get(b) else { continue };
-                        let age = b
-                            .allocated_us
-                            .map_or("since before the trace".to_owned(), |t| {
-                                format!("age {}", format_duration((end_us - t).max(0) as f64 / 1e6))
-                            });
-                        ui.horizontal(|ui| {
-                            let text = format!(
-                                "{:>10}  at 0x{:x}  {age}",
-                                format_bytes(b.size as f64),
-                                b.addr
-                            );
-                            if pinned.is_some_and(|p| p.is(b)) {
-                                ui.label(egui::RichText::new(text).monospace().strong());
-                                ui.strong("(pinned)");
-                            } else {
-                                ui.monospace(text);
-                                if ui
-                                    .small_button("pin")
-                                    .on_hover_text(
-                                        "Pin it on the memory timeline and the flame graph",
-                                    )
-                                    .clicked()
-                                {
-                                    pin_this = Some(*b);
+                );
+                let header = egui::CollapsingHeader::new(title)
+                    .id_salt(("site", i, site.device, site.stack))
+                    .open(opens.then_some(true))
+                    .show(ui, |ui| {
+                        if site.stacks > 1 {
+                            ui.weak(format!(
+                                "{} stacks reach this site; the largest block's:",
+                                site.stacks
+                            ));
+                        }
+                        frames_ui(ui, s, site.stack);
+                        ui.add_space(4.0);
+                        for &b in site.blocks.iter().take(ROWS) {
+                            let Some(b) = blocks.get(b) else { continue };
+                            let age =
+                                b.allocated_us
+                                    .map_or("since before the trace".to_owned(), |t| {
+                                        format!(
+                                            "age {}",
+                                            format_duration((end_us - t).max(0) as f64 / 1e6)
+                                        )
+                                    });
+                            ui.horizontal(|ui| {
+                                let text = format!(
+                                    "{:>10}  at 0x{:x}  {age}",
+                                    format_bytes(b.size as f64),
+                                    b.addr
+                                );
+                                if pinned.is_some_and(|p| p.is(b)) {
+                                    ui.label(egui::RichText::new(text).monospace().strong());
+                                    ui.strong("(pinned)");
+                                } else {
+                                    ui.monospace(text);
+                                    if ui
+                                        .small_button("pin")
+                                        .on_hover_text(
+                                            "Pin it on the memory timeline and the flame graph",
+                                        )
+                                        .clicked()
+                                    {
+                                        pin_this = Some(*b);
+                                    }
                                 }
-                            }
-                        });
-                    }
-                    if site.blocks.len() > ROWS {
-                        ui.weak(format!("… and {} more", site.blocks.len() - ROWS));
-                    }
-                });
+                            });
+                        }
+                        if site.blocks.len() > ROWS {
+                            ui.weak(format!("… and {} more", site.blocks.len() - ROWS));
+                        }
+                    });
+                let r = header.header_response.rect;
+                let x = r.left() + ui.spacing().icon_width + ui.spacing().icon_spacing + 2.0;
+                ui.painter().rect_filled(
+                    egui::Rect::from_center_size(
+                        egui::pos2(x + 6.0, r.center().y),
+                        egui::vec2(12.0, 12.0),
+                    ),
+                    2.0,
+                    crate::memtimeline::stack_color(&layout, s, site.stack)
+                        .unwrap_or(crate::memtimeline::FILTERED_OUT),
+                );
                 // The whole stack under the pointer, without expanding.
                 header
                     .header_response
@@ -345,7 +363,7 @@ pub fn blocks_ui(
     ui.separator();
     ui.columns(2, |cols| {
         suspects_ui(&mut cols[0], view);
-        segments_ui(&mut cols[1], view);
+        segments_ui(&mut cols[1], view, &layout);
     });
 }
 
@@ -401,7 +419,7 @@ fn suspects_ui(ui: &mut egui::Ui, view: &SnapshotView) {
         });
 }
 
-fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
+fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView, layout: &MemoryTimeline) {
     ui.heading("Segments at the snapshot");
     for g in &view.verdict.held {
         ui.label(format!(
@@ -424,15 +442,14 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
         ui.weak("The snapshot holds no segments.");
         return;
     }
+    // The colours of the segment timeline.
     ui.horizontal(|ui| {
-        for (state, label) in [
-            (BlockState::ActiveAllocated, "allocated"),
-            (BlockState::ActivePendingFree, "waiting to be freed"),
-            (BlockState::Inactive, "free (cached)"),
+        for (fill, label) in [
+            (palette::site(0), "allocated (by site)"),
+            (palette::SEGMENT_PENDING, "waiting to be freed"),
+            (palette::SEGMENT_FREE, "free (cached)"),
         ] {
-            let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
-            ui.painter()
-                .rect_filled(rect, 2.0, crate::style::block_color(state));
+            crate::memtimeline::swatch(ui, crate::memtimeline::color(fill));
             ui.label(label);
         }
     });
@@ -454,7 +471,16 @@ fn segments_ui(ui: &mut egui::Ui, view: &SnapshotView) {
                         egui::pos2(x, rect.top()),
                         egui::vec2(w.max(1.0), rect.height()),
                     );
-                    painter.rect_filled(r, 0.0, crate::style::block_color(b.state));
+                    painter.rect_filled(
+                        r,
+                        0.0,
+                        crate::memtimeline::segment_block_color(
+                            layout,
+                            &view.snapshot,
+                            b.state,
+                            b.stack,
+                        ),
+                    );
                     x += w;
                 }
                 response.on_hover_text(format!(

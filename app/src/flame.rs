@@ -7,9 +7,9 @@
 //! memory timeline has its stack's frames outlined.
 
 use collector::format::format_bytes;
-use collector::palette;
 use collector::snapshot::Snapshot;
 use collector::snapshot::flame::{Flame, Label, Weigh};
+use collector::snapshot::timeline::MemoryTimeline;
 use egui::{Color32, Rect, Sense, Stroke, pos2, vec2};
 
 use crate::memtimeline::{Filter, MemoryState};
@@ -42,25 +42,19 @@ pub struct FlameState {
 
 const ROW: f32 = 20.0;
 
-/// A frame's colour: its site's hue for frames of the user's code, greys for the rest.
-fn color(flame: &Flame, snapshot: &Snapshot, node: u32) -> Color32 {
-    let Some(n) = flame.nodes.get(node as usize) else {
-        return Color32::GRAY;
+/// A frame's colour: a site's frame (and the stacks without one) in that site's colour on the
+/// memory timeline, the frames that call them a neutral grey, the root darker.
+pub fn color(flame: &Flame, layout: &MemoryTimeline, node: u32) -> Color32 {
+    let site = match flame.nodes.get(node as usize).map(|n| n.label) {
+        Some(Label::Frame(frame)) => layout.site_of_frame(Some(frame)),
+        Some(Label::CppOnly | Label::BeforeHistory) => layout.site_of_frame(None),
+        Some(Label::Root) | None => return Color32::from_gray(90),
     };
-    match n.label {
-        Label::Frame(frame) => {
-            let file = snapshot.string(frame.filename);
-            // A stable hue per file, from the sites' palette.
-            let hash = file
-                .bytes()
-                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-            let c = palette::site(hash % 12);
-            Color32::from_rgb(c.0, c.1, c.2)
-        }
-        Label::CppOnly | Label::BeforeHistory => Color32::from_gray(150),
-        Label::Root => Color32::from_gray(90),
-    }
+    site.map_or(CALLER, |site| crate::memtimeline::site_color(layout, site))
 }
+
+/// A frame that is no site's: it calls them.
+const CALLER: Color32 = Color32::from_gray(128);
 
 /// A frame's name on its bar: the file's name only (the tooltip has the whole path).
 fn short_name(flame: &Flame, snapshot: &Snapshot, node: u32) -> String {
@@ -168,7 +162,7 @@ pub fn flame_ui(
                 pos2(x0, rect.top() + row * ROW),
                 pos2(x1, rect.top() + (row + 1.0) * ROW - 1.0),
             );
-            painter.rect_filled(r, 2.0, color(flame, snapshot, node));
+            painter.rect_filled(r, 2.0, color(flame, &layout, node));
             if x1 - x0 > 40.0 {
                 let text = format!(
                     "{}  {}",

@@ -91,13 +91,53 @@ pub(crate) const fn color(c: palette::Rgb) -> Color32 {
 }
 
 /// A site's colour, by its rank.
-pub(crate) fn site_color(layout: &MemoryTimeline, site: u32) -> Color32 {
+pub fn site_color(layout: &MemoryTimeline, site: u32) -> Color32 {
     layout
         .sites
         .get(site as usize)
         .map_or(color(palette::OTHER_SITES), |s| {
             color(palette::site(s.rank))
         })
+}
+
+/// The colour of the site of blocks allocated by `stack`, as the memory timeline draws them
+/// (the flame graph, the Blocks tab and the segments take it from here): `None` where no block
+/// of the timeline has that site.
+pub fn stack_color(layout: &MemoryTimeline, snapshot: &Snapshot, stack: u32) -> Option<Color32> {
+    layout
+        .site_of_stack(snapshot, stack)
+        .map(|site| site_color(layout, site))
+}
+
+/// A legend's swatch of `c`, outlined (pale ones stay seen on the light theme).
+pub(crate) fn swatch(ui: &mut egui::Ui, c: Color32) {
+    let (r, _) = ui.allocate_exact_size(vec2(12.0, 12.0), Sense::hover());
+    ui.painter().rect_filled(r, 2.0, c);
+    ui.painter().rect_stroke(
+        r,
+        2.0,
+        ui.visuals().widgets.noninteractive.fg_stroke,
+        egui::StrokeKind::Inside,
+    );
+}
+
+/// A block of a segment as the segment timeline colours it: allocated in its site's colour,
+/// waiting to be freed, or free (cached).
+pub fn segment_block_color(
+    layout: &MemoryTimeline,
+    snapshot: &Snapshot,
+    state: collector::snapshot::BlockState,
+    stack: u32,
+) -> Color32 {
+    use collector::snapshot::BlockState;
+    match state {
+        BlockState::ActiveAllocated => {
+            stack_color(layout, snapshot, stack).unwrap_or(color(palette::OTHER_SITES))
+        }
+        BlockState::ActivePendingFree => color(palette::SEGMENT_PENDING),
+        BlockState::Inactive => color(palette::SEGMENT_FREE),
+        BlockState::Other => Color32::GRAY,
+    }
 }
 
 /// `c` darker by `factor` (opaque, on any background).
@@ -240,10 +280,10 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
             ui.label(crate::segtimeline::caption(snapshot, &layout, state));
         } else {
             ui.label(format!(
-                "Active memory timeline of {}: {} bands over {} trace entries, peak {}, {} alive at the snapshot",
+                "Active memory timeline of {}: {} over {}, peak {}, {} alive at the snapshot",
                 snapshot.device_name(d.device),
-                d.band_count(),
-                d.steps(),
+                collector::format::count(d.band_count(), "band"),
+                collector::format::count(d.steps() as usize, "trace entry"),
                 format_bytes(d.peak as f64),
                 format_bytes(d.end_bytes as f64)
             ));
@@ -290,6 +330,7 @@ fn blocks_ui(
     ui.weak(
         "Scroll to zoom, drag to pan, double-click for the whole trace; click a block to pin it, Ctrl+C copies its stack; right-click two moments to compare them.",
     );
+    legend(ui, snapshot, layout);
     let pinned_height = pinned_height(state)
         + if state.moments.both().is_some() {
             crate::diff::PANEL_HEIGHT
@@ -503,6 +544,27 @@ fn blocks_ui(
         &mut state.moments,
         &mut state.between,
     );
+}
+
+/// How many sites the legend names (the largest by bytes × time alive).
+const LEGEND_SITES: usize = 6;
+
+/// The colours: the largest sites (each in the colour the flame graph, the Blocks tab and the
+/// segments give it too), and the grey of the blocks smaller than a pixel.
+fn legend(ui: &mut egui::Ui, snapshot: &Snapshot, layout: &MemoryTimeline) {
+    ui.horizontal_wrapped(|ui| {
+        let sites = layout.ranked_sites();
+        ui.weak("The sites, the largest (bytes × time alive) first:");
+        for (i, &site) in sites.iter().take(LEGEND_SITES).enumerate() {
+            swatch(ui, site_color(layout, site));
+            ui.label(format!("{}. {}", i + 1, layout.site_name(snapshot, site)));
+        }
+        if sites.len() > LEGEND_SITES {
+            ui.weak(format!("… {} more sites", sites.len() - LEGEND_SITES));
+        }
+        swatch(ui, color(palette::OTHER_SITES));
+        ui.label("blocks smaller than a pixel, in their places");
+    });
 }
 
 /// The pinned block's details, and Ctrl+C (under either view).

@@ -123,14 +123,7 @@ pub fn segments_ui(
             ("waiting to be freed", color(palette::SEGMENT_PENDING)),
             ("free in a segment", color(palette::SEGMENT_FREE)),
         ] {
-            let (r, _) = ui.allocate_exact_size(vec2(12.0, 12.0), Sense::hover());
-            ui.painter().rect_filled(r, 2.0, fill);
-            ui.painter().rect_stroke(
-                r,
-                2.0,
-                ui.visuals().widgets.noninteractive.fg_stroke,
-                egui::StrokeKind::Inside,
-            );
+            crate::memtimeline::swatch(ui, fill);
             ui.label(what);
         }
         ui.weak(

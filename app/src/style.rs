@@ -4,7 +4,6 @@
 
 use collector::palette;
 use collector::recording::Phase;
-use collector::snapshot::BlockState;
 use egui::Color32;
 
 use crate::view::TraceKind;
@@ -68,14 +67,4 @@ pub fn category_color(category: usize, alpha: u8) -> Color32 {
 pub fn phase_color(phase: &Phase, alpha: u8) -> Color32 {
     let c = palette::phase(phase.as_str());
     Color32::from_rgba_unmultiplied(c.0, c.1, c.2, alpha)
-}
-
-/// The colour of a block in the segments' map.
-pub fn block_color(state: BlockState) -> Color32 {
-    match state {
-        BlockState::ActiveAllocated => RED,
-        BlockState::ActivePendingFree => AMBER,
-        BlockState::Inactive => BLUE,
-        BlockState::Other => Color32::GRAY,
-    }
 }

@@ -1921,3 +1921,64 @@ fn the_wheel_zooms_time_and_reset_fits_everything() {
         "{whole:?} -> {reset:?}"
     );
 }
+
+/// One colour per site in every view of a real snapshot: a frame of the flame graph that is a
+/// site's, an allocated block of the segments (the Blocks tab's map and the segment timeline)
+/// and the site's bands on the memory timeline. (The flame graph used to colour a frame by its
+/// file, apart from the timeline.)
+#[test]
+fn a_site_has_one_colour_in_every_view() {
+    use collector::snapshot::BlockState;
+    use collector::snapshot::flame::{Flame, Label, Weigh};
+    use tidemark_app::memtimeline::{segment_block_color, site_color, stack_color};
+    for file in [
+        "bcrafton_cs336_training_step.pickle",
+        "cs336_large_fw_bw_fp32.pickle",
+    ] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/real-snapshots")
+            .join(file);
+        let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
+        let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+        let device = &layout.devices[0];
+        let flame = Flame::new(&snapshot, device, Weigh::LiveAt(device.end()), false);
+        let mut sites_seen = 0;
+        for (i, node) in flame.nodes.iter().enumerate() {
+            if let Label::Frame(frame) = node.label
+                && let Some(site) = layout.site_of_frame(Some(frame))
+            {
+                sites_seen += 1;
+                assert_eq!(
+                    tidemark_app::flame::color(&flame, &layout, i as u32),
+                    site_color(&layout, site),
+                    "{file}: {}",
+                    snapshot.frame_text(&frame)
+                );
+            }
+        }
+        assert!(
+            sites_seen >= 3,
+            "{file}: {sites_seen} site frames in the flame graph"
+        );
+        let mut allocated = 0;
+        for segment in &snapshot.segments {
+            for b in &segment.blocks {
+                if b.state == BlockState::ActiveAllocated {
+                    allocated += 1;
+                    let site = layout.site_of_stack(&snapshot, b.stack).unwrap();
+                    assert_eq!(
+                        segment_block_color(&layout, &snapshot, b.state, b.stack),
+                        site_color(&layout, site),
+                        "{file}: the block at 0x{:x}",
+                        b.address
+                    );
+                    assert_eq!(
+                        stack_color(&layout, &snapshot, b.stack),
+                        Some(site_color(&layout, site))
+                    );
+                }
+            }
+        }
+        assert!(allocated > 100, "{file}: {allocated}");
+    }
+}

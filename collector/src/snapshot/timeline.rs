@@ -199,6 +199,8 @@ pub struct MemoryTimeline {
     pub devices: Vec<DeviceTimeline>,
     /// The allocation sites, by the index bands name them by.
     pub sites: Vec<SiteInfo>,
+    /// Each site by its frame ([`site_frame`]).
+    by_frame: HashMap<Option<Frame>, u32>,
 }
 
 /// One device's active memory timeline.
@@ -419,7 +421,19 @@ impl MemoryTimeline {
         Self {
             devices: out,
             sites: sites.sites,
+            by_frame: sites.by_frame,
         }
+    }
+
+    /// The site of blocks allocated by `stack` (`None`: no block of the timeline has it), so
+    /// that every view gives a site the timeline's colour.
+    pub fn site_of_stack(&self, snapshot: &Snapshot, stack: u32) -> Option<u32> {
+        self.site_of_frame(site_frame(snapshot, stack))
+    }
+
+    /// The site known by `frame` (`None` for the stacks without a frame worth naming).
+    pub fn site_of_frame(&self, frame: Option<Frame>) -> Option<u32> {
+        self.by_frame.get(&frame).copied()
     }
 
     /// A site's name: its frame, short (`name (file:line)`), or why it has none.
