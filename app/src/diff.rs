@@ -359,15 +359,22 @@ fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
         });
         ui.add_space(8.0);
         ui.strong("By allocation site, the largest change first");
+        // The changes drawn to one scale, as `collector diff --html` draws them: growth to the
+        // right in the colour of allocated memory, shrinking to the left in that of reserved.
+        let shown = &diff.sites[..diff.sites.len().min(200)];
+        let change = |s: &collector::compare::SiteChange| {
+            s.bytes.b.unwrap_or(0.0) - s.bytes.a.unwrap_or(0.0)
+        };
+        let most = shown.iter().map(|s| change(s).abs()).fold(0.0, f64::max);
         egui::Grid::new("diff sites")
             .striped(true)
-            .num_columns(5)
+            .num_columns(6)
             .show(ui, |ui| {
-                for h in ["site", "A", "B", "B − A", ""] {
+                for h in ["site", "A", "B", "B − A", "shrank · grew", ""] {
                     ui.strong(h);
                 }
                 ui.end_row();
-                for s in diff.sites.iter().take(200) {
+                for s in shown {
                     ui.label(format!(
                         "{} {}",
                         collector::compare::device_name(s.device),
@@ -375,8 +382,9 @@ fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
                     ));
                     ui.label(bytes_or_dash(s.bytes.a));
                     ui.label(bytes_or_dash(s.bytes.b));
-                    let change = s.bytes.b.unwrap_or(0.0) - s.bytes.a.unwrap_or(0.0);
+                    let change = change(s);
                     change_label(ui, Some(change));
+                    change_bar(ui, change, most);
                     ui.weak(match s.status {
                         SiteStatus::Both => "",
                         SiteStatus::New => "new in B",
@@ -386,6 +394,38 @@ fn snapshots_ui(ui: &mut egui::Ui, diff: &SnapshotDiff) {
                 }
             });
     });
+}
+
+/// The width of a change's bar, both halves.
+const BAR_WIDTH: f32 = 220.0;
+
+/// A change of `change` bytes as a bar from the middle of a cell, to the scale of `most`.
+fn change_bar(ui: &mut egui::Ui, change: f64, most: f64) {
+    let (rect, _) = ui.allocate_exact_size(
+        egui::vec2(BAR_WIDTH, ui.spacing().interact_size.y * 0.7),
+        egui::Sense::hover(),
+    );
+    let middle = rect.center().x;
+    let painter = ui.painter();
+    painter.vline(
+        middle,
+        rect.y_range(),
+        ui.visuals().widgets.noninteractive.fg_stroke,
+    );
+    if most <= 0.0 || change == 0.0 {
+        return;
+    }
+    let length = ((change.abs() / most) as f32 * BAR_WIDTH / 2.0).max(1.0);
+    let (from, to, c) = if change > 0.0 {
+        (middle, middle + length, collector::palette::ALLOCATED)
+    } else {
+        (middle - length, middle, collector::palette::RESERVED)
+    };
+    painter.rect_filled(
+        egui::Rect::from_x_y_ranges(from..=to, rect.y_range()),
+        0.0,
+        crate::memtimeline::color(c),
+    );
 }
 
 fn recordings_ui(ui: &mut egui::Ui, diff: &RecordingDiff) {

@@ -1557,7 +1557,10 @@ fn two_snapshots_compared_in_the_viewer_by_site_as_collector_diff_does() {
         real.join("cs336_large_fw_bw_fp32.pickle"),
         real.join("cs336_large_fw_bw_bf16.pickle"),
     );
-    let harness = compared(&[a.clone(), b.clone()]);
+    let mut harness = compared(&[a.clone(), b.clone()]);
+    // The changes drawn as bars to one scale, as `collector diff --html` draws them.
+    harness.get_by_label("shrank · grew");
+    harness.snapshot("compare_snapshots");
     let facts = |p: &PathBuf| {
         collector::compare::SnapshotFacts::of(
             &collector::snapshot::read_snapshot(&std::fs::read(p).unwrap()).unwrap(),
