@@ -7,9 +7,9 @@
 //! memory timeline has its stack's frames outlined.
 
 use collector::format::format_bytes;
-use collector::snapshot::Snapshot;
 use collector::snapshot::flame::{Flame, Label, Weigh};
 use collector::snapshot::timeline::MemoryTimeline;
+use collector::snapshot::{SiteKey, Snapshot};
 use egui::{Color32, Rect, Sense, Stroke, pos2, vec2};
 
 use crate::memtimeline::{Filter, MemoryState};
@@ -46,8 +46,9 @@ const ROW: f32 = 20.0;
 /// memory timeline, the frames that call them a neutral grey, the root darker.
 pub fn color(flame: &Flame, layout: &MemoryTimeline, node: u32) -> Color32 {
     let site = match flame.nodes.get(node as usize).map(|n| n.label) {
-        Some(Label::Frame(frame)) => layout.site_of_frame(Some(frame)),
-        Some(Label::CppOnly | Label::BeforeHistory) => layout.site_of_frame(None),
+        Some(Label::Frame(frame)) => layout.site_of(SiteKey::Frame(frame)),
+        Some(Label::CppOnly) => layout.site_of(SiteKey::CppOnly),
+        Some(Label::BeforeHistory) => layout.site_of(SiteKey::NoFrames),
         Some(Label::Root) | None => return Color32::from_gray(90),
     };
     site.map_or(CALLER, |site| crate::memtimeline::site_color(layout, site))

@@ -1948,7 +1948,7 @@ fn a_site_has_one_colour_in_every_view() {
         let mut sites_seen = 0;
         for (i, node) in flame.nodes.iter().enumerate() {
             if let Label::Frame(frame) = node.label
-                && let Some(site) = layout.site_of_frame(Some(frame))
+                && let Some(site) = layout.site_of(collector::snapshot::SiteKey::Frame(frame))
             {
                 sites_seen += 1;
                 assert_eq!(

@@ -606,28 +606,3 @@ proptest! {
         }
     }
 }
-
-#[test]
-fn tmp_numbers() {
-    let snapshot = real("bcrafton_cs336_training_step.pickle");
-    let t = MemoryTimeline::new(&snapshot);
-    let d = &t.devices[0];
-    let seg_size: u64 = snapshot
-        .segments
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| b.state == BlockState::ActiveAllocated)
-        .map(|b| b.size)
-        .sum();
-    let seg_req: u64 = snapshot
-        .segments
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| b.state == BlockState::ActiveAllocated)
-        .map(|b| b.requested_size)
-        .sum();
-    println!(
-        "timeline end {} peak {} ; segments size {} requested {}",
-        d.end_bytes, d.peak, seg_size, seg_req
-    );
-}

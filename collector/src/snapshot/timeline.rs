@@ -199,8 +199,8 @@ pub struct MemoryTimeline {
     pub devices: Vec<DeviceTimeline>,
     /// The allocation sites, by the index bands name them by.
     pub sites: Vec<SiteInfo>,
-    /// Each site by its frame ([`site_frame`]).
-    by_frame: HashMap<Option<Frame>, u32>,
+    /// Each site by what it is known by.
+    by_key: HashMap<super::SiteKey, u32>,
 }
 
 /// One device's active memory timeline.
@@ -334,7 +334,7 @@ pub enum Hit {
 struct Sites<'a> {
     snapshot: &'a Snapshot,
     by_stack: Vec<u32>,
-    by_frame: HashMap<Option<Frame>, u32>,
+    by_key: HashMap<super::SiteKey, u32>,
     sites: Vec<SiteInfo>,
     weight: Vec<f64>,
 }
@@ -344,7 +344,7 @@ impl<'a> Sites<'a> {
         Self {
             snapshot,
             by_stack: vec![u32::MAX; snapshot.stack_count() + 1],
-            by_frame: HashMap::new(),
+            by_key: HashMap::new(),
             sites: Vec::new(),
             weight: Vec::new(),
         }
@@ -356,9 +356,12 @@ impl<'a> Sites<'a> {
         {
             return s;
         }
+        // One site per frame; the stacks without one are two sites (C++ frames only, and no
+        // frames: allocated before the history), each named as every view names it.
+        let key = self.snapshot.site(stack);
         let frame = site_frame(self.snapshot, stack);
         let next = self.sites.len() as u32;
-        let site = *self.by_frame.entry(frame).or_insert(next);
+        let site = *self.by_key.entry(key).or_insert(next);
         if site == next {
             self.sites.push(SiteInfo {
                 frame,
@@ -421,19 +424,19 @@ impl MemoryTimeline {
         Self {
             devices: out,
             sites: sites.sites,
-            by_frame: sites.by_frame,
+            by_key: sites.by_key,
         }
     }
 
     /// The site of blocks allocated by `stack` (`None`: no block of the timeline has it), so
     /// that every view gives a site the timeline's colour.
     pub fn site_of_stack(&self, snapshot: &Snapshot, stack: u32) -> Option<u32> {
-        self.site_of_frame(site_frame(snapshot, stack))
+        self.site_of(snapshot.site(stack))
     }
 
-    /// The site known by `frame` (`None` for the stacks without a frame worth naming).
-    pub fn site_of_frame(&self, frame: Option<Frame>) -> Option<u32> {
-        self.by_frame.get(&frame).copied()
+    /// The site known by `key` (a frame, C++ frames only, or no frames).
+    pub fn site_of(&self, key: super::SiteKey) -> Option<u32> {
+        self.by_key.get(&key).copied()
     }
 
     /// A site's name: its frame, short (`name (file:line)`), or why it has none.
