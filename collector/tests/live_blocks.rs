@@ -76,7 +76,12 @@ fn replay(snapshot: &Snapshot) -> Vec<Life> {
                 lives.push(Life {
                     device: s.device,
                     addr: b.address,
-                    size: b.size,
+                    // The bytes it asked for, as the trace counts a block (else its size).
+                    size: if b.requested_size > 0 {
+                        b.requested_size
+                    } else {
+                        b.size
+                    },
                     stack: b.stack,
                     allocated_us: i64::MIN,
                     freed_us: i64::MAX,

@@ -25,7 +25,9 @@ pub struct PhaseSpan {
 impl Snapshot {
     /// Per device, allocated and reserved bytes at the start of the trace: what the segments hold
     /// at snapshot time minus what the trace added (the trace is a ring buffer: it may start
-    /// long after the first allocation).
+    /// long after the first allocation). A block counts the bytes it was asked for, as the
+    /// trace's entries count them (and the memory timeline): the curve and the timeline are one
+    /// quantity, their peaks one number.
     fn baselines(&self) -> BTreeMap<u32, (i128, i128)> {
         let mut end: BTreeMap<u32, (i128, i128)> = BTreeMap::new();
         for s in &self.segments {
@@ -35,7 +37,7 @@ impl Snapshot {
                 .blocks
                 .iter()
                 .filter(|b| b.state != BlockState::Inactive)
-                .map(|b| i128::from(b.size))
+                .map(|b| i128::from(b.asked()))
                 .sum::<i128>();
         }
         // Summed a run of one device's entries at a time (they come device after device), each

@@ -227,7 +227,7 @@ impl Snapshot {
                 device,
                 stack: b.stack,
                 addr: b.address,
-                size: b.size,
+                size: b.asked(),
                 allocated_us: i64::MIN,
                 freed_us: i64::MAX,
             });

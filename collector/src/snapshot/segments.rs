@@ -34,6 +34,20 @@ pub struct Block {
     pub stack: u32,
 }
 
+impl Block {
+    /// The bytes its tensor asked for, as the trace's entries count a block (memory_viz too): the
+    /// bytes every view of live blocks adds (the memory timeline, the flame graph, the live
+    /// blocks, the allocated curve and its peak); the block's own where the snapshot has no
+    /// `requested_size`. The segments' summary counts [`Block::size`], as the allocator does.
+    pub fn asked(&self) -> u64 {
+        if self.requested_size > 0 {
+            self.requested_size
+        } else {
+            self.size
+        }
+    }
+}
+
 /// A memory pool of the caching allocator, as PyTorch names it (`MempoolId_t`): `(0, 0)` is the
 /// default pool; `(N, 0)` a CUDA graph's own pool (made for a capture given no pool); `(0, N)` a
 /// pool the job made (`torch.cuda.MemPool()`, `torch.cuda.graph_pool_handle()`). Memory in a

@@ -59,6 +59,9 @@ pub struct SnapshotPeak {
     pub allocated_bytes: u64,
     /// When: µs after the trace's first entry.
     pub after_us: i64,
+    /// Bytes allocated at the snapshot, counted as the peak is (the bytes the blocks alive then
+    /// asked for: the memory timeline's and the live blocks' total).
+    pub at_snapshot_bytes: u64,
     /// The sites whose blocks were alive then, largest first (at most [`PEAK_SITES`]).
     pub sites: Vec<Site>,
 }
@@ -221,7 +224,7 @@ impl SnapshotVerdict {
             );
         }
         for p in &peaks {
-            evidence.push(peak_sentence(snapshot, p, &held));
+            evidence.push(peak_sentence(snapshot, p));
         }
         for h in &held {
             evidence.push(format!(
@@ -441,6 +444,7 @@ fn peaks(snapshot: &Snapshot, recording: &Recording, index: &LiveIndex) -> Vec<S
                 device,
                 allocated_bytes: bytes,
                 after_us,
+                at_snapshot_bytes: allocated_after(recording, device, u64::MAX) as u64,
                 sites,
             }
         })
@@ -449,13 +453,11 @@ fn peaks(snapshot: &Snapshot, recording: &Recording, index: &LiveIndex) -> Vec<S
 
 /// "peak on cuda:0: 4.20 GiB allocated, 31 ms into the trace (2.86 GiB at the snapshot); alive
 /// then, largest first: …".
-fn peak_sentence(snapshot: &Snapshot, p: &SnapshotPeak, held: &[SegmentSummary]) -> String {
-    let now = held
-        .iter()
-        .find(|h| h.device == p.device)
-        .map_or(String::new(), |h| {
-            format!(" ({} at the snapshot)", format_bytes(h.in_use() as f64))
-        });
+fn peak_sentence(snapshot: &Snapshot, p: &SnapshotPeak) -> String {
+    let now = format!(
+        " ({} at the snapshot)",
+        format_bytes(p.at_snapshot_bytes as f64)
+    );
     let alive: Vec<String> = p
         .sites
         .iter()
@@ -510,7 +512,7 @@ fn peak_headline(
         format_bytes(p.allocated_bytes as f64),
         snapshot.device_name(p.device),
         crate::format::format_duration(p.after_us as f64 / 1e6),
-        format_bytes(h.in_use() as f64)
+        format_bytes(p.at_snapshot_bytes as f64)
     ))
 }
 
@@ -632,7 +634,7 @@ fn headline(
         });
     (
         format!(
-            "At the snapshot: {now} allocated of {} reserved on {}{holder}",
+            "At the snapshot: {now} in use of {} reserved on {}{holder}",
             format_bytes(h.reserved as f64),
             snapshot.device_name(h.device)
         ),

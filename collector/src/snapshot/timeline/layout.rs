@@ -125,13 +125,7 @@ impl DeviceTimeline {
                             free: NEVER,
                             source: PRE | RESIDENT | resident.len() as u32,
                             site,
-                            // As the trace counts a block: the bytes asked for (memory_viz's
-                            // choice too), the block's own when the snapshot has no such field.
-                            size: if b.requested_size > 0 {
-                                b.requested_size
-                            } else {
-                                b.size
-                            },
+                            size: b.asked(),
                         });
                         resident.push(Resident {
                             addr: b.address,

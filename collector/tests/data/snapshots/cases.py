@@ -551,6 +551,13 @@ def block_frames(b):
     return history[-1].get("frames", []) if history else []
 
 
+def block_asked(b):
+    """The bytes a block asked for, as the importer reads them: `requested_size`, else the last
+    history entry's `real_size` (older snapshots), else the block's size."""
+    history = b.get("history") or []
+    return b.get("requested_size") or (history[-1].get("real_size", 0) if history else 0) or b["size"]
+
+
 def facts(path):
     with open(path, "rb") as f:
         s = pickle.load(f)
@@ -560,11 +567,14 @@ def facts(path):
     actions = {}
     devices = max(len(s.get("device_traces", [])), max((g["device"] + 1 for g in s["segments"]), default=0))
     final = {}
+    asked = {}  # the bytes the live blocks asked for, as the trace counts a block (else its size)
     for g in s["segments"]:
         a, r = final.get(g["device"], (0, 0))
         a += sum(b["size"] for b in g["blocks"] if b["state"] != "inactive")
         r += g["total_size"]
         final[g["device"]] = (a, r)
+        asked[g["device"]] = asked.get(g["device"], 0) + sum(
+            block_asked(b) for b in g["blocks"] if b["state"] != "inactive")
     for trace in s.get("device_traces", []):
         for e in trace:
             actions[e["action"]] = actions.get(e["action"], 0) + 1
@@ -576,7 +586,7 @@ def facts(path):
             e["size"] for e in trace if e["action"] == "free_completed")
         nr = sum(e["size"] for e in trace if e["action"] in ("segment_alloc", "segment_map")) - sum(
             e["size"] for e in trace if e["action"] in ("segment_free", "segment_unmap"))
-        ea, er = final.get(device, (0, 0))
+        ea, er = asked.get(device, 0), final.get(device, (0, 0))[1]
         known = bool(s["segments"])
         curve[str(device)] = [(max(ea - na, 0) if known else 0) + na, (max(er - nr, 0) if known else 0) + nr]
     frames = set()
