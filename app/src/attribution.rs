@@ -2,7 +2,7 @@
 
 use collector::analysis::Analysis;
 use collector::format::format_bytes;
-use egui_plot::{Bar, BarChart, Corner, Legend, Line, Plot, PlotPoints};
+use egui_plot::{Bar, BarChart, Corner, Legend, Line, Plot};
 
 use crate::style::phase_color;
 use crate::timeline::binary_grid;
@@ -190,21 +190,20 @@ fn retained_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
 
 fn shape_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
     let Some(shape) = &view.shape else {
-        ui.weak("The average step needs at least 10 steps.");
+        ui.weak("The average step needs at least 10 steps whose phases the probe observed.");
         return;
     };
-    ui.strong(format!(
-        "The average step: steps {}–{} vs. steps {}–{} (memory relative to the step's start)",
-        shape.early_steps.0, shape.early_steps.1, shape.late_steps.0, shape.late_steps.1
-    ));
-    let line = |values: &[f64]| -> PlotPoints<'static> {
-        let n = values.len().max(2) - 1;
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| [100.0 * i as f64 / n as f64, v])
-            .collect()
+    let steps = |(first, last, count): (u64, u64, usize)| {
+        format!(
+            "{} between steps {first} and {last}",
+            collector::format::count(count, "step")
+        )
     };
+    ui.strong(format!(
+        "The average step: {} vs. {} (memory relative to the step's start: each phase's net Δ as in the table, the step's whole change at its end; the thin line over a phase: the most it held)",
+        steps(shape.early_steps),
+        steps(shape.late_steps)
+    ));
     Plot::new(("shape", id))
         .height(height)
         .legend(Legend::default().position(Corner::LeftTop))
@@ -213,15 +212,38 @@ fn shape_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
         .x_axis_formatter(|mark, _| format!("{:.0} %", mark.value))
         .x_axis_label("through the step")
         .show(ui, |pui| {
-            pui.line(
-                Line::new("early", line(&shape.early))
-                    .color(crate::style::BLUE)
-                    .width(2.0),
-            );
-            pui.line(
-                Line::new("late", line(&shape.late))
-                    .color(crate::style::RED)
-                    .width(2.0),
-            );
+            // The phases where they lie in the step, in their colours (as on the timeline).
+            for (phase, begin, end) in &shape.phases {
+                pui.span(
+                    egui_plot::Span::new(phase.as_str(), 100.0 * begin..=100.0 * end)
+                        .fill(phase_color(phase, 40))
+                        .border_width(0.0),
+                );
+            }
+            for (name, line, color) in [
+                ("early", &shape.early, crate::style::BLUE),
+                ("late", &shape.late, crate::style::RED),
+            ] {
+                let points: Vec<[f64; 2]> =
+                    line.points.iter().map(|&[x, y]| [100.0 * x, y]).collect();
+                pui.line(Line::new(name, points.clone()).color(color).width(2.0));
+                pui.points(
+                    egui_plot::Points::new(name, points)
+                        .color(color)
+                        .radius(3.0),
+                );
+                // Each phase's high-water mark over the phase.
+                for (k, peak) in line.peaks.iter().enumerate() {
+                    let (Some(b), Some(e)) = (line.points.get(2 * k), line.points.get(2 * k + 1))
+                    else {
+                        continue;
+                    };
+                    pui.line(
+                        Line::new(name, vec![[100.0 * b[0], *peak], [100.0 * e[0], *peak]])
+                            .color(color)
+                            .width(1.0),
+                    );
+                }
+            }
         });
 }

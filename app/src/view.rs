@@ -79,22 +79,35 @@ pub struct RetainedBin {
     pub by_phase: Vec<f64>,
 }
 
-/// The average shape of a step: memory relative to the step's start, at evenly spaced points
-/// of the step.
+/// The average shape of a step: memory relative to the step's start at its phases' edges, each
+/// phase's high-water mark, and where the phases lie in the step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepShape {
+    /// The step's phases in order, each `(phase, begin, end)` as fractions of the step (the
+    /// early steps' mean): the bands behind the lines.
+    pub phases: Vec<(Phase, f64, f64)>,
     /// Early in the run (after the warm-up).
-    pub early: Vec<f64>,
+    pub early: ShapeLine,
     /// Late in the run.
-    pub late: Vec<f64>,
-    /// The steps averaged, early.
-    pub early_steps: (u64, u64),
+    pub late: ShapeLine,
+    /// The steps averaged, early (the first and the last, and how many).
+    pub early_steps: (u64, u64, usize),
     /// The steps averaged, late.
-    pub late_steps: (u64, u64),
+    pub late_steps: (u64, u64, usize),
 }
 
-/// Points per step in [`StepShape`].
-const SHAPE_POINTS: usize = 48;
+/// The mean of the steps of a range, relative to each step's start.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShapeLine {
+    /// `[fraction of the step, bytes]` at each phase's begin and end, in order, then the step's
+    /// end (the next step's start).
+    pub points: Vec<[f64; 2]>,
+    /// Per phase, the most it held: its begin plus its watermark Δ.
+    pub peaks: Vec<f64>,
+}
+
+/// How many steps of a range are averaged at most (evenly spread).
+const SHAPE_STEPS: usize = 200;
 
 /// Everything the views draw for one recording.
 #[derive(Clone, Debug, Default)]
@@ -250,7 +263,7 @@ impl RunView {
             traces,
         };
         view.retained = view.retained_bins(analysis);
-        view.shape = view.step_shape(recording, analysis);
+        view.shape = view.step_shape(analysis);
         view
     }
 
@@ -322,42 +335,127 @@ impl RunView {
             .collect()
     }
 
-    fn step_shape(&self, recording: &Recording, analysis: &Analysis) -> Option<StepShape> {
-        let trace = self.traces.get(self.basis_trace?)?;
-        let data = trace.data(recording);
+    /// The average step early and late, from the analysis' own numbers (those of the Phases
+    /// table and the verdict): the steps whose phases the probe observed, in the order most steps
+    /// have them; each phase's net Δ chained from the step's start, its watermark above its
+    /// begin, and the step's whole change (the step baseline's) at its end: what came between the
+    /// phases shows after the last.
+    fn step_shape(&self, analysis: &Analysis) -> Option<StepShape> {
         let starts = &analysis.step_starts;
         let n = starts.len().checked_sub(1)?; // the last step has no end
         if n < 10 {
             return None;
         }
+        let occurrences = &analysis.occurrences;
+        // A step's phases: the range of the occurrences that begin in it.
+        let phases_of = |i: usize| -> std::ops::Range<usize> {
+            let (t0, t1) = (starts[i].t_ns, starts[i + 1].t_ns);
+            occurrences.partition_point(|o| o.begin_ns < t0)
+                ..occurrences.partition_point(|o| o.begin_ns < t1)
+        };
+        let series = &analysis.step_series;
+        let baseline = |step: u64| {
+            let k = series.steps.binary_search(&step).ok()?;
+            series.values.get(k).map(|&v| v as f64)
+        };
         let warmup = n / 10;
         let group = ((n - warmup) / 4).max(1);
-        let average = |range: std::ops::Range<usize>| -> Option<(Vec<f64>, (u64, u64))> {
-            let stride = (range.len() / 200).max(1);
-            let mut sums = vec![0.0; SHAPE_POINTS];
+        let (early_range, late_range) = (warmup..warmup + group, n - group..n);
+        // The orders of phases of the early steps (a step the probe did not observe has none).
+        let mut orders: Vec<(Vec<Phase>, usize)> = Vec::new();
+        for i in early_range.clone() {
+            let order: Vec<Phase> = occurrences[phases_of(i)]
+                .iter()
+                .map(|o| o.phase.clone())
+                .collect();
+            if order.is_empty() {
+                continue;
+            }
+            match orders.iter_mut().find(|(o, _)| *o == order) {
+                Some((_, count)) => *count += 1,
+                None => orders.push((order, 1)),
+            }
+        }
+        // The fullest order that a fifth of the steps have (an evaluation every third step is
+        // in the average step), else the most common.
+        let counted: usize = orders.iter().map(|(_, count)| count).sum();
+        let order = orders
+            .into_iter()
+            .max_by_key(|(order, count)| {
+                (if 5 * count >= counted { order.len() } else { 0 }, *count)
+            })?
+            .0;
+        let average = |range: std::ops::Range<usize>| {
+            let stride = (range.len() / SHAPE_STEPS).max(1);
+            let edges = 2 * order.len() + 1;
+            let (mut sums, mut peaks) = (vec![[0.0; 2]; edges], vec![0.0; order.len()]);
             let mut count = 0usize;
-            for i in range.clone().step_by(stride) {
+            let (mut first, mut last) = (u64::MAX, 0);
+            'steps: for i in range.step_by(stride) {
+                let phases = phases_of(i);
                 let (t0, t1) = (starts[i].t_ns, starts[i + 1].t_ns);
-                if t1 <= t0 {
+                // One whole step (the next one starts after it: no unobserved step between),
+                // with the usual phases, measured.
+                if starts[i + 1].step != starts[i].step + 1
+                    || t1 <= t0
+                    || !occurrences[phases.clone()]
+                        .iter()
+                        .map(|o| &o.phase)
+                        .eq(order.iter())
+                {
                     continue;
                 }
-                let Some(base) = data.value_at(t0) else {
+                let (Some(from), Some(to)) =
+                    (baseline(starts[i].step), baseline(starts[i + 1].step))
+                else {
                     continue;
                 };
-                for (j, sum) in sums.iter_mut().enumerate() {
-                    let t = t0 + (t1 - t0) * j as u64 / (SHAPE_POINTS as u64 - 1);
-                    *sum += data.value_at(t).unwrap_or(base) as f64 - base as f64;
+                let mut edge = Vec::with_capacity(edges);
+                let mut level = 0.0;
+                let mut highs = Vec::with_capacity(order.len());
+                for k in phases {
+                    let Some(Some((net, watermark))) = analysis.changes.get(k) else {
+                        continue 'steps;
+                    };
+                    let o = &occurrences[k];
+                    let at = |t: u64| (t.clamp(t0, t1) - t0) as f64 / (t1 - t0) as f64;
+                    edge.push([at(o.begin_ns), level]);
+                    highs.push(level + watermark);
+                    level += net;
+                    edge.push([at(o.end_ns), level]);
+                }
+                edge.push([1.0, to - from]);
+                for (sum, e) in sums.iter_mut().zip(&edge) {
+                    sum[0] += e[0];
+                    sum[1] += e[1];
+                }
+                for (sum, h) in peaks.iter_mut().zip(&highs) {
+                    *sum += h;
                 }
                 count += 1;
+                first = first.min(starts[i].step);
+                last = last.max(starts[i].step);
             }
             (count > 0).then(|| {
-                let mean = sums.iter().map(|s| s / count as f64).collect();
-                (mean, (starts[range.start].step, starts[range.end - 1].step))
+                let points: Vec<[f64; 2]> = sums
+                    .iter()
+                    .map(|s| [s[0] / count as f64, s[1] / count as f64])
+                    .collect();
+                let spans: Vec<(f64, f64)> = (0..order.len())
+                    .map(|k| (points[2 * k][0], points[2 * k + 1][0]))
+                    .collect();
+                let peaks = peaks.iter().map(|h| h / count as f64).collect();
+                (ShapeLine { points, peaks }, spans, (first, last, count))
             })
         };
-        let (early, early_steps) = average(warmup..warmup + group)?;
-        let (late, late_steps) = average(n - group..n)?;
+        let (early, spans, early_steps) = average(early_range)?;
+        let (late, _, late_steps) = average(late_range)?;
         Some(StepShape {
+            phases: order
+                .into_iter()
+                .zip(spans)
+                .map(|(p, (b, e))| (p, b, e))
+                .collect(),
             early,
             late,
             early_steps,
@@ -412,6 +510,49 @@ mod tests {
         records.into_iter().for_each(|r| recording.push(r));
         let analysis = collector::analysis::analyze(&recording);
         (recording, analysis)
+    }
+
+    /// The average step is read at its phases' edges: forward's rise and backward's fall (the
+    /// sawtooth), where the phases lie, the most forward held; and a leak of the same size every
+    /// step retains as much late as early.
+    #[test]
+    fn the_average_step_is_its_phases_edges_early_and_late() {
+        let (recording, analysis) = run(200, |_| MIB);
+        let view = RunView::new(&recording, &analysis);
+        let shape = view.shape.as_ref().expect("a shape");
+        let phases: Vec<&Phase> = shape.phases.iter().map(|p| &p.0).collect();
+        assert_eq!(phases, [&Phase::Forward, &Phase::Backward]);
+        for (got, want) in shape.phases.iter().zip([(0.0, 0.2), (0.4, 0.6)]) {
+            assert!(
+                (got.1 - want.0).abs() < 1e-9 && (got.2 - want.1).abs() < 1e-9,
+                "{:?}",
+                shape.phases
+            );
+        }
+        let mib = MIB as f64;
+        for line in [&shape.early, &shape.late] {
+            let expected = [
+                [0.0, 0.0],
+                [0.2, 10.0 * mib],
+                [0.4, 10.0 * mib],
+                [0.6, mib],
+                [1.0, mib],
+            ];
+            assert_eq!(line.points.len(), expected.len());
+            for (got, want) in line.points.iter().zip(expected) {
+                assert!(
+                    (got[0] - want[0]).abs() < 1e-9 && (got[1] - want[1]).abs() < 1.0,
+                    "{:?}",
+                    line.points
+                );
+            }
+            // Forward's high-water mark: its end (the run's peak reading there).
+            assert_eq!(line.peaks[0], 10.0 * mib);
+        }
+        assert!(
+            shape.early_steps.2 > 10 && shape.late_steps.2 > 10,
+            "{shape:?}"
+        );
     }
 
     #[test]
