@@ -30,26 +30,56 @@ impl Envelope {
     }
 }
 
-impl PlotItem for Envelope {
-    fn shapes(&self, _ui: &Ui, transform: &PlotTransform, shapes: &mut Vec<Shape>) {
-        // Columns next to each other (a pixel or so apart) are one strip: each span two
-        // vertices, two triangles to the next. A column far from the next (no sample in the
-        // columns between) ends its strip and is joined to the next by a band a line wide
-        // between their nearest values, as a line joins two samples; a column with no neighbour
-        // near is a plateau a pixel wide.
+impl Envelope {
+    /// The band mesh in screen pixels. Columns next to each other (a pixel or so apart) are one
+    /// strip: each span two vertices, two triangles to the next; where two such spans do not
+    /// overlap (a steep rise or fall), each reaches past the middle of the gap, so that the strip
+    /// is as thick across as the line. A column far from the next (no sample in the columns between)
+    /// ends its strip and is joined to the next by a segment a line wide, measured across the
+    /// segment (measured upright, a steep one thinned to gaps); a column with no neighbour near is
+    /// a plateau a pixel wide.
+    fn mesh(&self, transform: &PlotTransform) -> Mesh {
         let half = self.width / 2.0;
-        let xs: Vec<f32> = self
+        // Each span's x, top and bottom in screen pixels (y grows downwards), a span thinner than
+        // the line widened about its middle.
+        let mut columns: Vec<[f32; 3]> = self
             .spans
             .iter()
-            .map(|&[x, ..]| transform.position_from_point_x(x))
+            .map(|&[x, lowest, highest]| {
+                let top = transform.position_from_point(&PlotPoint::new(x, highest)).y;
+                let bottom = transform.position_from_point(&PlotPoint::new(x, lowest)).y;
+                let middle = (top + bottom) / 2.0;
+                [
+                    transform.position_from_point_x(x),
+                    top.min(middle - half),
+                    bottom.max(middle + half),
+                ]
+            })
             .collect();
-        let near = |i: usize, j: usize| match (xs.get(i), xs.get(j)) {
-            (Some(a), Some(b)) => (b - a).abs() <= 1.5,
-            _ => false,
-        };
+        let near = |a: &[f32; 3], b: &[f32; 3]| (b[0] - a[0]).abs() <= 1.5;
+        for i in 1..columns.len() {
+            let (a, b) = (columns[i - 1], columns[i]);
+            if !near(&a, &b) {
+                continue;
+            }
+            // Upright, the strip between the two is as thick as a line along it is across.
+            let dx = (b[0] - a[0]).abs().max(1.0);
+            let dy = ((b[1] + b[2]) - (a[1] + a[2])).abs() / 2.0;
+            let past = ((self.width * dx.hypot(dy) / dx - dy) / 2.0).max(0.0);
+            if a[2] < b[1] {
+                // `a` lies above `b`: both reach past the middle of the gap.
+                let middle = (a[2] + b[1]) / 2.0;
+                columns[i - 1][2] = middle + past;
+                columns[i][1] = middle - past;
+            } else if b[2] < a[1] {
+                let middle = (b[2] + a[1]) / 2.0;
+                columns[i - 1][1] = middle - past;
+                columns[i][2] = middle + past;
+            }
+        }
         let mut mesh = Mesh::default();
-        mesh.reserve_vertices(2 * self.spans.len() + 8);
-        mesh.reserve_triangles(2 * self.spans.len() + 8);
+        mesh.reserve_vertices(2 * columns.len() + 8);
+        mesh.reserve_triangles(2 * columns.len() + 8);
         let quad = |mesh: &mut Mesh, [l0, l1]: [Pos2; 2], [r0, r1]: [Pos2; 2]| {
             let at = mesh.vertices.len() as u32;
             for p in [l0, l1, r0, r1] {
@@ -58,49 +88,51 @@ impl PlotItem for Envelope {
             mesh.add_triangle(at, at + 1, at + 2);
             mesh.add_triangle(at + 1, at + 3, at + 2);
         };
-        // The span before: its x, top and bottom in screen pixels.
-        let mut before: Option<(f32, f32, f32)> = None;
-        for (i, &[x, lowest, highest]) in self.spans.iter().enumerate() {
-            let top = transform.position_from_point(&PlotPoint::new(x, highest)).y;
-            let bottom = transform.position_from_point(&PlotPoint::new(x, lowest)).y;
-            // Screen y grows downwards; a span thinner than the line is widened about its middle.
-            let middle = (top + bottom) / 2.0;
-            let (top, bottom) = (top.min(middle - half), bottom.max(middle + half));
-            let x = xs[i];
-            let joined = i > 0 && near(i - 1, i);
-            if joined {
-                let at = mesh.vertices.len() as u32;
-                mesh.colored_vertex(Pos2::new(x, top), self.color);
-                mesh.colored_vertex(Pos2::new(x, bottom), self.color);
-                mesh.add_triangle(at - 2, at - 1, at);
-                mesh.add_triangle(at - 1, at + 1, at);
-            } else {
-                if let Some((bx, btop, bbottom)) = before {
-                    // The nearest values of the two spans, each a line wide. (`max` then `min`,
-                    // not `clamp`, which panics where rounding crosses the bounds.)
-                    let here = middle.max(btop + half).min(bbottom - half);
-                    let there = ((btop + bbottom) / 2.0).max(top + half).min(bottom - half);
+        for (i, column) in columns.iter().enumerate() {
+            let [x, top, bottom] = *column;
+            let before = i.checked_sub(1).and_then(|b| columns.get(b));
+            match before {
+                Some(b) if near(b, column) => {
+                    let at = mesh.vertices.len() as u32;
+                    mesh.colored_vertex(Pos2::new(x, top), self.color);
+                    mesh.colored_vertex(Pos2::new(x, bottom), self.color);
+                    mesh.add_triangle(at - 2, at - 1, at);
+                    mesh.add_triangle(at - 1, at + 1, at);
+                    continue;
+                }
+                Some(&[bx, btop, bbottom]) => {
+                    // The nearest values of the two spans. (`max` then `min`, not `clamp`,
+                    // which panics where rounding crosses the bounds.)
+                    let from = Pos2::new(bx, ((top + bottom) / 2.0).max(btop).min(bbottom));
+                    let to = Pos2::new(x, ((btop + bbottom) / 2.0).max(top).min(bottom));
+                    let across = (to - from).normalized().rot90() * half;
                     quad(
                         &mut mesh,
-                        [Pos2::new(bx, here - half), Pos2::new(bx, here + half)],
-                        [Pos2::new(x, there - half), Pos2::new(x, there + half)],
+                        [from - across, from + across],
+                        [to - across, to + across],
                     );
                 }
-                // A strip starts here; alone (the next far too), it is a plateau a pixel wide.
-                let (left, right) = if near(i, i + 1) {
-                    (x, x)
-                } else {
-                    (x - 0.5, x + 0.5)
-                };
-                quad(
-                    &mut mesh,
-                    [Pos2::new(left, top), Pos2::new(left, bottom)],
-                    [Pos2::new(right, top), Pos2::new(right, bottom)],
-                );
+                None => {}
             }
-            before = Some((x, top, bottom));
+            // A strip starts here; alone (the next far too), it is a plateau a pixel wide.
+            let (left, right) = if columns.get(i + 1).is_some_and(|next| near(column, next)) {
+                (x, x)
+            } else {
+                (x - 0.5, x + 0.5)
+            };
+            quad(
+                &mut mesh,
+                [Pos2::new(left, top), Pos2::new(left, bottom)],
+                [Pos2::new(right, top), Pos2::new(right, bottom)],
+            );
         }
-        shapes.push(Shape::mesh(mesh));
+        mesh
+    }
+}
+
+impl PlotItem for Envelope {
+    fn shapes(&self, _ui: &Ui, transform: &PlotTransform, shapes: &mut Vec<Shape>) {
+        shapes.push(Shape::mesh(self.mesh(transform)));
     }
 
     fn initialize(&mut self, _x_range: RangeInclusive<f64>) {}
@@ -128,5 +160,60 @@ impl PlotItem for Envelope {
 
     fn base_mut(&mut self) -> &mut PlotItemBase {
         &mut self.base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egui::{Rect, pos2};
+
+    /// The area the mesh covers, in square pixels, on a plot where one unit is one pixel.
+    fn area(points: &[[f64; 2]], width: f32) -> f32 {
+        let transform = PlotTransform::new(
+            Rect::from_min_max(pos2(0.0, 0.0), pos2(1000.0, 1000.0)),
+            PlotBounds::from_min_max([0.0, 0.0], [1000.0, 1000.0]),
+            false,
+        );
+        let spans = points.iter().map(|&[x, y]| [x, y, y]).collect();
+        let mesh = Envelope::new("allocated", spans, Color32::WHITE, width).mesh(&transform);
+        mesh.indices
+            .chunks(3)
+            .map(|t| {
+                let [a, b, c] = [0, 1, 2].map(|k| mesh.vertices[t[k] as usize].pos);
+                ((b - a).x * (c - a).y - (b - a).y * (c - a).x).abs() / 2.0
+            })
+            .sum()
+    }
+
+    fn length(points: &[[f64; 2]]) -> f32 {
+        points
+            .windows(2)
+            .map(|w| ((w[1][0] - w[0][0]).hypot(w[1][1] - w[0][1])) as f32)
+            .sum()
+    }
+
+    /// A steep fall is drawn as thick as a flat line, a column per pixel (the strip) or a sample
+    /// every ten pixels (the joins): measured upright, it was a line of gaps.
+    #[test]
+    fn a_steep_line_is_as_thick_as_a_flat_one() {
+        let flat: Vec<[f64; 2]> = (0..100).map(|x| [f64::from(x), 500.0]).collect();
+        let steep_strip: Vec<[f64; 2]> = (0..100)
+            .map(|x| [f64::from(x), 900.0 - 5.0 * f64::from(x)])
+            .collect();
+        let steep_joins: Vec<[f64; 2]> = (0..10)
+            .map(|k| [10.0 * f64::from(k), 1000.0 - 100.0 * f64::from(k)])
+            .collect();
+        for (name, points) in [
+            ("flat", flat),
+            ("strip", steep_strip),
+            ("joins", steep_joins),
+        ] {
+            let (covered, line) = (area(&points, 1.5), 1.5 * length(&points));
+            assert!(
+                covered >= 0.9 * line && covered <= 1.3 * line + 20.0,
+                "{name}: {covered:.0} px² drawn for a line of {line:.0} px²"
+            );
+        }
     }
 }

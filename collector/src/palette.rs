@@ -20,8 +20,9 @@ impl Rgb {
 pub const ALLOCATED: Rgb = Rgb(0xd5, 0x5e, 0x00);
 /// Bytes reserved by PyTorch's caching allocator (Okabe–Ito blue).
 pub const RESERVED: Rgb = Rgb(0x00, 0x72, 0xb2);
-/// The peak watermark (Okabe–Ito orange).
-pub const PEAK: Rgb = Rgb(0xe6, 0x9f, 0x00);
+/// The peak watermark (Okabe–Ito orange, lighter: on the dark theme the thin peak line beside
+/// allocated's vermillion read as one orange).
+pub const PEAK: Rgb = Rgb(0xfc, 0xb0, 0x00);
 /// The device's used memory (Okabe–Ito bluish green).
 pub const DEVICE_USED: Rgb = Rgb(0x00, 0x9e, 0x73);
 /// Host memory (Okabe–Ito reddish purple).
@@ -269,6 +270,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The peak is drawn beside allocated, thinner: apart in lightness (on the dark theme, hue
+    /// alone did not tell the thin line from the thick) and with deuteranopia.
+    #[test]
+    fn the_peak_stands_apart_from_allocated() {
+        let (peak, allocated) = (normal(PEAK), normal(ALLOCATED));
+        assert!(
+            peak[0] - allocated[0] >= 20.0,
+            "lightness {:.0} vs {:.0}",
+            peak[0],
+            allocated[0]
+        );
+        let d = delta_e(deuteranopia(PEAK), deuteranopia(ALLOCATED));
+        assert!(d >= 25.0, "ΔE {d:.1} with deuteranopia");
     }
 
     #[test]
