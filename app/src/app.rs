@@ -462,6 +462,13 @@ impl TidemarkApp {
                 }
             }
         }
+        // A view went to a peak on the memory timeline: show it from the next frame.
+        if let Some(open) = self.runs.get_mut(current)
+            && std::mem::take(&mut open.memory.open)
+        {
+            self.tab = Tab::Memory;
+            ui.ctx().request_repaint();
+        }
     }
 
     /// The titles of the runs that opened, by index.

@@ -251,6 +251,8 @@ pub fn blocks_ui(
         .at_us
         .map_or(view.range_us.1, |t| view.range_us.0.saturating_add(t));
     let mut pin_this: Option<LiveBlock> = None;
+    // A site whose peak was asked for: (its device, its stack, its name).
+    let mut its_peak: Option<(u32, u32, String)> = None;
     let newly_pinned = state.opened_for != pinned;
     // Each site in its colour on the memory timeline and the flame graph.
     let layout = memory.layout(s);
@@ -300,6 +302,16 @@ pub fn blocks_ui(
                             ));
                         }
                         frames_ui(ui, s, site.stack);
+                        if view.has_timeline()
+                            && ui
+                                .small_button("its peak")
+                                .on_hover_text(
+                                    "The moment this site's blocks held the most, on the memory timeline",
+                                )
+                                .clicked()
+                        {
+                            its_peak = Some((site.device, site.stack, site.name(s)));
+                        }
                         ui.add_space(4.0);
                         for &b in site.blocks.iter().take(ROWS) {
                             let Some(b) = blocks.get(b) else { continue };
@@ -359,6 +371,12 @@ pub fn blocks_ui(
     state.opened_for = pinned;
     if let Some(b) = pin_this {
         pin(s, memory, &b, end_us);
+    }
+    if let Some((device, stack, name)) = its_peak
+        && let Some(d) = layout.devices.iter().position(|d| d.device == device)
+        && let Some(site) = layout.site_of_stack(s, stack)
+    {
+        memory.go_to_peak(s, d, format!("The blocks of {name}"), |p| p.site == site);
     }
     ui.separator();
     ui.columns(2, |cols| {

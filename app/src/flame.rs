@@ -94,6 +94,21 @@ pub fn flame_ui(
             state.zoom = 0;
             memory.filter = None;
         }
+        if let Some(filter) = memory.filter.clone()
+            && ui
+                .button("Its peak")
+                .on_hover_text(
+                    "The moment the blocks allocated under this frame held the most, on the memory timeline",
+                )
+                .clicked()
+        {
+            memory.go_to_peak(
+                snapshot,
+                device,
+                format!("The blocks allocated under {}", filter.what),
+                |p| filter.stacks.binary_search(&p.stack).is_ok(),
+            );
+        }
     });
     let weigh = match (state.when, moment) {
         (When::End, _) | (When::Marked, None) => Weigh::LiveAt(timeline.end()),

@@ -42,6 +42,11 @@ pub struct MemoryState {
     pub segment_view: crate::segtimeline::SegmentView,
     /// When the pinned block's stack was last copied, and how many lines: said for a moment.
     copied: Option<(web_time::Instant, usize)>,
+    /// A peak gone to from another view ([`go_to_peak`](Self::go_to_peak)): what peaked, at
+    /// which step, and its bytes; said while that step is the moment marked.
+    pub peak: Option<(String, u32, u64)>,
+    /// Asks the app to show the memory timeline (a view went to a peak on it).
+    pub open: bool,
 }
 
 /// The blocks a frame of the flame graph stands for: those its stacks allocated.
@@ -83,6 +88,41 @@ impl MemoryState {
         self.layout
             .get_or_insert_with(|| Arc::new(MemoryTimeline::new(snapshot)))
             .clone()
+    }
+
+    /// Goes to where the blocks `keep` chooses (of device `device`, its place in the layout)
+    /// held the most: that step marked as moment A, the view a tenth of the trace around it (the
+    /// blocks, not the segments), the app asked to show it (`open`). `what` names them. Nothing
+    /// happens where `keep` chooses no block.
+    pub fn go_to_peak(
+        &mut self,
+        snapshot: &Snapshot,
+        device: usize,
+        what: String,
+        keep: impl FnMut(&collector::snapshot::timeline::BandPlace) -> bool,
+    ) {
+        let layout = self.layout(snapshot);
+        let Some(timeline) = layout.devices.get(device) else {
+            return;
+        };
+        let Some((step, bytes)) = timeline.peak_where(snapshot, keep) else {
+            return;
+        };
+        if device != self.device {
+            self.device = device;
+            self.pinned = None;
+        }
+        let end = f64::from(timeline.end());
+        let span = (end / 10.0).max(40.0).min(end);
+        let x0 = (f64::from(step) - span / 2.0).clamp(0.0, end - span);
+        self.range = (span < end).then_some((x0, x0 + span));
+        self.moments = crate::diff::Marks {
+            a: Some(step),
+            b: None,
+        };
+        self.segments = false;
+        self.peak = Some((what, step, bytes));
+        self.open = true;
     }
 }
 
@@ -301,6 +341,15 @@ pub fn memory_ui(ui: &mut egui::Ui, snapshot: &Snapshot, state: &mut MemoryState
         if clear {
             state.filter = None;
         }
+    }
+    if let Some((what, step, bytes)) = &state.peak
+        && state.moments.a == Some(*step)
+    {
+        ui.strong(format!(
+            "{what} held the most at {}: {} (marked A)",
+            when(snapshot, &layout.devices[state.device], *step, start_us),
+            format_bytes(*bytes as f64)
+        ));
     }
     if state.segments {
         crate::segtimeline::segments_ui(ui, snapshot, state, &layout, start_us);

@@ -1985,3 +1985,68 @@ fn a_site_has_one_colour_in_every_view() {
         assert!(allocated > 100, "{file}: {allocated}");
     }
 }
+
+/// From a flame graph's frame and from a Blocks tab's site to the moment it peaked: the memory
+/// timeline shown at that trace entry, marked A, its bytes said, where the library's
+/// `peak_where` finds them (not the device's peak).
+#[test]
+fn a_frame_and_a_site_go_to_the_moment_of_their_peak() {
+    use collector::snapshot::flame::{Flame, Weigh};
+    let (mut harness, path) =
+        real_snapshot_on("bcrafton_cs336_training_step.pickle", "Flame graph");
+    let snapshot = collector::snapshot::read_snapshot(&std::fs::read(&path).unwrap()).unwrap();
+    let layout = collector::snapshot::timeline::MemoryTimeline::new(&snapshot);
+    let device = &layout.devices[0];
+    // The smallest frame under the root: its peak is not the device's.
+    let flame = Flame::new(&snapshot, device, Weigh::LiveAt(device.end()), false);
+    let frame = *flame.nodes[0].children.last().unwrap();
+    let stacks = std::sync::Arc::new(flame.stacks_under(frame));
+    let (step, bytes) = device
+        .peak_where(&snapshot, |p| stacks.binary_search(&p.stack).is_ok())
+        .unwrap();
+    assert_ne!(step, device.peak_step);
+    {
+        let open = harness.state_mut().current_run_mut().unwrap();
+        open.flame.zoom = frame;
+        open.memory.filter = Some(tidemark_app::memtimeline::Filter {
+            what: "the frame".into(),
+            stacks,
+        });
+    }
+    harness.run();
+    harness.get_by_label("Its peak").click();
+    harness.run();
+    harness.run();
+    assert_eq!(harness.state().tab, Tab::Memory);
+    let memory = &harness.state().runs()[0].memory;
+    assert_eq!(memory.moments.a, Some(step));
+    let (x0, x1) = memory.range.expect("zoomed in around it");
+    assert!(x0 <= f64::from(step) && f64::from(step) <= x1);
+    harness.get_by_label_contains(&format!(
+        "The blocks allocated under the frame held the most at entry {step}"
+    ));
+    harness.get_by_label_contains(&format!(
+        ": {} (marked A)",
+        collector::format::format_bytes(bytes as f64)
+    ));
+    // A site of the Blocks tab (the largest block's, opened when it is pinned).
+    let mut live = Vec::new();
+    device.live_at(device.end(), &mut live);
+    let largest = *live
+        .iter()
+        .max_by_key(|&&b| device.block(&snapshot, b).unwrap().size)
+        .unwrap();
+    let site = device.block(&snapshot, largest).unwrap().site;
+    let frame_step = step;
+    let (step, _) = device.peak_where(&snapshot, |p| p.site == site).unwrap();
+    assert_ne!(step, frame_step, "two peaks told apart");
+    harness.state_mut().current_run_mut().unwrap().memory.pinned = Some((0, largest));
+    harness.get_by_label("Blocks").click();
+    harness.run();
+    harness.get_by_label("its peak").click();
+    harness.run();
+    harness.run();
+    assert_eq!(harness.state().tab, Tab::Memory);
+    assert_eq!(harness.state().runs()[0].memory.moments.a, Some(step));
+    harness.get_by_label_contains(&format!("held the most at entry {step}"));
+}

@@ -576,6 +576,40 @@ impl DeviceTimeline {
         }
     }
 
+    /// The step at which the blocks `keep` chooses held the most bytes together, and those bytes
+    /// (the first such step; `None` where it chooses none): where a site or a frame of the flame
+    /// graph peaked, which need not be the device's peak.
+    pub fn peak_where(
+        &self,
+        snapshot: &Snapshot,
+        mut keep: impl FnMut(&BandPlace) -> bool,
+    ) -> Option<(u32, u64)> {
+        // A block is alive from its step up to (not at) its end: at one step, its allocations
+        // count and its ends do not.
+        let mut changes: Vec<(u32, i64)> = Vec::new();
+        for band in 0..self.bands.len() as u32 {
+            let Some(place) = self.band_place(snapshot, band) else {
+                continue;
+            };
+            if keep(&place) {
+                let size = i64::try_from(place.size).unwrap_or(i64::MAX);
+                changes.push((place.alloc, size));
+                changes.push((self.end_of(&self.bands[band as usize]), -size));
+            }
+        }
+        changes.sort_unstable();
+        let (mut alive, mut best): (i64, Option<(u32, u64)>) = (0, None);
+        for (i, &(step, change)) in changes.iter().enumerate() {
+            alive += change;
+            let last_of_step = changes.get(i + 1).is_none_or(|&(next, _)| next != step);
+            let bytes = u64::try_from(alive).unwrap_or(0);
+            if last_of_step && step != NEVER && best.is_none_or(|(_, most)| bytes > most) {
+                best = Some((step, bytes));
+            }
+        }
+        best
+    }
+
     /// The step at a trace time (µs since the epoch): the state after every entry of the device
     /// made at or before it (entries are in time order).
     pub fn step_at_time(&self, snapshot: &Snapshot, time_us: i64) -> u32 {

@@ -115,3 +115,60 @@ fn a_block_s_pool_is_its_allocation_s_or_its_segment_s() {
         "the job's pool (0, 3)"
     );
 }
+
+/// A site's peak is where its own blocks held the most, not the device's: the bytes `live_at`
+/// counts for it, at every step.
+#[test]
+fn a_site_peaks_where_its_own_blocks_held_the_most() {
+    let mut s = Snapshot::default();
+    s.strings.extend(["a.py".into(), "b.py".into(), "f".into()]);
+    for file in [0, 1] {
+        s.frames.push(crate::snapshot::Frame {
+            name: 2,
+            filename: file,
+            line: 1,
+        });
+    }
+    let (a, b) = (s.add_stack(&[0]), s.add_stack(&[1]));
+    s.devices = 1;
+    let entry = |action, addr, size, stack| TraceEntry::new(action, addr, size, 1_000, stack, 0);
+    for e in [
+        entry(Action::Alloc, 0x100, 100, a),
+        entry(Action::Alloc, 0x200, 100, a),
+        entry(Action::Alloc, 0x300, 100, a),
+        entry(Action::FreeCompleted, 0x100, 100, a),
+        entry(Action::FreeCompleted, 0x200, 100, a),
+        entry(Action::Alloc, 0x400, 500, b),
+        entry(Action::FreeCompleted, 0x300, 100, a),
+        entry(Action::FreeCompleted, 0x400, 500, b),
+        entry(Action::Alloc, 0x500, 50, a),
+    ] {
+        s.entries.push(e);
+    }
+    let layout = MemoryTimeline::new(&s);
+    let device = &layout.devices[0];
+    let site = |stack| layout.site_of_stack(&s, stack).unwrap();
+    let (site_a, site_b) = (site(a), site(b));
+    let peak = |site| device.peak_where(&s, |p| p.site == site);
+    assert_eq!(peak(site_a), Some((3, 300)));
+    assert_eq!(peak(site_b), Some((6, 500)));
+    assert_eq!(device.peak_where(&s, |_| false), None);
+    // The same bytes as the blocks alive at each step.
+    let mut live = Vec::new();
+    for site in [site_a, site_b] {
+        let most = (0..=device.steps())
+            .map(|step| {
+                device.live_at(step, &mut live);
+                let bytes: u64 = live
+                    .iter()
+                    .filter_map(|&band| device.band_place(&s, band))
+                    .filter(|p| p.site == site)
+                    .map(|p| p.size)
+                    .sum();
+                (bytes, std::cmp::Reverse(step))
+            })
+            .max()
+            .unwrap();
+        assert_eq!(peak(site), Some((most.1.0, most.0)));
+    }
+}
