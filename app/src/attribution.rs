@@ -120,6 +120,7 @@ pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &
             .allow_drag(false)
             .allow_zoom(false)
             .allow_scroll(false)
+            .label_formatter(|_| None)
             .show(&mut columns[0], |pui| {
                 let bars = |offset: f64, pick: fn(&collector::analysis::PhaseStats) -> f64| {
                     analysis
@@ -138,11 +139,14 @@ pub fn attribution_ui(ui: &mut egui::Ui, id: usize, analysis: &Analysis, view: &
                 // watermark: the legend says solid and pale, not a colour of its own.
                 let swatch = egui::Color32::from_gray(190);
                 pui.bar_chart(
-                    BarChart::new("net Δ (solid)", bars(-0.2, |s| s.net_mean_bytes)).color(swatch),
+                    BarChart::new("net Δ (solid)", bars(-0.2, |s| s.net_mean_bytes))
+                        .color(swatch)
+                        .element_formatter(Box::new(crate::style::bar_bytes)),
                 );
                 pui.bar_chart(
                     BarChart::new("watermark Δ (pale)", bars(0.2, |s| s.watermark_mean_bytes))
-                        .color(swatch.gamma_multiply(120.0 / 255.0)),
+                        .color(swatch.gamma_multiply(120.0 / 255.0))
+                        .element_formatter(Box::new(crate::style::bar_bytes)),
                 );
             });
         columns[1].strong("Retained per step, stacked by phase");
@@ -163,6 +167,7 @@ fn retained_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
         .y_axis_formatter(|mark, _| format_bytes(mark.value))
         .y_grid_spacer(binary_grid)
         .x_axis_label("step")
+        .label_formatter(|_| None)
         .show(ui, |pui| {
             let mut charts: Vec<BarChart> = Vec::new();
             for (p, phase) in view.phases.iter().enumerate() {
@@ -177,7 +182,9 @@ fn retained_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
                             .fill(phase_color(phase, 200))
                     })
                     .collect();
-                let chart = BarChart::new(phase.as_str(), bars).color(phase_color(phase, 255));
+                let chart = BarChart::new(phase.as_str(), bars)
+                    .color(phase_color(phase, 255))
+                    .element_formatter(Box::new(crate::style::bar_bytes));
                 let below: Vec<&BarChart> = charts.iter().collect();
                 let chart = chart.stack_on(&below);
                 charts.push(chart);
@@ -211,6 +218,9 @@ fn shape_chart(ui: &mut egui::Ui, id: usize, view: &RunView, height: f32) {
         .y_grid_spacer(binary_grid)
         .x_axis_formatter(|mark, _| format!("{:.0} %", mark.value))
         .x_axis_label("through the step")
+        .label_formatter(crate::style::bytes_label(|x| {
+            format!("{x:.0} % through the step")
+        }))
         .show(ui, |pui| {
             // The phases where they lie in the step, in their colours (as on the timeline).
             for (phase, begin, end) in &shape.phases {

@@ -68,3 +68,60 @@ pub fn phase_color(phase: &Phase, alpha: u8) -> Color32 {
     let c = palette::phase(phase.as_str());
     Color32::from_rgba_unmultiplied(c.0, c.1, c.2, alpha)
 }
+
+/// What a plot of memory says under the pointer: the nearest series' name, where it is (`x`
+/// formats it) and its value in bytes ("allocated\n1.5 s\n13.2 GiB"); egui_plot's own label says
+/// raw numbers ("y = 14173392896.000").
+pub fn bytes_label<'a>(
+    x: impl Fn(f64) -> String + 'a,
+) -> impl Fn(&egui_plot::HoverPosition<'_>) -> Option<String> + 'a {
+    move |hover| match hover {
+        egui_plot::HoverPosition::NearDataPoint {
+            plot_name,
+            position,
+            ..
+        } => Some(format!(
+            "{plot_name}\n{}\n{}",
+            x(position.x),
+            collector::format::format_bytes(position.y)
+        )),
+        egui_plot::HoverPosition::Elsewhere { .. } => None,
+    }
+}
+
+/// What a bar of bytes says under the pointer: its name (or its chart's) and its value in
+/// bytes, not egui_plot's raw number.
+pub fn bar_bytes(bar: &egui_plot::Bar, chart: &egui_plot::BarChart) -> String {
+    use egui_plot::PlotItem;
+    let name = if bar.name.is_empty() {
+        chart.name()
+    } else {
+        &bar.name
+    };
+    format!("{name}\n{}", collector::format::format_bytes(bar.value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plots_say_bytes_not_raw_numbers() {
+        let label = bytes_label(|x| format!("step {x:.0}"));
+        let near = egui_plot::HoverPosition::NearDataPoint {
+            plot_name: "late",
+            position: egui_plot::PlotPoint::new(12.0, 16.0 * 1024.0 * 1024.0),
+            index: 3,
+        };
+        assert_eq!(label(&near).as_deref(), Some("late\nstep 12\n16.0 MiB"));
+        let elsewhere = egui_plot::HoverPosition::Elsewhere {
+            position: egui_plot::PlotPoint::new(1.0, 2.0),
+        };
+        assert_eq!(label(&elsewhere), None);
+        let bar = egui_plot::Bar::new(0.0, -16.0 * 1024.0 * 1024.0).name("backward");
+        let chart = egui_plot::BarChart::new("net Δ", vec![bar.clone()]);
+        assert_eq!(bar_bytes(&bar, &chart), "backward\n-16.0 MiB");
+        let unnamed = egui_plot::Bar::new(0.0, 512.0);
+        assert_eq!(bar_bytes(&unnamed, &chart), "net Δ\n512 B");
+    }
+}

@@ -285,6 +285,7 @@ pub fn small_multiples(ui: &mut egui::Ui, id: usize, recording: &Recording, view
                             .include_y(y_max * 1.05)
                             .y_axis_formatter(|mark, _| level_tick(mark.value))
                             .x_axis_formatter(|mark, _| format_seconds(mark.value))
+                            .label_formatter(crate::style::bytes_label(format_seconds))
                             .y_axis_min_width(56.0)
                             .show(ui, |pui| {
                                 let bounds = pui.plot_bounds();
