@@ -170,6 +170,8 @@ pub fn toolbar(ui: &mut egui::Ui, view: &RunView, state: &mut TimelineState) {
                 let toggle = ui.checkbox(&mut state.shown[i], text);
                 if kind == TraceKind::OutsidePytorch {
                     toggle.on_hover_text("each process' device memory as the driver counts it (about once a second) less what PyTorch reserved: the CUDA context, NCCL's buffers, cuBLAS and cuDNN workspaces, other libraries' own allocations");
+                } else if kind == TraceKind::PrivatePools {
+                    toggle.on_hover_text("the part of allocated in private pools (CUDA graphs, torch.cuda.MemPool), shaded under the allocated curve");
                 }
             }
         }
@@ -245,6 +247,7 @@ pub fn small_multiples(ui: &mut egui::Ui, id: usize, recording: &Recording, view
         TraceKind::Reserved => 3,
         TraceKind::OutsidePytorch => 4,
         TraceKind::Peak => 5,
+        TraceKind::PrivatePools => 6,
     };
     let chosen: Vec<(&String, &crate::view::Trace)> = view
         .origins
@@ -432,6 +435,10 @@ pub fn timeline_ui(
             } else {
                 1.5
             };
+            if trace.kind == TraceKind::PrivatePools {
+                pools_area(pui, recording, trace, &map, (t0, t1), width);
+                continue;
+            }
             match trace.data(recording).shown(t0, t1, width) {
                 Shown::Samples(samples) => {
                     let points: Vec<PlotPoint> = samples
@@ -522,6 +529,31 @@ pub fn timeline_ui(
             );
         });
     }
+}
+
+/// The part of allocated in private pools (CUDA graphs, `torch.cuda.MemPool`): an area from 0
+/// up to it, in allocated's colour, pale, so the curve above reads as the whole of allocated.
+fn pools_area(
+    pui: &mut egui_plot::PlotUi<'_>,
+    recording: &Recording,
+    trace: &crate::view::Trace,
+    map: &XMap<'_>,
+    (t0, t1): (u64, u64),
+    width: usize,
+) {
+    let points: Vec<PlotPoint> = trace
+        .data(recording)
+        .visible(t0, t1, width)
+        .into_iter()
+        .map(|(t, v)| PlotPoint::new(map.x(t), v as f64))
+        .collect();
+    pui.line(
+        Line::new(trace.name(), PlotPoints::Owned(points))
+            .color(crate::style::curve_color(trace))
+            .width(1.0)
+            .fill(0.0)
+            .fill_alpha(0.3),
+    );
 }
 
 /// Exact values, phase, step and nearby events at the pointer.

@@ -2050,3 +2050,71 @@ fn a_frame_and_a_site_go_to_the_moment_of_their_peak() {
     assert_eq!(harness.state().runs()[0].memory.moments.a, Some(step));
     harness.get_by_label_contains(&format!("held the most at entry {step}"));
 }
+
+/// Memory in private pools (a CUDA graph's, a `torch.cuda.MemPool`), as a snapshot's trace tells
+/// it: its own toggle, "in private pools", drawn as the part of the allocated curve it is (an
+/// area in allocated's colour under it); hidden with its toggle.
+#[test]
+fn memory_in_private_pools_is_shaded_under_allocated() {
+    use collector::recording::{
+        AllocatorSample, Chunk, Column, Origin, Record, Recording, SeriesKey, SeriesKind,
+    };
+    const MIB: u64 = 1 << 20;
+    let ms = 1_000_000u64;
+    let mut recording = Recording::new(tidemark_tests::header(&["python", "train.py"]));
+    let origin = Origin { pid: 0, rank: None };
+    // 40 allocations of 16 MiB; from the 10th, every other one goes to a graph's pool.
+    let pooled = |i: u64| i >= 10 && i.is_multiple_of(2);
+    let mut pools = 0;
+    let (mut times, mut values) = (vec![0], vec![0]);
+    for i in 0..40u64 {
+        recording.push(Record::Allocator(AllocatorSample {
+            t_ns: i * ms,
+            origin,
+            device: 0,
+            allocated: (i + 1) * 16 * MIB,
+            reserved: 1024 * MIB,
+            peak: (i + 1) * 16 * MIB,
+            ..Default::default()
+        }));
+        if pooled(i) {
+            pools += 16 * MIB;
+            times.push(i * ms);
+            values.push(pools);
+        }
+    }
+    recording.push(Record::Chunk(Chunk {
+        times_ns: times,
+        columns: vec![Column {
+            series: SeriesKey {
+                device: Some(0),
+                ..SeriesKey::new(SeriesKind::PrivatePools)
+            },
+            values,
+            valid: None,
+        }],
+    }));
+    let run = tidemark_app::Run::new(recording);
+    let trace = run
+        .view
+        .traces
+        .iter()
+        .find(|t| t.kind == tidemark_app::view::TraceKind::PrivatePools)
+        .expect("a curve of the private pools");
+    assert_eq!(
+        trace.data(&run.recording).values.last(),
+        Some(15 * 16 * MIB)
+    );
+    let mut app = TidemarkApp::empty();
+    app.add_run("pools.msgpack", run);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.snapshot("timeline_private_pools");
+    harness.get_by_label("in private pools").click();
+    harness.run();
+    assert!(
+        !harness.state().runs()[0]
+            .timeline
+            .is_shown(tidemark_app::view::TraceKind::PrivatePools)
+    );
+}

@@ -908,6 +908,30 @@ fn private_pools_are_a_group_of_their_own() {
         said.contains("a CUDA graph's own pool (1, 0) 64.0 MiB (40.0 MiB allocated); the job's pool (0, 1) 8.00 MiB (8.00 MiB allocated) (on cuda:0)"),
         "{said}"
     );
+    // Over the trace, the part of allocated in private pools is a series of its own: from the
+    // first entry, each allocation and free in the graph's and the job's pools (the default
+    // pool's 4 MiB not among them), ending at what the pools' segments hold (48 MiB).
+    let recording = s.to_recording();
+    let pools: Vec<_> = recording
+        .series
+        .iter()
+        .filter(|x| x.key.kind == collector::recording::SeriesKind::PrivatePools)
+        .collect();
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0].key.device, Some(0));
+    let values: Vec<u64> = pools[0].values.iter().map(|v| v / mib).collect();
+    assert_eq!(values, [0, 8, 16, 8, 24, 32, 24, 40, 48, 40, 48]);
+    assert!(pools[0].times_ns.is_sorted());
+    // The viewer's curve of it: "in private pools", a part of allocated in its colour.
+    let traces = collector::plot::traces_for_one_picture(&recording);
+    let curve = traces
+        .iter()
+        .find(|t| t.kind == collector::plot::TraceKind::PrivatePools)
+        .expect("a curve of the private pools");
+    assert_eq!(curve.name(), "in private pools cuda:0");
+    // A snapshot without pools has no such series.
+    let plain = agrees_with_python(&generated().join("edge_p4.pickle")).to_recording();
+    assert!(plain.series.is_empty(), "{:?}", plain.series);
 }
 
 /// A compiled model's snapshot with its frames augmented (`augment_with_fx_traces=True`): it

@@ -66,7 +66,8 @@ fn curves(recording: &Recording, analysis: &Analysis, end_ns: u64) -> Vec<Curve>
         TraceKind::DeviceUsed => t.device == first_device(TraceKind::DeviceUsed),
         TraceKind::OutsidePytorch => t.device == allocator_device && t.origin.is_none(),
         TraceKind::Host => t.origin.is_none(),
-        TraceKind::Peak => false,
+        // The picture draws lines only; the viewer shows the pools as a part of allocated.
+        TraceKind::Peak | TraceKind::PrivatePools => false,
     };
     let mut out: Vec<Curve> = Vec::new();
     // Reserved under allocated, then device used and host memory; one curve of each.

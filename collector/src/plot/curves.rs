@@ -25,14 +25,18 @@ pub enum TraceKind {
     OutsidePytorch,
     /// Resident host memory of the job's process tree.
     Host,
+    /// Of allocated, the bytes in private pools (CUDA graphs, `torch.cuda.MemPool`): a snapshot's
+    /// trace tells them. Drawn as the part of allocated they are: an area in its colour.
+    PrivatePools,
 }
 
 impl TraceKind {
     /// Every kind, in legend order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Allocated,
         Self::Reserved,
         Self::Peak,
+        Self::PrivatePools,
         Self::DeviceUsed,
         Self::OutsidePytorch,
         Self::Host,
@@ -47,6 +51,7 @@ impl TraceKind {
             Self::DeviceUsed => "device used",
             Self::OutsidePytorch => "outside PyTorch",
             Self::Host => "host memory",
+            Self::PrivatePools => "in private pools",
         }
     }
 
@@ -59,6 +64,8 @@ impl TraceKind {
             Self::DeviceUsed => palette::DEVICE_USED,
             Self::OutsidePytorch => palette::OUTSIDE_PYTORCH,
             Self::Host => palette::HOST,
+            // A part of allocated, in its colour (drawn as an area, not a line).
+            Self::PrivatePools => palette::ALLOCATED,
         }
     }
 }
@@ -203,6 +210,7 @@ fn build(old: Vec<Trace>, recording: &Recording, detail: bool) -> Vec<Trace> {
         let kind = match series.key.kind {
             SeriesKind::DeviceUsed => TraceKind::DeviceUsed,
             SeriesKind::HostRss => TraceKind::Host,
+            SeriesKind::PrivatePools => TraceKind::PrivatePools,
             _ => continue,
         };
         if series.values.is_empty() {

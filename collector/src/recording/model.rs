@@ -146,6 +146,9 @@ pub enum SeriesKind {
     ProcessDevice,
     /// Resident host memory of the job's whole process tree, bytes.
     HostRss,
+    /// Bytes allocated in a device's private pools (CUDA graphs, `torch.cuda.MemPool`), from a
+    /// snapshot's trace: part of what the allocated curve counts.
+    PrivatePools,
     /// A kind this reader does not know.
     Other(String),
 }
@@ -158,6 +161,7 @@ impl SeriesKind {
             Self::DeviceReserved => "device_reserved",
             Self::ProcessDevice => "process_device",
             Self::HostRss => "host_rss",
+            Self::PrivatePools => "private_pools",
             Self::Other(name) => name,
         }
     }
@@ -170,6 +174,7 @@ impl From<String> for SeriesKind {
             "device_reserved" => Self::DeviceReserved,
             "process_device" => Self::ProcessDevice,
             "host_rss" => Self::HostRss,
+            "private_pools" => Self::PrivatePools,
             _ => Self::Other(name),
         }
     }

@@ -248,6 +248,9 @@ impl Snapshot {
                 });
             }
         }
+        for chunk in self.private_pool_chunks(&t_ns) {
+            recording.push(Record::Chunk(chunk));
+        }
         // Entries come device after device: the readings in time order, each device's kept.
         recording.allocator = merge_devices(std::mem::take(&mut recording.allocator));
         recording.phases = std::mem::take(&mut recording.phases).sorted_by_time();
@@ -262,6 +265,83 @@ impl Snapshot {
         }));
         recording.shrink_to_fit();
         recording
+    }
+}
+
+impl Snapshot {
+    /// Per device with memory in private pools (CUDA graphs, `torch.cuda.MemPool`), the bytes
+    /// allocated in them over the trace (a series of [`SeriesKind::PrivatePools`], of which the
+    /// allocated curve counts them too): a reading at the first entry and at each entry that
+    /// changes them, ending at what the pools' segments hold at the snapshot. An entry's pool is
+    /// its `pool_id` (PyTorch 2.14 and later), else the pool whose segment holds its address at
+    /// the snapshot. Nothing where no entry or segment is in a private pool.
+    fn private_pool_chunks(&self, t_ns: &impl Fn(i64) -> u64) -> Vec<crate::recording::Chunk> {
+        use crate::recording::{Chunk, Column, SeriesKey, SeriesKind};
+        let by_entry: std::collections::HashSet<u32> =
+            self.entries.in_pools().iter().map(|&(i, _)| i).collect();
+        let segments = self.private_segments();
+        let mut end: BTreeMap<u32, i64> = BTreeMap::new();
+        for segment in self.segments.iter().filter(|s| s.pool.is_some()) {
+            let held: u64 = segment
+                .blocks
+                .iter()
+                .filter(|b| b.state != BlockState::Inactive)
+                .map(|b| b.asked())
+                .sum();
+            *end.entry(segment.device).or_default() += i64::try_from(held).unwrap_or(i64::MAX);
+        }
+        if by_entry.is_empty() && end.is_empty() {
+            return Vec::new();
+        }
+        let in_pool = |i: usize, device: u32, addr: u64| {
+            if by_entry.is_empty() {
+                segments.pool_at(device, addr).is_some()
+            } else {
+                u32::try_from(i).is_ok_and(|i| by_entry.contains(&i))
+            }
+        };
+        // Per device: (time, change) of each entry in a pool, and when its first entry was.
+        let mut changes: BTreeMap<u32, (i64, Vec<(u64, i64)>)> = BTreeMap::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let device = e.device();
+            let (_, list) = changes
+                .entry(device)
+                .or_insert_with(|| (e.time_us, Vec::new()));
+            if let Some((allocated, _)) = e.action().change(e.size)
+                && allocated != 0
+                && in_pool(i, device, e.addr)
+            {
+                list.push((t_ns(e.time_us), allocated));
+            }
+        }
+        let mut chunks = Vec::new();
+        for (device, (first_us, list)) in changes {
+            let held = end.get(&device).copied().unwrap_or(0);
+            if list.is_empty() && held == 0 {
+                continue;
+            }
+            let net: i64 = list.iter().map(|&(_, c)| c).sum();
+            let mut level = held.saturating_sub(net).max(0);
+            let (mut times_ns, mut values) = (vec![t_ns(first_us)], vec![level.unsigned_abs()]);
+            for (t, change) in list {
+                level = level.saturating_add(change).max(0);
+                // Times never go back within a chunk (a device's clock may step back).
+                times_ns.push(t.max(times_ns.last().copied().unwrap_or(0)));
+                values.push(level.unsigned_abs());
+            }
+            chunks.push(Chunk {
+                times_ns,
+                columns: vec![Column {
+                    series: SeriesKey {
+                        device: Some(device),
+                        ..SeriesKey::new(SeriesKind::PrivatePools)
+                    },
+                    values,
+                    valid: None,
+                }],
+            });
+        }
+        chunks
     }
 }
 
