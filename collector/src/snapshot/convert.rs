@@ -277,8 +277,9 @@ impl Snapshot {
     /// the snapshot. Nothing where no entry or segment is in a private pool.
     fn private_pool_chunks(&self, t_ns: &impl Fn(i64) -> u64) -> Vec<crate::recording::Chunk> {
         use crate::recording::{Chunk, Column, SeriesKey, SeriesKind};
-        let by_entry: std::collections::HashSet<u32> =
-            self.entries.in_pools().iter().map(|&(i, _)| i).collect();
+        // The entries in a private pool, by index (in order: found by walking along them).
+        let by_entry = self.entries.in_pools();
+        let mut next = 0;
         let segments = self.private_segments();
         let mut end: BTreeMap<u32, i64> = BTreeMap::new();
         for segment in self.segments.iter().filter(|s| s.pool.is_some()) {
@@ -293,12 +294,15 @@ impl Snapshot {
         if by_entry.is_empty() && end.is_empty() {
             return Vec::new();
         }
-        let in_pool = |i: usize, device: u32, addr: u64| {
+        let mut in_pool = |i: usize, device: u32, addr: u64| {
             if by_entry.is_empty() {
-                segments.pool_at(device, addr).is_some()
-            } else {
-                u32::try_from(i).is_ok_and(|i| by_entry.contains(&i))
+                return segments.pool_at(device, addr).is_some();
             }
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            while by_entry.get(next).is_some_and(|&(e, _)| e < i) {
+                next += 1;
+            }
+            by_entry.get(next).is_some_and(|&(e, _)| e == i)
         };
         // Per device: (time, change) of each entry in a pool, and when its first entry was.
         let mut changes: BTreeMap<u32, (i64, Vec<(u64, i64)>)> = BTreeMap::new();
