@@ -6,12 +6,14 @@
     %tidemark stop
     %tidemark report           # the verdict; in a notebook, the HTML report with its picture
 
-`start()`, `stop()` and `report()` do the same from code. `start` runs a collector beside the
+`start()`, `stop()`, `report()` and `view()` do the same from code; `%tidemark view` shows the web
+viewer in the cell, following the recording. `start` runs a collector beside the
 kernel on its pid (`collector --pid`), which samples the kernel's device and host memory, and
 starts the probe in the running interpreter (automatic phases, the allocator's numbers, the
 censuses), as if the kernel had been started under the collector. Nothing here may break the
 kernel: a failure is said, and the kernel runs on.
 """
+import atexit
 import json
 import os
 import shutil
@@ -19,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 # The running collector: (process, recording, its stderr's file), or None.
@@ -29,6 +32,9 @@ _last = None
 _probe_started = False
 
 _START_TIMEOUT_S = 10.0
+
+# The viewer's server (`collector serve` on loopback): (process, its address, its folder), or None.
+_server = None
 
 
 class NotebookError(RuntimeError):
@@ -145,6 +151,104 @@ def report_html(path=None):
         return f.read()
 
 
+def view(path=None):
+    """The web viewer on the recording (`collector serve` of its folder, on this machine's loopback,
+    until the kernel ends), following it while it grows; returns the viewer's address."""
+    from urllib.parse import quote
+
+    import urllib.error
+    import urllib.request
+
+    path = os.path.abspath(_recording(path))
+    base = _serve(os.path.dirname(path))
+    try:
+        urllib.request.urlopen(base + "viewer/", timeout=10).close()
+    except urllib.error.HTTPError as error:
+        said = error.read().decode(errors="replace").strip()
+        raise NotebookError(f"{said} (`%tidemark report` shows the report in the cell)") from None
+    except OSError as error:
+        raise NotebookError(f"the viewer's server at {base} does not answer: {error}") from None
+    # The run's address, relative to the viewer's page, as a query value (as the server's own
+    # page links it: the name encoded as a path, then the whole as a value).
+    run = quote("../runs/" + quote(os.path.basename(path)), safe="")
+    return f"{base}viewer/?url={run}&follow=1"
+
+
+def _serve(folder):
+    """The address of a `collector serve` of `folder` (started once, again for another folder)."""
+    global _server
+    if _server is not None and (_server[0].poll() is not None or _server[2] != folder):
+        _stop_server()
+    if _server is not None:
+        return _server[1]
+    import select
+
+    log = tempfile.TemporaryFile()
+    command = [_collector(), "serve", folder, "--port", "0", "--pid", str(os.getpid())]
+    if os.environ.get("TIDEMARK_WEB"):
+        # A web viewer built apart (trunk's dist/), for a collector built without one.
+        command += ["--web", os.environ["TIDEMARK_WEB"]]
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+    )
+    # Its first lines name the address ("  open http://127.0.0.1:PORT/"): read from the pipe as
+    # they come (a buffered reader would hold them where `select` does not see them).
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    fd = process.stdout.fileno()
+    said, base = b"", None
+    while base is None:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        said += chunk
+        for line in said.splitlines():
+            words = line.split()
+            if words[:1] == [b"open"] and len(words) > 1 and said.endswith(b"\n"):
+                base = words[1].decode()
+    if base is None:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.seek(0)
+        why = (log.read() or said).decode(errors="replace").strip()
+        log.close()
+        raise NotebookError(f"the viewer's server did not start: {why or 'it said nothing'}")
+    # What it prints after the address is not read: its lines go nowhere from here.
+    threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
+    log.close()
+    _server = (process, base, folder)
+    return base
+
+
+def _drain(stream):
+    try:
+        while stream.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+
+
+def _stop_server():
+    global _server
+    if _server is not None:
+        process = _server[0]
+        _server = None
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+atexit.register(_stop_server)
+
+
 def _recording(path):
     path = path or (_running[1] if _running else _last)
     if path is None:
@@ -175,6 +279,15 @@ def _magic(line):
             print(f"tidemark: recording this kernel to {start(rest[0] if rest else None)}")
         elif command == "stop":
             print(f"tidemark: stopped; the recording is {stop()}")
+        elif command == "view":
+            address = view(rest[0] if rest else None)
+            try:
+                from IPython.display import IFrame, display
+
+                print(f"tidemark: the viewer, following the recording: {address}")
+                display(IFrame(address, width="100%", height=720))
+            except ImportError:
+                print(f"tidemark: the viewer: {address}")
         elif command == "report":
             path = rest[0] if rest else None
             text = report(path)
@@ -185,7 +298,7 @@ def _magic(line):
             except ImportError:
                 print(text, end="")
         else:
-            print("usage: %tidemark start [FILE] | stop | report [FILE]")
+            print("usage: %tidemark start [FILE] | stop | report [FILE] | view [FILE]")
     except NotebookError as error:
         print(f"tidemark: {error}", file=sys.stderr)
 

@@ -28,6 +28,9 @@ pub struct ServeArgs {
     /// built into the collector.
     #[arg(long, value_name = "DIR")]
     pub web: Option<PathBuf>,
+    /// Stop serving when process PID ends (a notebook's kernel that started the server).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
 }
 
 /// A token of 128 random bits, as hex, from the kernel's random source.
@@ -114,6 +117,23 @@ pub fn serve(args: &ServeArgs) -> Result<Answer, Failure> {
             let _ = writeln!(out, "  {}", crate::serve::page::NOT_BUILT);
         }
         let _ = out.flush();
+    }
+    if let Some(pid) = args.pid {
+        if !crate::record::alive(pid) {
+            return fail(format!("no process {pid} to serve beside"));
+        }
+        let watched = std::thread::Builder::new()
+            .name("pid".to_owned())
+            .spawn(move || {
+                while crate::record::alive(pid) {
+                    std::thread::sleep(std::time::Duration::from_millis(500));
+                }
+                eprintln!("collector serve: process {pid} ended; stopping");
+                std::process::exit(0);
+            });
+        if let Err(err) = watched {
+            return fail(format!("cannot watch process {pid}: {err}"));
+        }
     }
     let config = Config {
         root,

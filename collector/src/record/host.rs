@@ -90,14 +90,7 @@ impl ProcessTree {
 
     /// Whether the root process still runs (a zombie, exited but not yet reaped, does not).
     pub fn root_alive(&self) -> bool {
-        let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", self.root)) else {
-            return false;
-        };
-        // The state follows the command name, which is in parentheses and may contain anything.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        !matches!(state, Some("Z" | "X") | None)
+        alive(self.root)
     }
 
     /// Resident bytes of the whole tree at `t_ns`; `None` when no process of it could be read
@@ -177,6 +170,18 @@ fn children(pid: u32) -> Vec<u32> {
 fn resident_pages(pid: u32) -> Option<u64> {
     let text = fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether process `pid` runs (a zombie, exited but not yet reaped, does not).
+pub fn alive(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may contain anything.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
 }
 
 #[cfg(test)]

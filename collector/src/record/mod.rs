@@ -11,4 +11,5 @@ mod recorder;
 mod session;
 mod stall;
 
+pub use self::host::alive;
 pub use self::session::{Options, run};

@@ -8,6 +8,11 @@ use crate::python;
 
 /// Runs `cells` in a fresh kernel; each cell's stream and error outputs, joined.
 fn run_notebook(dir: &Path, cells: &[&str]) -> Vec<String> {
+    run_notebook_with(dir, cells, &[])
+}
+
+/// [`run_notebook`], the kernel given `env` besides.
+fn run_notebook_with(dir: &Path, cells: &[&str], env: &[(&str, &Path)]) -> Vec<String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let notebook = dir.join("notebook.json");
     std::fs::write(&notebook, serde_json::to_string(cells).unwrap()).unwrap();
@@ -18,6 +23,7 @@ fn run_notebook(dir: &Path, cells: &[&str]) -> Vec<String> {
         .env("PYTHONPATH", manifest.join("probe"))
         .env("TIDEMARK_COLLECTOR", env!("CARGO_BIN_EXE_collector"))
         .env("OMP_NUM_THREADS", "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -250,4 +256,88 @@ fn without_a_collector_start_says_how_to_get_one() {
         "{said}"
     );
     assert!(!dir.path().join("x.msgpack").exists());
+}
+
+/// `%tidemark view` shows the web viewer in the cell, following the recording: a frame on
+/// `collector serve` of the recording's folder (loopback, a free port), which serves the viewer
+/// and the recording as it grows, and ends with the kernel. A viewer that cannot be served is
+/// said, and the kernel runs on.
+#[test]
+fn the_viewer_is_shown_in_the_cell_and_follows_the_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    // The web viewer's files, as `trunk build` leaves them (a debug collector has none built in).
+    let web = dir.path().join("dist");
+    std::fs::create_dir(&web).unwrap();
+    std::fs::write(
+        web.join("index.html"),
+        "<!DOCTYPE html><title>the tidemark viewer</title>",
+    )
+    .unwrap();
+    let out = dir.path().join("nb.msgpack");
+    let start = format!("%tidemark start {}", out.display());
+    let cells = run_notebook_with(
+        dir.path(),
+        &[
+            "%load_ext tidemark",
+            &start,
+            "import torch\nx = [torch.ones(1024, 1024) for _ in range(4)]",
+            "%tidemark view",
+            "import time, urllib.request, tidemark.notebook as nb\n\
+             address = nb.view()\n\
+             base = address.split('viewer/')[0]\n\
+             print(urllib.request.urlopen(address).read().decode())\n\
+             size = lambda: len(urllib.request.urlopen(base + 'runs/nb.msgpack').read())\n\
+             first = size()\n\
+             more = [torch.ones(1024, 1024) for _ in range(4)]\n\
+             deadline = time.monotonic() + 20\n\
+             while size() <= first and time.monotonic() < deadline:\n\
+             \x20   time.sleep(0.2)\n\
+             print('grew', size() > first)\n\
+             print('server', nb._server[0].pid)",
+            "import os, tidemark.notebook as nb\n\
+             os.environ['TIDEMARK_WEB'] = os.path.join(os.getcwd(), 'nowhere')\n\
+             nb._stop_server()",
+            "%tidemark view",
+            "print('ran on')",
+            "%tidemark stop",
+        ],
+        &[("TIDEMARK_WEB", &web)],
+    );
+    assert!(
+        cells[3].starts_with("tidemark: the viewer, following the recording: http://127.0.0.1:"),
+        "{cells:#?}"
+    );
+    let (_, frame) = cells[3]
+        .split_once("\n<html output>")
+        .unwrap_or_else(|| panic!("no frame: {cells:#?}"));
+    assert!(
+        frame.contains("<iframe")
+            && frame.contains("/viewer/?url=..%2Fruns%2Fnb.msgpack&amp;follow=1\""),
+        "{frame}"
+    );
+    assert!(
+        cells[4].contains("<title>the tidemark viewer</title>"),
+        "{cells:#?}"
+    );
+    assert!(cells[4].contains("grew True"), "{cells:#?}");
+    assert!(
+        cells[6].contains("the viewer's server did not start")
+            && cells[6].contains("no web viewer in"),
+        "{cells:#?}"
+    );
+    assert_eq!(cells[7], "ran on\n");
+    // The server ends with the kernel.
+    let pid: u32 = cells[4]
+        .lines()
+        .find_map(|l| l.strip_prefix("server "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{cells:#?}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the viewer's server {pid} outlived the kernel"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
