@@ -129,6 +129,30 @@ class phase:
         return False
 
 
+def _cell_edge(edge, name):
+    """A notebook cell's edge (``tidemark.notebook``): it always reads what it can, the allocator's
+    numbers once CUDA is up and resident memory (a cell's run is rare, and what it kept is read
+    off its edges). Nothing in it may reach the kernel."""
+    global _dropped
+    if _sock is None:
+        return
+    try:
+        torch = _modules.get("torch")
+        numbers = None
+        if torch is not None and torch.cuda.is_initialized():
+            numbers = _allocator_numbers(torch, edge)
+        statm = None
+        if _readers.statm is not None:
+            try:
+                statm = _pread(_readers.statm, 64, 0)
+            except OSError:
+                pass
+        now = _monotonic_ns()
+        _add(_line((now, _step, edge, numbers, None, statm, name)), now)
+    except Exception:
+        _dropped += 1
+
+
 _NO_NUMBERS = "- - - - - - - -"
 _monotonic_ns = time.monotonic_ns
 _thread_time_ns = time.thread_time_ns  # what the probe's own work costs, preemption left out

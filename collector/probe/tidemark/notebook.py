@@ -104,7 +104,79 @@ def start(out=None):
         tidemark._answer_stacks(tidemark._stacks.main_thread_ident())
     _running = (process, out, log)
     _last = out
+    _watch_cells()
     return out
+
+
+# The cell running now, as its edges name it (`cell [12]: train(model, 3)`), or None.
+_cell = None
+_cells_watched = False
+# A cell's name at most (the collector refuses a phase's name longer than 200 bytes).
+_CELL_NAME_MOST = 160
+
+
+def _watch_cells():
+    """Marks each cell's run while recording: an edge at its start and one at its end, named by
+    its execution count and its first line, so that memory is told per cell (once per kernel)."""
+    global _cells_watched
+    if _cells_watched:
+        return
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    shell.events.register("pre_run_cell", _cell_begins)
+    shell.events.register("post_run_cell", _cell_ends)
+    _cells_watched = True
+
+
+def _cell_name(count, source):
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if len(lines) > 1:
+        first += " …"
+    name = f"cell [{count}]: {first}"
+    if len(name.encode()) > _CELL_NAME_MOST:
+        name = name.encode()[: _CELL_NAME_MOST - 4].decode(errors="ignore") + " …"
+    return name
+
+
+def _cell_begins(info):
+    global _cell
+    _cell = None
+    source = getattr(info, "raw_cell", "") or ""
+    # The cells that start or stop the recording are not the notebook's own work.
+    if _running is None or source.lstrip().startswith(("%tidemark", "%load_ext tidemark")):
+        return
+    try:
+        import tidemark
+        from IPython import get_ipython
+
+        _cell = _cell_name(get_ipython().execution_count, source)
+        tidemark._cell_edge("b", _cell)
+    except Exception:
+        _cell = None
+
+
+def _cell_ends(result):
+    global _cell
+    name, _cell = _cell, None
+    if name is None or _running is None:
+        return
+    try:
+        import tidemark
+
+        # The cell's execution count as it ran (at its start, IPython may have counted it
+        # already or not: the collector takes the end's).
+        count = getattr(result, "execution_count", None)
+        if count is not None:
+            name = "cell [" + str(count) + "]" + name.split("]", 1)[1]
+        tidemark._cell_edge("e", name)
+    except Exception:
+        pass
 
 
 def stop():

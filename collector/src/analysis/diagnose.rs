@@ -402,6 +402,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         between_phases,
         categories: Vec::new(),
         holders: Vec::new(),
+        cells: super::cells(recording),
         occurrences: Default::default(),
         step_starts: Vec::new(),
         retained: Vec::new(),

@@ -8,6 +8,7 @@
 
 mod attribution;
 mod categories;
+mod cells;
 mod device_rules;
 mod diagnose;
 mod ending;
@@ -23,6 +24,7 @@ mod trend;
 
 pub use self::attribution::{PhaseStats, unobserved};
 pub use self::categories::{CategoryStats, CategoryTrend};
+pub use self::cells::{CellRun, CellRuns, RERUN_FLOOR_BYTES, Rerun, cells};
 pub use self::diagnose::{ALPHA, GROWTH_FLOOR_BYTES, MIN_STEPS, STEPLESS_SNAPSHOT, analyze};
 pub(crate) use self::diagnose::{
     GIB, KEEPS_PACE, LACKS_CAPACITY, LACKS_END, MIB, as_snapshot_trace, value_at, value_exactly_at,

@@ -281,6 +281,10 @@ pub struct Analysis {
     pub categories: Vec<CategoryStats>,
     /// The holders that grew between the first and the last census, most growth first.
     pub holders: Vec<HolderGrowth>,
+    /// A notebook's cells: what each run kept, and the cells that add memory each time they run
+    /// (left out of the JSON where no cell was marked).
+    #[serde(skip_serializing_if = "super::CellRuns::is_empty")]
+    pub cells: super::CellRuns,
     /// The phase occurrences of the training process, by begin time (for views; not reported).
     /// Shared with the views that draw them: a week of steps is millions.
     #[serde(skip)]

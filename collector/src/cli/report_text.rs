@@ -184,6 +184,7 @@ pub fn text(
     }
     categories_text(&mut out, analysis);
     holders_text(&mut out, recording, analysis);
+    cells_text(&mut out, analysis);
     let _ = writeln!(out, "\nEVIDENCE");
     // A snapshot without a trace has no series (its verdict says so).
     if snapshot.is_none() || steps > 0 {
@@ -312,6 +313,45 @@ fn categories_text(out: &mut String, analysis: &Analysis) {
             out,
             "  {place}: the step before's gradients ({}) live through each forward and are freed before the backward (`zero_grad()` after the forward, as Lightning's closure calls it): freed, not kept, but the forward's peak includes them; `zero_grad()` before the forward would free them first",
             format_bytes(c.gradients.median_bytes as f64)
+        );
+    }
+}
+
+/// The CELLS section of a notebook's recording: what each run of a cell kept (the memory after it
+/// less before it), and the cells that keep memory each time they run.
+fn cells_text(out: &mut String, analysis: &Analysis) {
+    const LISTED: usize = 20;
+    let cells = &analysis.cells;
+    if cells.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nCELLS ({} after each run less before it)",
+        cells.measure
+    );
+    for run in cells.runs.iter().take(LISTED) {
+        let kept = run.kept().map_or("—".to_owned(), |k| {
+            let sign = if k > 0 { "+" } else { "" };
+            format!("{sign}{}", format_bytes(k as f64))
+        });
+        let oom = if run.oom { "  (ran out of memory)" } else { "" };
+        let label = format!("[{}]", run.count);
+        let _ = writeln!(out, "  cell {label:<6} {kept:>11}   {}{oom}", run.source);
+    }
+    if cells.runs.len() > LISTED {
+        let _ = writeln!(out, "  … and {} more runs", cells.runs.len() - LISTED);
+    }
+    for rerun in &cells.reruns {
+        let counts: Vec<String> = rerun.counts.iter().map(|c| format!("[{c}]")).collect();
+        let _ = writeln!(
+            out,
+            "  ✗ each run of `{}` keeps memory: at least {} a run, {} in {} runs (cells {})",
+            rerun.source,
+            format_bytes(rerun.least_kept as f64),
+            format_bytes(rerun.kept as f64),
+            rerun.counts.len(),
+            counts.join(", ")
         );
     }
 }

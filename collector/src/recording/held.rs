@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::{
     AllocatorReadings, Categories, Census, Chunk, Column, Dropped, End, Exit, Header, Note, Oom,
-    PhaseEdges, Record, SavedFreed, SeriesKey, SeriesKind, SnapshotFile, Stall, Unobserved, Values,
-    codec, wire,
+    PhaseEdge, PhaseEdges, Record, SavedFreed, SeriesKey, SeriesKind, SnapshotFile, Stall,
+    Unobserved, Values, codec, wire,
 };
 
 /// One sampled series, all of it: the times at which it was measured and what it was.
@@ -71,6 +71,9 @@ pub struct Recording {
     pub allocator: AllocatorReadings,
     /// Phase edges, as the probe sent them.
     pub phases: PhaseEdges,
+    /// A notebook's cells: the edges of each cell's run ([`super::Phase::cell`]), in the order
+    /// they came; in the file they are phase edges, held here apart from the phases.
+    pub cells: Vec<PhaseEdge>,
     /// Out-of-memory errors.
     pub ooms: Vec<Oom>,
     /// The job's end (one per wrapped job).
@@ -106,6 +109,7 @@ impl Recording {
             series: Vec::new(),
             allocator: AllocatorReadings::new(),
             phases: PhaseEdges::new(),
+            cells: Vec::new(),
             ooms: Vec::new(),
             exits: Vec::new(),
             drops: Vec::new(),
@@ -127,8 +131,15 @@ impl Recording {
         match record {
             Record::Chunk(chunk) => self.push_chunk(chunk),
             Record::Allocator(sample) => self.allocator.push(sample),
+            Record::Phase(edge) if edge.phase.cell().is_some() => self.cells.push(edge),
             Record::Phase(edge) => self.phases.push(edge),
             Record::Allocators(samples) => self.allocator.extend(samples),
+            Record::Phases(edges) if edges.iter().any(|e| e.phase.cell().is_some()) => {
+                let (cells, phases): (Vec<PhaseEdge>, Vec<PhaseEdge>) =
+                    edges.into_iter().partition(|e| e.phase.cell().is_some());
+                self.cells.extend(cells);
+                self.phases.extend(phases);
+            }
             Record::Phases(edges) => self.phases.extend(edges),
             Record::Oom(oom) => self.ooms.push(oom),
             Record::Exit(exit) => self.exits.push(exit),

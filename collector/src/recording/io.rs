@@ -179,7 +179,8 @@ pub fn write_to<W: std::io::Write>(out: W, recording: &Recording) -> std::io::Re
         let Some(record) = record else { break };
         writer.write(&record)?;
     }
-    let rest = (recording.ooms.iter().cloned().map(Record::Oom))
+    let rest = (recording.cells.iter().cloned().map(Record::Phase))
+        .chain(recording.ooms.iter().cloned().map(Record::Oom))
         .chain(recording.exits.iter().cloned().map(Record::Exit))
         .chain(recording.drops.iter().cloned().map(Record::Dropped))
         .chain(recording.notes.iter().cloned().map(Record::Note))

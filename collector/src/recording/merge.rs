@@ -160,6 +160,12 @@ pub fn merge(recordings: Vec<Recording>) -> Merged {
             e
         }));
         merged
+            .cells
+            .extend(recording.cells.iter().cloned().map(|mut e| {
+                e.t_ns = shift(e.t_ns);
+                e
+            }));
+        merged
             .allocator
             .extend(recording.allocator.iter().map(|mut a| {
                 a.t_ns = shift(a.t_ns);

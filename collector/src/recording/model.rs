@@ -251,6 +251,22 @@ impl Phase {
     }
 }
 
+impl Phase {
+    /// A notebook cell's run, as the probe names it (`cell [12]: train(model, 3)`): its execution
+    /// count and its first line. Cells are held apart from the phases ([`Recording::cells`]): a
+    /// cell holds phases, it is not one.
+    ///
+    /// [`Recording::cells`]: crate::recording::Recording::cells
+    pub fn cell(&self) -> Option<(u64, &str)> {
+        let Self::Custom(name) = self else {
+            return None;
+        };
+        let (count, source) = name.strip_prefix("cell [")?.split_once(']')?;
+        let source = source.strip_prefix(": ").unwrap_or(source);
+        Some((count.parse().ok()?, source))
+    }
+}
+
 impl From<String> for Phase {
     fn from(name: String) -> Self {
         match name.as_str() {

@@ -341,3 +341,77 @@ fn the_viewer_is_shown_in_the_cell_and_follows_the_recording() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Each cell's run is marked while the kernel records: the report's CELLS section says what each
+/// run kept (the kernel's resident memory after it less before it: a CPU kernel), and that the
+/// cell run three times keeps its 32 MiB each time, while the one that frees what it made keeps
+/// nothing; the cells are not phases, and the cells that start and stop the recording are not
+/// marked.
+#[test]
+fn each_cell_s_run_says_what_it_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nb.msgpack");
+    let start = format!("%tidemark start {}", out.display());
+    let grow = "kept.append(torch.ones(8192, 1024))  # 32 MiB";
+    run_notebook(
+        dir.path(),
+        &[
+            "%load_ext tidemark",
+            &start,
+            "import torch\nkept = []",
+            grow,
+            grow,
+            grow,
+            "tmp = torch.ones(8192, 1024)\ndel tmp",
+            "%tidemark stop",
+        ],
+    );
+    let recording = collector::recording::read_file(&out).unwrap();
+    assert!(
+        recording.phases.iter().all(|e| e.phase.cell().is_none()),
+        "cells are not phases"
+    );
+    let text = crate::report(&out);
+    let cells: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("CELLS"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        cells.first(),
+        Some(&"CELLS (host memory after each run less before it)"),
+        "{text}"
+    );
+    let kept = |count: u64| -> f64 {
+        let line = cells
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("cell [{count}]")))
+            .unwrap_or_else(|| panic!("cell [{count}]: {text}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (value, unit) = (words[2], words[3]);
+        let value: f64 = value.trim_start_matches('+').parse().unwrap();
+        value
+            * match unit {
+                "MiB" => 1.0,
+                "KiB" => 1.0 / 1024.0,
+                "B" => 1.0 / (1024.0 * 1024.0),
+                other => panic!("{other}: {line}"),
+            }
+    };
+    for count in [4, 5, 6] {
+        let mib = kept(count);
+        assert!(
+            (31.0..=34.0).contains(&mib),
+            "cell [{count}] kept {mib} MiB: {text}"
+        );
+    }
+    assert!(kept(7).abs() < 2.0, "{text}");
+    assert!(
+        cells.iter().any(|l| l
+            .contains(&format!("✗ each run of `{}` keeps memory: at least", grow))
+            && l.ends_with("in 3 runs (cells [4], [5], [6])")),
+        "{text}"
+    );
+    // Neither the start's nor the stop's cell.
+    assert!(!text.contains("%tidemark"), "{text}");
+}
