@@ -20,6 +20,9 @@ pub struct CellRun {
     pub after: Option<u64>,
     /// Whether an out-of-memory error came while it ran.
     pub oom: bool,
+    /// What the last census found the notebook holding for this cell: its displayed value
+    /// (`Out[N]`), the locals of its frames kept by the last error's traceback; `(name, bytes)`.
+    pub held_by: Vec<(String, u64)>,
 }
 
 impl CellRun {
@@ -86,6 +89,7 @@ pub fn cells(recording: &Recording) -> CellRuns {
                 before: edge.host_rss,
                 after: None,
                 oom: false,
+                held_by: Vec::new(),
             }),
             // Cells do not nest: an end closes the run still open. Its count is the end's (the
             // execution count is certain once the cell ran; some IPythons have counted it
@@ -144,6 +148,20 @@ pub fn cells(recording: &Recording) -> CellRuns {
             .ooms
             .iter()
             .any(|o| (run.begin_ns..=end).contains(&o.t_ns));
+        // The census names a cell's holders as the notebook knows them: "Out[N]", and "(cell
+        // [N], line L)" in what a traceback's local is.
+        let (output, place) = (
+            format!("Out[{}]", run.count),
+            format!("(cell [{}],", run.count),
+        );
+        if let Some(census) = recording.censuses.last() {
+            run.held_by = census
+                .holders
+                .iter()
+                .filter(|h| h.name == output || h.what.contains(&place))
+                .map(|h| (h.name.clone(), h.bytes))
+                .collect();
+        }
     }
     CellRuns {
         measure,

@@ -336,8 +336,22 @@ fn cells_text(out: &mut String, analysis: &Analysis) {
             format!("{sign}{}", format_bytes(k as f64))
         });
         let oom = if run.oom { "  (ran out of memory)" } else { "" };
+        let held: Vec<String> = run
+            .held_by
+            .iter()
+            .map(|(name, bytes)| format!("{name} ({})", format_bytes(*bytes as f64)))
+            .collect();
+        let held = if held.is_empty() {
+            String::new()
+        } else {
+            format!("  — held by {}", held.join(", "))
+        };
         let label = format!("[{}]", run.count);
-        let _ = writeln!(out, "  cell {label:<6} {kept:>11}   {}{oom}", run.source);
+        let _ = writeln!(
+            out,
+            "  cell {label:<6} {kept:>11}   {}{oom}{held}",
+            run.source
+        );
     }
     if cells.runs.len() > LISTED {
         let _ = writeln!(out, "  … and {} more runs", cells.runs.len() - LISTED);

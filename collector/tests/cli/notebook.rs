@@ -175,6 +175,16 @@ fn what_a_notebook_holds_is_named_as_the_notebook_knows_it() {
             .any(|l| l.trim_start().starts_with("__main__._ ")),
         "{text}"
     );
+    // The cells that hold them say so.
+    let cell = |count: u64| {
+        text.lines()
+            .skip_while(|l| !l.starts_with("CELLS"))
+            .find(|l| l.trim_start().starts_with(&format!("cell [{count}]")))
+            .unwrap_or_else(|| panic!("cell [{count}]: {text}"))
+    };
+    assert!(cell(3).ends_with("— held by Out[3] (16.0 MiB)"), "{text}");
+    assert!(cell(4).ends_with("— held by big (16.0 MiB)"), "{text}");
+    assert!(!cell(5).contains("held by"), "{text}");
 }
 
 /// A kernel that dies while it records (here a plain Python process that started recording
