@@ -395,14 +395,15 @@ pub fn timeline_ui(
             map.t_ns(bounds.min()[0]),
             map.t_ns(bounds.max()[0]).min(map.end_ns()),
         );
+        let (y0, y1) = if pui.auto_bounds().y {
+            (0.0, y_max * 1.05)
+        } else {
+            (bounds.min()[1], bounds.max()[1])
+        };
         if state.phase_bands {
-            let (y0, y1) = if pui.auto_bounds().y {
-                (0.0, y_max * 1.05)
-            } else {
-                (bounds.min()[1], bounds.max()[1])
-            };
             phase_bands(pui, view, &map, (t0, t1), (y0, y1), width, dark);
         }
+        marks::cells(pui, view, &map, (t0, t1), (y0, y1));
         step_ticks(pui, view, &map, t0, t1, width);
         if state.verdict {
             verdict(pui, view, &map, dark);
@@ -572,6 +573,13 @@ fn readout(
             "step {:.0}",
             view.steps.step_at(t_ns as f64).floor()
         ));
+    }
+    if let Some(cell) = view.cell_at(t_ns) {
+        let kept = cell.kept().map_or(String::new(), |k| {
+            let sign = if k > 0 { "+" } else { "" };
+            format!(" (kept {sign}{})", format_bytes(k as f64))
+        });
+        ui.label(format!("cell [{}]: {}{kept}", cell.count, cell.source));
     }
     if let Some(o) = view.phase_at(t_ns) {
         ui.colored_label(phase_color(&o.phase, 255), format!("phase: {}", o.phase));

@@ -144,6 +144,17 @@ pub struct RunView {
     pub categories: Vec<collector::analysis::CategoryStats>,
     /// What the verdict judged, drawn on the timeline.
     pub verdict: VerdictDrawing,
+    /// A notebook's cells, each run as it ran (a lane along the timeline's top).
+    pub cells: Vec<collector::analysis::CellRun>,
+}
+
+impl RunView {
+    /// The cell running at `t_ns`, if any.
+    pub fn cell_at(&self, t_ns: u64) -> Option<&collector::analysis::CellRun> {
+        self.cells
+            .iter()
+            .find(|c| c.begin_ns <= t_ns && c.end_ns.is_none_or(|end| t_ns <= end))
+    }
 }
 
 /// The verdict on the timeline: the points the analysis judged, their trend, the leaking phase,
@@ -259,6 +270,7 @@ impl RunView {
             device_names,
             origins,
             categories: analysis.categories.clone(),
+            cells: analysis.cells.runs.clone(),
             verdict: VerdictDrawing::new(recording, analysis, lead),
             traces,
         };

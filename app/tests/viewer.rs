@@ -2118,3 +2118,67 @@ fn memory_in_private_pools_is_shaded_under_allocated() {
             .is_shown(tidemark_app::view::TraceKind::PrivatePools)
     );
 }
+
+/// A notebook's recording: each cell's run is a block in a lane along the timeline's top,
+/// labelled by its execution count, and the cells are not phases (no band, no Phases row).
+#[test]
+fn a_notebooks_cells_are_a_lane_along_the_top() {
+    use collector::recording::{
+        AllocatorSample, Edge, Origin, Phase, PhaseEdge, Record, Recording,
+    };
+    const MIB: u64 = 1 << 20;
+    let s = 1_000_000_000u64;
+    let origin = Origin { pid: 7, rank: None };
+    let mut recording = Recording::new(tidemark_tests::header(&[
+        "python",
+        "-m",
+        "ipykernel_launcher",
+    ]));
+    let mut allocated = 200 * MIB;
+    for (k, (count, source, keeps)) in [
+        (3, "model = Net().cuda()", 300 * MIB),
+        (4, "outputs.append(model(x))", 64 * MIB),
+        (5, "outputs.append(model(x))", 64 * MIB),
+        (6, "evaluate(model)", 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let t = k as u64 * 4 * s;
+        for (dt, edge, value) in [
+            (0, Edge::Begin, allocated),
+            (3 * s, Edge::End, allocated + keeps),
+        ] {
+            recording.push(Record::Allocator(AllocatorSample {
+                t_ns: t + dt,
+                origin,
+                device: 0,
+                allocated: value,
+                reserved: 1024 * MIB,
+                peak: value,
+                ..Default::default()
+            }));
+            recording.push(Record::Phase(PhaseEdge {
+                t_ns: t + dt,
+                edge,
+                phase: Phase::from(format!("cell [{count}]: {source}")),
+                step: None,
+                origin,
+                host_heap: None,
+                host_rss: None,
+            }));
+        }
+        allocated += keeps;
+    }
+    let run = tidemark_app::Run::new(recording);
+    assert!(run.view.occurrences.is_empty(), "cells are not phases");
+    assert_eq!(run.view.cells.len(), 4);
+    let cell = run.view.cell_at(5 * s).expect("cell [4] runs at 5 s");
+    assert_eq!((cell.count, cell.kept()), (4, Some(64 * MIB as i64)));
+    assert!(run.view.cell_at(3 * s + s / 2).is_none(), "between cells");
+    let mut app = TidemarkApp::empty();
+    app.add_run("notebook.msgpack", run);
+    let mut harness = snapshot_harness(app);
+    harness.run();
+    harness.snapshot("timeline_cells");
+}

@@ -251,6 +251,50 @@ pub(super) fn phase_bands(
     }
 }
 
+/// A notebook's cells: each run a block in a lane along the top of the plot (a twentieth of its
+/// height), neutral grey, alternately lighter, labelled `[N]` where it is wide enough; the
+/// readout under the pointer names the cell and what it kept.
+pub(super) fn cells(
+    pui: &mut PlotUi<'_>,
+    view: &RunView,
+    map: &XMap<'_>,
+    (t0, t1): (u64, u64),
+    (y0, y1): (f64, f64),
+) {
+    let top = y1;
+    let bottom = y1 - (y1 - y0) / 20.0;
+    let px_per_x = pui.transform().dpos_dvalue_x().abs();
+    for (i, cell) in view.cells.iter().enumerate() {
+        let end = cell.end_ns.unwrap_or(map.end_ns());
+        if end < t0 || cell.begin_ns > t1 {
+            continue;
+        }
+        let (xa, xb) = (map.x(cell.begin_ns), map.x(end));
+        let grey = if i % 2 == 0 { 170 } else { 95 };
+        pui.polygon(
+            Polygon::new(
+                "cells",
+                vec![[xa, bottom], [xa, top], [xb, top], [xb, bottom]],
+            )
+            .fill_color(Color32::from_gray(grey).gamma_multiply(0.6))
+            .stroke(egui::Stroke::new(0.0, Color32::from_gray(grey)))
+            .allow_hover(false),
+        );
+        let label = format!("[{}]", cell.count);
+        if (xb - xa) * px_per_x >= 8.0 * label.len() as f64 {
+            pui.text(
+                egui_plot::Text::new(
+                    "cells",
+                    PlotPoint::new((xa + xb) / 2.0, (top + bottom) / 2.0),
+                    label,
+                )
+                .color(Color32::from_gray(235))
+                .allow_hover(false),
+            );
+        }
+    }
+}
+
 /// Small ticks along the bottom at each step start, when they are far enough apart to see.
 pub(super) fn step_ticks(
     pui: &mut PlotUi<'_>,
