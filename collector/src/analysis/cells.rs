@@ -170,6 +170,61 @@ pub fn cells(recording: &Recording) -> CellRuns {
     }
 }
 
+/// A finding for each cell that keeps memory every time it runs: a notebook's leak, in the cell
+/// the user runs again.
+pub(super) fn judge(analysis: &mut super::Analysis) {
+    use crate::format::format_bytes;
+    let basis = analysis.basis;
+    let mut findings = Vec::new();
+    for rerun in &analysis.cells.reruns {
+        let counts: Vec<String> = rerun.counts.iter().map(|c| format!("[{c}]")).collect();
+        let evidence = analysis
+            .cells
+            .runs
+            .iter()
+            .filter(|r| r.source == rerun.source)
+            .map(|r| {
+                let held: Vec<String> = r
+                    .held_by
+                    .iter()
+                    .map(|(name, bytes)| format!("{name} ({})", format_bytes(*bytes as f64)))
+                    .collect();
+                format!(
+                    "cell [{}] kept {} ({} before it, {} after){}",
+                    r.count,
+                    format_bytes(r.kept().unwrap_or(0) as f64),
+                    format_bytes(r.before.unwrap_or(0) as f64),
+                    format_bytes(r.after.unwrap_or(0) as f64),
+                    if held.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", held by {}", held.join(", "))
+                    }
+                )
+            })
+            .collect();
+        findings.push(super::Finding {
+            kind: super::FindingKind::CellKeeps,
+            title: format!(
+                "Each run of cell `{}` keeps memory: at least {} a run, {} in {} runs ({})",
+                rerun.source,
+                format_bytes(rerun.least_kept as f64),
+                format_bytes(rerun.kept as f64),
+                rerun.counts.len(),
+                counts.join(", ")
+            ),
+            phase: None,
+            basis,
+            growth_per_step_bytes: None,
+            evidence,
+            hints: vec![
+                "a cell that adds to a global (a list, a dict) or whose value the notebook displays keeps what it made each time it runs: `del` what you no longer need, `%reset -f out` for the displayed values, or run the cell once".to_owned(),
+            ],
+        });
+    }
+    analysis.findings.extend(findings);
+}
+
 /// The allocated bytes of the process that marked the cells, `(time, bytes)` in time order, on its
 /// first device.
 fn allocated_readings(recording: &Recording) -> Vec<(u64, u64)> {

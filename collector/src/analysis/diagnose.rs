@@ -447,6 +447,7 @@ fn analyze_one(recording: &Recording) -> Analysis {
         );
     }
     holders::judge(recording, occurrences.first().map(|o| o.pid), &mut analysis);
+    super::cells::judge(&mut analysis);
     device_rules::outside_pytorch_growth(recording, &allocator, &step_starts, &mut analysis);
     let mut occurrences = occurrences;
     // Kept while the run is shown: a week of steps is millions of entries, each vector's

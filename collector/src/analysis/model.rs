@@ -97,6 +97,8 @@ pub enum FindingKind {
     Stalled,
     /// Memory at the same point of every step rises and never falls back.
     Leak,
+    /// A notebook's cell keeps memory every time it runs.
+    CellKeeps,
     /// The job's device memory outside PyTorch's cache (NVML's count less what PyTorch
     /// reserved) rises from step to step.
     NonPytorchGrowth,
@@ -134,6 +136,7 @@ impl FindingKind {
             Self::Failed => "failed",
             Self::Stalled => "stalled",
             Self::Leak => "leak",
+            Self::CellKeeps => "cell_keeps",
             Self::NonPytorchGrowth => "non_pytorch_growth",
             Self::Fragmentation => "fragmentation",
             Self::PeakCreep => "peak_creep",
@@ -162,6 +165,7 @@ impl FindingKind {
                 | Self::Failed
                 | Self::Stalled
                 | Self::Leak
+                | Self::CellKeeps
                 | Self::NonPytorchGrowth
                 | Self::Fragmentation
                 | Self::PeakCreep
@@ -172,11 +176,12 @@ impl FindingKind {
 }
 
 /// Every finding kind.
-pub const ALL_KINDS: [FindingKind; 16] = [
+pub const ALL_KINDS: [FindingKind; 17] = [
     FindingKind::Oom,
     FindingKind::Failed,
     FindingKind::Stalled,
     FindingKind::Leak,
+    FindingKind::CellKeeps,
     FindingKind::NonPytorchGrowth,
     FindingKind::Fragmentation,
     FindingKind::PeakCreep,

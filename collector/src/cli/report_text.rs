@@ -318,7 +318,7 @@ fn categories_text(out: &mut String, analysis: &Analysis) {
 }
 
 /// The CELLS section of a notebook's recording: what each run of a cell kept (the memory after it
-/// less before it), and the cells that keep memory each time they run.
+/// less before it; the cells that keep memory each time they run are findings of the verdict).
 fn cells_text(out: &mut String, analysis: &Analysis) {
     const LISTED: usize = 20;
     let cells = &analysis.cells;
@@ -355,18 +355,6 @@ fn cells_text(out: &mut String, analysis: &Analysis) {
     }
     if cells.runs.len() > LISTED {
         let _ = writeln!(out, "  … and {} more runs", cells.runs.len() - LISTED);
-    }
-    for rerun in &cells.reruns {
-        let counts: Vec<String> = rerun.counts.iter().map(|c| format!("[{c}]")).collect();
-        let _ = writeln!(
-            out,
-            "  ✗ each run of `{}` keeps memory: at least {} a run, {} in {} runs (cells {})",
-            rerun.source,
-            format_bytes(rerun.least_kept as f64),
-            format_bytes(rerun.kept as f64),
-            rerun.counts.len(),
-            counts.join(", ")
-        );
     }
 }
 

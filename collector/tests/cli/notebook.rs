@@ -416,12 +416,18 @@ fn each_cell_s_run_says_what_it_kept() {
         );
     }
     assert!(kept(7).abs() < 2.0, "{text}");
+    // The verdict leads with it, each run its evidence.
+    let verdict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('✗'))
+        .unwrap_or_else(|| panic!("{text}"));
     assert!(
-        cells.iter().any(|l| l
-            .contains(&format!("✗ each run of `{}` keeps memory: at least", grow))
-            && l.ends_with("in 3 runs (cells [4], [5], [6])")),
+        verdict.contains(&format!(
+            "✗ Each run of cell `{grow}` keeps memory: at least"
+        )) && verdict.ends_with("in 3 runs ([4], [5], [6])"),
         "{text}"
     );
+    assert!(text.contains("      cell [5] kept "), "{text}");
     // Neither the start's nor the stop's cell.
     assert!(!text.contains("%tidemark"), "{text}");
 }
