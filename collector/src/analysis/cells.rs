@@ -332,6 +332,11 @@ mod tests {
             cell(&mut recording, t + 4, Edge::End, count, source);
             t += 10;
         }
+        // An out-of-memory error in cell [5]'s run (at 21 ns: its run spans 21 to 24).
+        recording.push(Record::Oom(crate::recording::Oom {
+            t_ns: 22,
+            ..Default::default()
+        }));
         assert!(recording.phases.is_empty(), "cells are not phases");
         // Written and read again (as `collector import` and a merge write them): the same cells.
         let mut bytes = Vec::new();
@@ -353,6 +358,13 @@ mod tests {
                 (6, Some(64 * mib))
             ]
         );
+        let ran_out: Vec<u64> = cells
+            .runs
+            .iter()
+            .filter(|r| r.oom)
+            .map(|r| r.count)
+            .collect();
+        assert_eq!(ran_out, [5]);
         assert_eq!(
             cells.reruns,
             [Rerun {
