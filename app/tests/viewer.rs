@@ -2180,5 +2180,14 @@ fn a_notebooks_cells_are_a_lane_along_the_top() {
     app.add_run("notebook.msgpack", run);
     let mut harness = snapshot_harness(app);
     harness.run();
+    // The verdict leads with the cell run twice that kept 64 MiB each time.
+    assert!(
+        harness
+            .query_all_by_label_contains(
+                "Each run of cell `outputs.append(model(x))` keeps memory: at least 64.0 MiB a run",
+            )
+            .count()
+            >= 1
+    );
     harness.snapshot("timeline_cells");
 }
