@@ -576,8 +576,7 @@ fn readout(
     }
     if let Some(cell) = view.cell_at(t_ns) {
         let kept = cell.kept().map_or(String::new(), |k| {
-            let sign = if k > 0 { "+" } else { "" };
-            format!(" (kept {sign}{})", format_bytes(k as f64))
+            format!(" (kept {})", collector::compare::signed_bytes(k as f64))
         });
         ui.label(format!("cell [{}]: {}{kept}", cell.count, cell.source));
     }
