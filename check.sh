@@ -102,6 +102,10 @@ if ! $quick; then
   step "collector serve in headless Chromium (scripts/serve-check.py)"
   .venv/bin/python scripts/serve-check.py target/debug/collector dist test-output/serve \
     || fail "serve check (screenshots in test-output/serve/)"
+
+  step "%tidemark view in a real kernel, its cell in headless Chromium (scripts/notebook-check.py)"
+  .venv/bin/python scripts/notebook-check.py target/debug/collector dist test-output/notebook \
+    || fail "notebook check (screenshots in test-output/notebook/)"
 fi
 
 step "all checks passed"

@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import threading
+import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -97,3 +98,14 @@ def marks(driver, *prefixes):
         ".map(m => [m.name, String(m.detail), m.startTime]);",
         list(prefixes or ("tidemark:",)),
     )
+
+
+def wait(what, timeout_s=90):
+    """Waits until `what()` is true, asking every 0.2 s; what it returned (None when it never was)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.2)
+    return None

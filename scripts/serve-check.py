@@ -36,7 +36,8 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from headless import browser as headless_browser, check, count_near, failures, requested_urls  # noqa: E402
+from headless import browser as headless_browser, check, count_near, failures, requested_urls, wait  # noqa: E402
+from headless import marks as page_marks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "collector" / "tests" / "data" / "corpus"
@@ -56,22 +57,8 @@ def browser():
 
 
 def marks(driver):
-    return driver.execute_script(
-        "return performance.getEntriesByType('mark')"
-        ".filter(m => m.name.startsWith('tidemark:'))"
-        ".map(m => [m.name, String(m.detail)]);"
-    )
-
-
-def wait(what, timeout_s=90):
-    """Waits until `what()` is true (None when it never is)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.2)
-    return None
+    """The app's marks: [name, detail as text]."""
+    return [m[:2] for m in page_marks(driver)]
 
 
 def on_fresh(driver, selector, act, timeout_s=30):

@@ -403,7 +403,7 @@ pub fn timeline_ui(
         if state.phase_bands {
             phase_bands(pui, view, &map, (t0, t1), (y0, y1), width, dark);
         }
-        marks::cells(pui, view, &map, (t0, t1), (y0, y1));
+        marks::cells(pui, view, &map, (t0, t1), (y0, y1), dark);
         step_ticks(pui, view, &map, t0, t1, width);
         if state.verdict {
             verdict(pui, view, &map, dark);

@@ -260,10 +260,16 @@ pub(super) fn cells(
     map: &XMap<'_>,
     (t0, t1): (u64, u64),
     (y0, y1): (f64, f64),
+    dark: bool,
 ) {
     let top = y1;
     let bottom = y1 - (y1 - y0) / 20.0;
     let px_per_x = pui.transform().dpos_dvalue_x().abs();
+    let ink = if dark {
+        Color32::from_gray(235)
+    } else {
+        Color32::from_gray(20)
+    };
     for (i, cell) in view.cells.iter().enumerate() {
         let end = cell.end_ns.unwrap_or(map.end_ns());
         if end < t0 || cell.begin_ns > t1 {
@@ -288,7 +294,7 @@ pub(super) fn cells(
                     PlotPoint::new((xa + xb) / 2.0, (top + bottom) / 2.0),
                     label,
                 )
-                .color(Color32::from_gray(235))
+                .color(ink)
                 .allow_hover(false),
             );
         }

@@ -331,9 +331,9 @@ fn cells_text(out: &mut String, analysis: &Analysis) {
         cells.measure
     );
     for run in cells.runs.iter().take(LISTED) {
-        let kept = run
-            .kept()
-            .map_or("—".to_owned(), |k| collector::compare::signed_bytes(k as f64));
+        let kept = run.kept().map_or("—".to_owned(), |k| {
+            collector::compare::signed_bytes(k as f64)
+        });
         let oom = if run.oom { "  (ran out of memory)" } else { "" };
         let held: Vec<String> = run
             .held_by
