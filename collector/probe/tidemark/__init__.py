@@ -132,7 +132,7 @@ class phase:
 def _cell_edge(edge, name):
     """A notebook cell's edge (``tidemark.notebook``): it always reads what it can, the allocator's
     numbers once CUDA is up and resident memory (a cell's run is rare, and what it kept is read
-    off its edges). Nothing in it may reach the kernel."""
+    off its edges), and is sent at once. Nothing in it may reach the kernel."""
     global _dropped
     if _sock is None:
         return
@@ -149,6 +149,9 @@ def _cell_edge(edge, name):
                 pass
         now = _monotonic_ns()
         _add(_line((now, _step, edge, numbers, None, statm, name)), now)
+        # Sent at once, with what is batched before it: a kernel killed (restarted) right after
+        # a cell still tells where the cell ended.
+        _flush_pending()
     except Exception:
         _dropped += 1
 

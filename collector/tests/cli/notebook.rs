@@ -431,3 +431,99 @@ fn each_cell_s_run_says_what_it_kept() {
     // Neither the start's nor the stop's cell.
     assert!(!text.contains("%tidemark"), "{text}");
 }
+
+/// A kernel restarted while it records (Jupyter's "Restart kernel": the kernel killed, a new one
+/// started, driven here by jupyter_client): the collector sees the old kernel gone and ends the
+/// recording, which reads whole with the cell it ran; the new kernel runs on.
+#[test]
+fn a_kernel_restarted_while_recording_leaves_a_whole_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nb.msgpack");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(python())
+        .arg(manifest.join("tests/data/notebook/restart.py"))
+        .arg(&out)
+        .current_dir(dir.path())
+        .env("PYTHONPATH", manifest.join("probe"))
+        .env("TIDEMARK_COLLECTOR", env!("CARGO_BIN_EXE_collector"))
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let pids: serde_json::Value = serde_json::from_slice(
+        output
+            .stdout
+            .split(|&b| b == b'\n')
+            .rfind(|l| l.starts_with(b"{"))
+            .unwrap_or_default(),
+    )
+    .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&output.stdout)));
+    assert_ne!(pids["old"], pids["new"], "a new kernel ran");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let recording = loop {
+        if let Ok(r) = collector::recording::read_file(&out)
+            && r.end.is_some()
+        {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no whole recording at {}",
+            out.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(recording.series.iter().any(|s| !s.values.is_empty()));
+    let cells = collector::analysis::cells(&recording);
+    assert!(
+        cells
+            .runs
+            .iter()
+            .any(|r| r.source.starts_with("import os, torch") && r.end_ns.is_some()),
+        "{:?}",
+        cells.runs
+    );
+}
+
+/// A notebook that frees what each cell made: no finding of a problem, no cell that keeps
+/// memory, each run of the cell keeping next to nothing.
+#[test]
+fn a_notebook_that_frees_everything_is_judged_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nb.msgpack");
+    let start = format!("%tidemark start {}", out.display());
+    let work = "x = torch.ones(8192, 1024)\ny = (x * 2).sum()\ndel x, y";
+    run_notebook(
+        dir.path(),
+        &[
+            "%load_ext tidemark",
+            &start,
+            "import torch",
+            work,
+            work,
+            work,
+            "%tidemark stop",
+        ],
+    );
+    let text = crate::report(&out);
+    assert!(!text.contains('✗'), "{text}");
+    let runs = collector::analysis::cells(&collector::recording::read_file(&out).unwrap());
+    let kept: Vec<i64> = runs
+        .runs
+        .iter()
+        .filter(|r| r.source.starts_with("x = torch.ones"))
+        .filter_map(|r| r.kept())
+        .collect();
+    assert_eq!(kept.len(), 3, "{:?}", runs.runs);
+    // Resident memory moves by a few MiB as the first run warms up (the allocator's arenas,
+    // the thread pool): far less than the 32 MiB each run makes.
+    assert!(
+        kept.iter().all(|&k| k.abs() < 8 << 20),
+        "each run keeps far less than it made: {kept:?}"
+    );
+    assert!(runs.reruns.is_empty(), "{:?}", runs.reruns);
+}
