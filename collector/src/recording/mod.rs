@@ -4,6 +4,7 @@
 //! array `[kind, body]`: first the header, then samples, probe records and events as they happen,
 //! and last an end record with totals. `collector/FORMAT.md` describes it byte by byte.
 
+mod census;
 pub mod codec;
 mod columns;
 mod held;
@@ -12,10 +13,12 @@ mod kernel;
 mod merge;
 mod model;
 mod read;
+mod stall;
 mod values;
 pub mod wire;
 mod write;
 
+pub use census::{Census, Holder, ObjectContainer, ObjectGrowth, TypeCount};
 pub use columns::{AllocatorReadings, EdgeKind, Iter as RecordIter, PhaseEdges, Records};
 pub(crate) use held::ChunkBuffers;
 pub use held::{Recording, Series};
@@ -25,12 +28,12 @@ pub use io::{read_file, write_file};
 pub use kernel::{CgroupMemory, KernelKill, KernelMemory, TreeProcess};
 pub use merge::{Merged, are_nodes_of_one_run, merge};
 pub use model::{
-    AllocatorSample, Categories, Census, Chunk, Column, Device, Dropped, Edge, End, Exit,
-    FORMAT_MAJOR, FORMAT_MINOR, Header, Holder, Imported, MAGIC, Note, ObjectContainer,
-    ObjectGrowth, Oom, Origin, Phase, PhaseEdge, Record, SavedFreed, SeriesKey, SeriesKind,
-    SnapshotFile, StackFrame, Stall, StalledProcess, ThreadStack, TypeCount, Unobserved,
+    AllocatorSample, Categories, Chunk, Column, Device, Dropped, Edge, End, Exit, FORMAT_MAJOR,
+    FORMAT_MINOR, Header, Imported, MAGIC, Note, Oom, Origin, Phase, PhaseEdge, Record, SavedFreed,
+    SeriesKey, SeriesKind, SnapshotFile, Unobserved,
 };
 pub(crate) use read::describe_start;
 pub use read::{ReadError, Reader};
+pub use stall::{StackFrame, Stall, StalledProcess, ThreadStack};
 pub use values::Values;
 pub use write::Writer;

@@ -3,11 +3,13 @@
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::census::Census;
 use super::model::SeriesKey;
 use super::model::{
-    AllocatorSample, Categories, Census, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note,
-    Oom, PhaseEdge, Record, SavedFreed, SnapshotFile, Stall, Unobserved,
+    AllocatorSample, Categories, Dropped, End, Exit, FORMAT_MAJOR, Header, MAGIC, Note, Oom,
+    PhaseEdge, Record, SavedFreed, SnapshotFile, Unobserved,
 };
+use super::stall::Stall;
 use super::wire::{self, WalkError, WireChunk, WireSeries, kind};
 
 /// Why a recording cannot be read. Each names the byte offset where reading stopped.
