@@ -35,6 +35,25 @@ fn run_notebook_with(dir: &Path, cells: &[&str], env: &[(&str, &Path)]) -> Vec<S
     cells.into_iter().map(|(_, texts)| texts.concat()).collect()
 }
 
+/// The recording at `out` once the collector has written its end (it notices a kernel gone
+/// within its sampling interval); fails after 30 s.
+fn whole_recording(out: &Path) -> collector::recording::Recording {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok(r) = collector::recording::read_file(out)
+            && r.end.is_some()
+        {
+            return r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no whole recording at {}",
+            out.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// A training loop in a notebook that keeps every step's outputs: the kernel, recorded from
 /// within, is judged as a script would be — a leak, held by the notebook's `outputs` — by
 /// `%tidemark report` and by `collector report` of the file. A second start says one is
@@ -210,21 +229,7 @@ fn a_kernel_that_dies_while_recording_leaves_a_whole_recording() {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(3));
-    // The collector notices within its sampling interval, then writes the end.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let recording = loop {
-        if let Ok(r) = collector::recording::read_file(&out)
-            && r.end.is_some()
-        {
-            break r;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no whole recording at {}",
-            out.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let recording = whole_recording(&out);
     assert!(
         recording.series.iter().any(|s| !s.values.is_empty()),
         "the process' memory was sampled"
@@ -463,20 +468,7 @@ fn a_kernel_restarted_while_recording_leaves_a_whole_recording() {
     )
     .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&output.stdout)));
     assert_ne!(pids["old"], pids["new"], "a new kernel ran");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let recording = loop {
-        if let Ok(r) = collector::recording::read_file(&out)
-            && r.end.is_some()
-        {
-            break r;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no whole recording at {}",
-            out.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let recording = whole_recording(&out);
     assert!(recording.series.iter().any(|s| !s.values.is_empty()));
     let cells = collector::analysis::cells(&recording);
     assert!(
