@@ -54,6 +54,23 @@ def marks(driver):
     return [m[:2] for m in page_marks(driver)]
 
 
+def frames_of(outputs):
+    """The HTML of the displays among a cell's outputs."""
+    return [c["data"].get("text/html", "") for k, c in outputs if k == "display_data"]
+
+
+def show_cell(driver, page, label, frame):
+    """Opens a page holding `frame` (a cell's output HTML) as a notebook shows it, and waits in the
+    frame for the viewer to show its run: its first mark, and the seconds since the page opened.
+    The driver is left in the frame."""
+    page.write_text(f"<!DOCTYPE html><html><body><p>{label}</p>{frame}</body></html>")
+    started = time.monotonic()
+    driver.get(page.as_uri())
+    driver.switch_to.frame(driver.find_element(By.TAG_NAME, "iframe"))
+    drawn = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")])
+    return drawn, time.monotonic() - started
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
@@ -81,21 +98,17 @@ def main():
             execute(client, f"%tidemark start {tmp}/nb.msgpack")
             execute(client, "import torch\nkept = [torch.ones(1 << 22) for _ in range(8)]\nimport time; time.sleep(1)")
             shown = execute(client, "%tidemark view")
-            frames = [c["data"].get("text/html", "") for k, c in shown if k == "display_data"]
+            frames = frames_of(shown)
             check(len(frames) == 1 and "<iframe" in frames[0], f"the cell's output holds a frame: {shown}")
             if not frames:
                 return 1
             page = Path(tmp) / "notebook.html"
-            page.write_text(f"<!DOCTYPE html><html><body><p>Out[4]:</p>{frames[0]}</body></html>")
             driver = headless_browser(
                 "--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--window-size=1280,800"
             )
-            started = time.monotonic()
-            driver.get(page.as_uri())
-            driver.switch_to.frame(driver.find_element(By.TAG_NAME, "iframe"))
-            drawn = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")])
+            drawn, took = show_cell(driver, page, "Out[4]:", frames[0])
             check(drawn and drawn[0][0] == "tidemark:shown", f"the viewer in the frame shows the recording: {drawn}")
-            print(f"  the frame drawn {time.monotonic() - started:.1f} s after the page was opened")
+            print(f"  the frame drawn {took:.1f} s after the page was opened")
             time.sleep(1.5)  # the frame after the mark reaches the screen
             driver.switch_to.default_content()
             driver.save_screenshot(str(out / "cell.png"))
@@ -120,15 +133,10 @@ def main():
             if synthetic.exists():
                 big = Path(tmp) / "big.msgpack"
                 subprocess.run([str(synthetic), str(big), "1000000"], check=True, stdout=subprocess.DEVNULL)
-                shown = execute(client, f"%tidemark view {big}")
-                frames = [c["data"].get("text/html", "") for k, c in shown if k == "display_data"]
-                page.write_text(f"<!DOCTYPE html><html><body><p>Out[8]:</p>{frames[0] if frames else ''}</body></html>")
-                started = time.monotonic()
-                driver.get(page.as_uri())
-                driver.switch_to.frame(driver.find_element(By.TAG_NAME, "iframe"))
-                drawn = wait(lambda: [m for m in marks(driver) if m[0] in ("tidemark:shown", "tidemark:failed")])
+                frames = frames_of(execute(client, f"%tidemark view {big}"))
+                drawn, took = show_cell(driver, page, "Out[8]:", frames[0] if frames else "")
                 check(drawn and drawn[0][0] == "tidemark:shown", f"a 1-million-sample recording shown in a cell: {drawn}")
-                print(f"  measured: the 1-million-sample recording drawn {time.monotonic() - started:.2f} s after the page was opened")
+                print(f"  measured: the 1-million-sample recording drawn {took:.2f} s after the page was opened")
                 driver.switch_to.default_content()
                 driver.save_screenshot(str(out / "cell-1M.png"))
             server = execute(client, "import tidemark.notebook as nb\nprint(nb._server[0].pid)")

@@ -26,6 +26,17 @@ pub struct CellRun {
 }
 
 impl CellRun {
+    /// Its holders as the report and the verdict say them: `Out[3] (16.0 MiB), big (4.00 MiB)`;
+    /// `None` where the notebook holds nothing of it.
+    pub fn held_text(&self) -> Option<String> {
+        let held: Vec<String> = self
+            .held_by
+            .iter()
+            .map(|(name, bytes)| format!("{name} ({})", crate::format::format_bytes(*bytes as f64)))
+            .collect();
+        (!held.is_empty()).then(|| held.join(", "))
+    }
+
     /// What it kept: the memory after it less before it (negative: it freed).
     pub fn kept(&self) -> Option<i64> {
         let (before, after) = (self.before?, self.after?);
@@ -184,22 +195,14 @@ pub(super) fn judge(analysis: &mut super::Analysis) {
             .iter()
             .filter(|r| r.source == rerun.source)
             .map(|r| {
-                let held: Vec<String> = r
-                    .held_by
-                    .iter()
-                    .map(|(name, bytes)| format!("{name} ({})", format_bytes(*bytes as f64)))
-                    .collect();
                 format!(
                     "cell [{}] kept {} ({} before it, {} after){}",
                     r.count,
                     format_bytes(r.kept().unwrap_or(0) as f64),
                     format_bytes(r.before.unwrap_or(0) as f64),
                     format_bytes(r.after.unwrap_or(0) as f64),
-                    if held.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", held by {}", held.join(", "))
-                    }
+                    r.held_text()
+                        .map_or(String::new(), |held| format!(", held by {held}"))
                 )
             })
             .collect();

@@ -335,16 +335,9 @@ fn cells_text(out: &mut String, analysis: &Analysis) {
             collector::compare::signed_bytes(k as f64)
         });
         let oom = if run.oom { "  (ran out of memory)" } else { "" };
-        let held: Vec<String> = run
-            .held_by
-            .iter()
-            .map(|(name, bytes)| format!("{name} ({})", format_bytes(*bytes as f64)))
-            .collect();
-        let held = if held.is_empty() {
-            String::new()
-        } else {
-            format!("  — held by {}", held.join(", "))
-        };
+        let held = run
+            .held_text()
+            .map_or(String::new(), |held| format!("  — held by {held}"));
         let label = format!("[{}]", run.count);
         let _ = writeln!(
             out,

@@ -280,7 +280,6 @@ impl Snapshot {
         // The entries in a private pool, by index (in order: found by walking along them).
         let by_entry = self.entries.in_pools();
         let mut next = 0;
-        let segments = self.private_segments();
         let mut end: BTreeMap<u32, i64> = BTreeMap::new();
         for segment in self.segments.iter().filter(|s| s.pool.is_some()) {
             let held: u64 = segment
@@ -294,6 +293,7 @@ impl Snapshot {
         if by_entry.is_empty() && end.is_empty() {
             return Vec::new();
         }
+        let segments = self.private_segments();
         let mut in_pool = |i: usize, device: u32, addr: u64| {
             if by_entry.is_empty() {
                 return segments.pool_at(device, addr).is_some();
